@@ -1,0 +1,38 @@
+"""bertforge: BERT end to end, with Hugging Face-compatible checkpoints.
+
+The public names are imported lazily so that `import bertforge` (and the CLI's `--help`) stays fast
+and does not pull in torch until a model is actually used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_PUBLIC = {
+    "BertConfig": "bertforge.config",
+    "PRESETS": "bertforge.config",
+    "BertTokenizer": "bertforge.tokenizer",
+    "BertModel": "bertforge.model",
+    "BertForPreTraining": "bertforge.model",
+    "BertForMaskedLM": "bertforge.model",
+    "LoadReport": "bertforge.checkpoint",
+}
+
+__all__ = ["__version__", *_PUBLIC]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PUBLIC:
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
+    raise AttributeError(f"module 'bertforge' has no attribute {name!r}")
+
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from bertforge.checkpoint import LoadReport
+    from bertforge.config import PRESETS, BertConfig
+    from bertforge.model import BertForMaskedLM, BertForPreTraining, BertModel
+    from bertforge.tokenizer import BertTokenizer
