@@ -22,7 +22,10 @@ _PUBLIC = {
     "LoadReport": "bertforge.checkpoint",
 }
 
-__all__ = ["__version__", *_PUBLIC]
+__all__ = [
+    "__version__", "BertConfig", "PRESETS", "BertTokenizer", "BertModel", "BertForPreTraining",
+    "BertForMaskedLM", "LoadReport",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,186 @@
+"""BertModel = embeddings + N encoder layers + pooler, and the base class every BERT model shares.
+
+The base class gives each model BERT's initialisation and Hugging Face-layout save/load
+(`save_pretrained` / `from_pretrained`), which live in `bertforge.checkpoint`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from torch import nn
+
+from bertforge.config import BertConfig
+from bertforge.model.layers import Embeddings, EncoderLayer
+
+if TYPE_CHECKING:
+    from bertforge.checkpoint import LoadReport
+    from bertforge.tokenizer import BertTokenizer
+
+
+@dataclass
+class EncoderOutput:
+    last_hidden_state: torch.Tensor  # (B, T, H): T_i, the final token vectors
+    pooled_output: torch.Tensor | None  # (B, H): tanh(W C + b) over the final [CLS] vector C
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # L + 1 tensors (B, T, H): embeddings, then each layer
+    attentions: tuple[torch.Tensor, ...] | None = None  # L tensors (B, A, T, T): attention probabilities
+
+
+class BertPreTrainedModel(nn.Module):
+    """Shared by every BERT model: config, initialisation, checkpoint save/load, a class registry."""
+
+    # Hugging Face architecture name -> class, so a checkpoint's config.json picks the class to build.
+    registry: ClassVar[dict[str, type[BertPreTrainedModel]]] = {}
+    # Our module names that are task heads (not the backbone): missing ones are "new", not errors.
+    head_prefixes: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        BertPreTrainedModel.registry[cls.__name__] = cls
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.config = config
+
+    def init_weights(self) -> None:
+        """BERT's initialisation: weights ~ N(0, initializer_range), biases 0, LayerNorm 1 and 0."""
+        self.init_modules(self)
+
+    def init_modules(self, *modules: nn.Module) -> None:
+        """Initialise just these modules (a head added on top of an initialised backbone)."""
+        for module in modules:
+            module.apply(self._init_module)
+
+    def _init_module(self, module: nn.Module) -> None:
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def save_pretrained(self, directory: str | os.PathLike[str], tokenizer: BertTokenizer | None = None) -> None:
+        """Write `config.json` + `model.safetensors` (+ the tokenizer's files) in Hugging Face layout."""
+        from bertforge.checkpoint import save_pretrained
+
+        save_pretrained(self, directory, tokenizer=tokenizer)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        strict: bool = True,
+        allow_pickle: bool = False,
+        **config_overrides: Any,
+    ) -> Any:
+        """Load a Hugging Face-layout BERT directory (ours or `transformers`'), heads included.
+
+        Keys the target lacks or the file lacks are sorted into expected (a new task head, pre-training
+        heads a bare encoder does not use) and errors; errors raise `CheckpointError` unless
+        `strict=False`. The sorted lists are kept on `model.load_report`. Pickle files
+        (`pytorch_model.bin`) are refused unless `allow_pickle=True`, and then read with `weights_only=True`.
+        """
+        from bertforge.checkpoint import load_pretrained
+
+        model, _ = load_pretrained(cls, directory, strict=strict, allow_pickle=allow_pickle, **config_overrides)
+        return model
+
+    load_report: LoadReport | None = None
+
+
+class Pooler(nn.Module):
+    """dense + tanh on the final [CLS] vector: the sentence representation for NSP and classification."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, last_hidden_state: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, H)
+        return torch.tanh(self.dense(last_hidden_state[:, 0]))
+
+
+class Encoder(nn.Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_hidden_layers))
+
+
+class BertModel(BertPreTrainedModel):
+    """The bidirectional Transformer encoder: ids -> final token vectors T_i and pooled [CLS] vector."""
+
+    def __init__(self, config: BertConfig, add_pooling_layer: bool = True) -> None:
+        super().__init__(config)
+        self.embeddings = Embeddings(config)
+        self.encoder = Encoder(config)
+        self.pooler = Pooler(config) if add_pooling_layer else None
+        self.init_weights()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # (B, T)
+        attention_mask: torch.Tensor | None = None,  # (B, T): 1 real token, 0 padding
+        token_type_ids: torch.Tensor | None = None,  # (B, T): 0 segment A, 1 segment B
+        position_ids: torch.Tensor | None = None,  # (B, T); default 0..T-1
+        *,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> EncoderOutput:
+        batch, length = input_ids.shape
+        if length > self.config.max_position_embeddings:
+            raise ValueError(
+                f"sequence length {length} exceeds max_position_embeddings "
+                f"({self.config.max_position_embeddings}); truncate the input (tokenizer truncation=True)"
+            )
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        if position_ids is None:
+            position_ids = torch.arange(length, device=input_ids.device).unsqueeze(0)  # (1, T)
+
+        hidden = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, H)
+        attention_bias = padding_bias(attention_mask, hidden.dtype)
+        all_hidden = [hidden] if output_hidden_states else None
+        all_attentions = [] if output_attentions else None
+        for layer in self.encoder.layers:
+            hidden, probs = layer(hidden, attention_bias, output_attentions)
+            if all_hidden is not None:
+                all_hidden.append(hidden)
+            if all_attentions is not None:
+                all_attentions.append(probs)
+
+        return EncoderOutput(
+            last_hidden_state=hidden,
+            pooled_output=self.pooler(hidden) if self.pooler is not None else None,
+            hidden_states=tuple(all_hidden) if all_hidden is not None else None,
+            attentions=tuple(all_attentions) if all_attentions is not None else None,
+        )
+
+
+def padding_bias(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """(B, T) 1/0 mask -> (B, 1, 1, T) additive bias for the keys; None when nothing is padded.
+
+    A large negative number rather than -inf keeps a row whose keys are all padding finite
+    (softmax gives it a uniform distribution instead of NaN). Returning None for an unpadded batch
+    lets SDPA pick its mask-free kernels.
+    """
+    if attention_mask is None or bool(attention_mask.all()):
+        return None
+    keep = attention_mask[:, None, None, :].to(dtype)  # (B, 1, 1, T)
+    return (1.0 - keep) * torch.finfo(dtype).min

@@ -1,0 +1,151 @@
+"""Pre-training heads on one BertModel backbone: masked LM (from T_i) and next-sentence prediction (from C).
+
+Losses are computed here when labels are given, so that a training loop only needs
+`loss = model(**batch).loss`. Label conventions are Hugging Face's: MLM labels are -100 where a
+position is not predicted; next-sentence label 0 = B follows A (IsNext), 1 = B is random (NotNext).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertforge.config import BertConfig
+from bertforge.model.bert import BertModel, BertPreTrainedModel, EncoderOutput
+from bertforge.model.layers import activation
+
+IGNORE_INDEX = -100  # label value for positions that are not predicted (F.cross_entropy's default)
+
+
+class MaskedLMHead(nn.Module):
+    """dense + activation + LayerNorm, then a decoder tied to the word embeddings, plus a bias.
+
+    The decoder weight is the word-embedding matrix itself, passed in at call time: the tie cannot
+    come undone by loading, casting or moving one copy, and the state dict holds the matrix once.
+    """
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.transform = nn.Sequential()
+        self.transform.add_module("dense", nn.Linear(config.hidden_size, config.hidden_size))
+        self.transform.add_module("act", activation(config.hidden_act))
+        self.transform.add_module("layer_norm", nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps))
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
+        # (..., H) -> (..., V)
+        return F.linear(self.transform(hidden), word_embeddings, self.bias)
+
+
+@dataclass
+class PreTrainingOutput:
+    loss: torch.Tensor | None  # mlm_loss + nsp_loss (whichever labels were given)
+    mlm_loss: torch.Tensor | None
+    nsp_loss: torch.Tensor | None
+    # (B, T, V) without labels; with labels, (N, V) for the N predicted positions only (row-major order
+    # of `labels != -100`), because the vocabulary projection is the costliest part of pre-training.
+    mlm_logits: torch.Tensor | None
+    nsp_logits: torch.Tensor | None  # (B, 2)
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+class _MaskedLMMixin:
+    """Masked-LM logits and loss, shared by BertForPreTraining and BertForMaskedLM."""
+
+    bert: BertModel
+    mlm: MaskedLMHead
+
+    def _masked_lm(
+        self, sequence: torch.Tensor, labels: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        word_embeddings = self.bert.embeddings.word_embeddings.weight
+        if labels is None:
+            return self.mlm(sequence, word_embeddings), None  # (B, T, V)
+        predicted = labels != IGNORE_INDEX  # (B, T)
+        logits = self.mlm(sequence[predicted], word_embeddings)  # (N, H) -> (N, V)
+        targets = labels[predicted]  # (N,)
+        if targets.numel() == 0:  # nothing masked in this batch: a zero that still has a graph
+            return logits, logits.sum() * 0.0
+        return logits, F.cross_entropy(logits.float(), targets)
+
+
+class BertForPreTraining(_MaskedLMMixin, BertPreTrainedModel):
+    """BERT with both pre-training heads: masked LM on T_i and next-sentence prediction on C."""
+
+    head_prefixes = ("mlm.", "nsp.")
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.bert = BertModel(config)
+        self.mlm = MaskedLMHead(config)
+        self.nsp = nn.Linear(config.hidden_size, 2)
+        self.init_modules(self.mlm, self.nsp)  # the backbone initialised itself
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # (B, T)
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,  # (B, T) token ids to predict, -100 elsewhere
+        next_sentence_label: torch.Tensor | None = None,  # (B,) 0 IsNext, 1 NotNext
+        *,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> PreTrainingOutput:
+        encoded: EncoderOutput = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids,
+            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+        )
+        mlm_logits, mlm_loss = self._masked_lm(encoded.last_hidden_state, labels)
+        nsp_logits = self.nsp(encoded.pooled_output)  # (B, H) -> (B, 2)
+        nsp_loss = None
+        if next_sentence_label is not None:
+            nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1))
+        losses = [x for x in (mlm_loss, nsp_loss) if x is not None]
+        return PreTrainingOutput(
+            loss=sum(losses) if losses else None,  # type: ignore[arg-type]
+            mlm_loss=mlm_loss,
+            nsp_loss=nsp_loss,
+            mlm_logits=mlm_logits,
+            nsp_logits=nsp_logits,
+            hidden_states=encoded.hidden_states,
+            attentions=encoded.attentions,
+        )
+
+
+class BertForMaskedLM(_MaskedLMMixin, BertPreTrainedModel):
+    """BERT with the masked-LM head only (no pooler, as in Hugging Face): fill-mask and MLM-only training."""
+
+    head_prefixes = ("mlm.",)
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.mlm = MaskedLMHead(config)
+        self.init_modules(self.mlm)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        *,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> PreTrainingOutput:
+        encoded = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids,
+            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+        )
+        mlm_logits, mlm_loss = self._masked_lm(encoded.last_hidden_state, labels)
+        return PreTrainingOutput(
+            loss=mlm_loss, mlm_loss=mlm_loss, nsp_loss=None, mlm_logits=mlm_logits, nsp_logits=None,
+            hidden_states=encoded.hidden_states, attentions=encoded.attentions,
+        )

@@ -1,0 +1,129 @@
+"""The pieces of a BERT encoder: embeddings, self-attention, feed-forward, one post-LN encoder layer.
+
+Shapes in comments: B = batch, T = sequence length, H = hidden size, A = attention heads,
+d = H / A (head size), I = intermediate (feed-forward) size.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertforge.config import BertConfig
+
+
+def activation(name: str) -> nn.Module:
+    """The feed-forward non-linearity. BERT's "gelu" is the exact (erf) form; "gelu_new" the tanh one."""
+    if name == "gelu":
+        return nn.GELU()
+    if name in ("gelu_new", "gelu_pytorch_tanh"):
+        return nn.GELU(approximate="tanh")
+    if name == "relu":
+        return nn.ReLU()
+    raise ValueError(f"unsupported activation {name!r}")
+
+
+class Embeddings(nn.Module):
+    """Token + position + segment (token type) embeddings, then LayerNorm and dropout."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # (B, T)
+        token_type_ids: torch.Tensor,  # (B, T)
+        position_ids: torch.Tensor,  # (B, T) or (1, T)
+    ) -> torch.Tensor:
+        embeddings = (
+            self.word_embeddings(input_ids)
+            + self.position_embeddings(position_ids)
+            + self.token_type_embeddings(token_type_ids)
+        )  # (B, T, H)
+        return self.dropout(self.layer_norm(embeddings))
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with one fused q/k/v projection.
+
+    The default path calls `scaled_dot_product_attention` (fused kernels, no (T, T) matrix kept for
+    backward where a kernel allows it). When the caller asks for the attention probabilities, the
+    explicit softmax(QK^T / sqrt(d)) path runs instead, since SDPA does not return them.
+    """
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.head_dim
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)  # rows: [query; key; value]
+        self.out = nn.Linear(config.hidden_size, config.hidden_size)
+        self.attention_dropout = config.attention_probs_dropout_prob
+
+    def forward(
+        self,
+        hidden: torch.Tensor,  # (B, T, H)
+        attention_bias: torch.Tensor | None,  # (B, 1, 1, T) additive: 0 keep, -inf-ish drop; None = no padding
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        batch, length, hidden_size = hidden.shape
+        # (B, T, 3H) -> (B, T, 3, A, d) -> (3, B, A, T, d)
+        qkv = self.qkv(hidden).view(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        query, key, value = qkv.unbind(0)  # each (B, A, T, d)
+        dropout_p = self.attention_dropout if self.training else 0.0
+
+        if output_attentions:
+            scores = query @ key.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, A, T, T)
+            if attention_bias is not None:
+                scores = scores + attention_bias
+            probs = scores.softmax(dim=-1)
+            context = F.dropout(probs, dropout_p, self.training) @ value  # (B, A, T, d)
+        else:
+            probs = None
+            context = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_bias, dropout_p=dropout_p)
+
+        context = context.transpose(1, 2).reshape(batch, length, hidden_size)  # (B, A, T, d) -> (B, T, H)
+        return self.out(context), probs
+
+
+class FeedForward(nn.Module):
+    """Position-wise H -> I -> H with the config's activation (GELU for BERT)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.up = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.act = activation(config.hidden_act)
+        self.down = nn.Linear(config.intermediate_size, config.hidden_size)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, T, H)
+        return self.down(self.act(self.up(hidden)))
+
+
+class EncoderLayer(nn.Module):
+    """One Transformer block as in BERT: post-LN, x = LN(x + Dropout(Sublayer(x))) twice."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.attention = SelfAttention(config)
+        self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.ffn = FeedForward(config)
+        self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(
+        self,
+        hidden: torch.Tensor,  # (B, T, H)
+        attention_bias: torch.Tensor | None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        attended, probs = self.attention(hidden, attention_bias, output_attentions)
+        hidden = self.attention_norm(hidden + self.dropout(attended))
+        hidden = self.ffn_norm(hidden + self.dropout(self.ffn(hidden)))
+        return hidden, probs
