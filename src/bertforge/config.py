@@ -92,7 +92,8 @@ class BertConfig:
             raise ValueError(f"{source}: model_type {model_type!r} is not 'bert'")
         known = {k: v for k, v in data.items() if k in names}
         extra = {k: v for k, v in data.items() if k not in names and k not in _FILE_KEYS}
-        extra.update(data.get("extra", {}) if isinstance(data.get("extra"), dict) else {})
+        if extra.get("position_embedding_type") == "absolute":  # the only kind we support; written back by to_dict
+            del extra["position_embedding_type"]
         try:
             return cls(**known, extra=extra)
         except (TypeError, ValueError) as exc:

@@ -1,0 +1,180 @@
+"""The model against Hugging Face transformers (the oracle), and its own behaviour."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+from bertforge import BertConfig, BertForMaskedLM, BertForPreTraining, BertModel
+
+ATOL = 1e-5
+
+# Two deliberately different shapes: the tiny preset, and one with odd sizes, tanh GELU, 3 segment
+# types and another LayerNorm epsilon, so that a hard-coded constant cannot pass both.
+CONFIGS = {
+    "tiny": BertConfig.from_preset("tiny", vocab_size=211),
+    "odd": BertConfig(vocab_size=157, hidden_size=96, num_hidden_layers=3, num_attention_heads=6,
+                      intermediate_size=200, hidden_act="gelu_new", type_vocab_size=3,
+                      layer_norm_eps=1e-6, max_position_embeddings=64),
+}
+
+
+def padded_batch(vocab_size: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Three sequences of lengths 12, 7 and 3 padded to 12, with segment B in the second half."""
+    gen = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(5, vocab_size, (3, 12), generator=gen)
+    attention_mask = torch.ones_like(input_ids)
+    for row, length in enumerate((12, 7, 3)):
+        attention_mask[row, length:] = 0
+        input_ids[row, length:] = 0
+    token_type_ids = torch.zeros_like(input_ids)
+    token_type_ids[:, 6:] = 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+
+
+def hf_config(config: BertConfig) -> transformers.BertConfig:
+    return transformers.BertConfig(**{k: v for k, v in config.to_dict().items() if k != "model_type"})
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_pretraining_outputs_match_transformers(name: str, tmp_path) -> None:
+    torch.manual_seed(0)
+    ours = BertForPreTraining(CONFIGS[name]).eval()
+    ours.save_pretrained(tmp_path)
+    theirs = transformers.BertForPreTraining.from_pretrained(tmp_path).eval()
+    batch = padded_batch(CONFIGS[name].vocab_size)
+    with torch.no_grad():
+        out = ours(**batch, output_hidden_states=True)
+        ref = theirs(**batch, output_hidden_states=True)
+    torch.testing.assert_close(out.hidden_states[-1], ref.hidden_states[-1], atol=ATOL, rtol=0)
+    torch.testing.assert_close(out.mlm_logits, ref.prediction_logits, atol=ATOL, rtol=0)
+    torch.testing.assert_close(out.nsp_logits, ref.seq_relationship_logits, atol=ATOL, rtol=0)
+    for mine, hf in zip(out.hidden_states, ref.hidden_states, strict=True):
+        torch.testing.assert_close(mine, hf, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_encoder_and_attentions_match_transformers(name: str, tmp_path) -> None:
+    torch.manual_seed(1)
+    ours = BertModel(CONFIGS[name]).eval()
+    ours.save_pretrained(tmp_path)
+    # The eager implementation is the one that returns attention probabilities.
+    theirs = transformers.BertModel.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    batch = padded_batch(CONFIGS[name].vocab_size, seed=1)
+    with torch.no_grad():
+        out = ours(**batch, output_attentions=True)
+        ref = theirs(**batch, output_attentions=True)
+        fast = ours(**batch)  # the SDPA path, without probabilities
+    torch.testing.assert_close(out.last_hidden_state, ref.last_hidden_state, atol=ATOL, rtol=0)
+    torch.testing.assert_close(out.pooled_output, ref.pooler_output, atol=ATOL, rtol=0)
+    torch.testing.assert_close(fast.last_hidden_state, ref.last_hidden_state, atol=ATOL, rtol=0)
+    assert len(out.attentions) == CONFIGS[name].num_hidden_layers
+    for mine, hf in zip(out.attentions, ref.attentions, strict=True):
+        torch.testing.assert_close(mine, hf, atol=ATOL, rtol=0)
+    # Padding gets no attention, and each row is a distribution.
+    probs = out.attentions[0]  # (B, A, T, T)
+    assert probs[2, :, :, 3:].abs().max() < 1e-6
+    torch.testing.assert_close(probs.sum(-1), torch.ones_like(probs.sum(-1)))
+
+
+def test_padding_does_not_change_real_tokens() -> None:
+    torch.manual_seed(2)
+    model = BertModel(CONFIGS["tiny"]).eval()
+    batch = padded_batch(CONFIGS["tiny"].vocab_size)
+    with torch.no_grad():
+        padded = model(**batch).last_hidden_state[1, :7]
+        alone = model(batch["input_ids"][1:2, :7], token_type_ids=batch["token_type_ids"][1:2, :7]).last_hidden_state[0]
+    torch.testing.assert_close(padded, alone, atol=ATOL, rtol=0)
+
+
+def test_masked_lm_loss_uses_only_labelled_positions() -> None:
+    torch.manual_seed(3)
+    config = CONFIGS["tiny"]
+    model = BertForPreTraining(config).eval()
+    batch = padded_batch(config.vocab_size)
+    labels = torch.full_like(batch["input_ids"], -100)
+    labels[0, 2], labels[1, 5], labels[2, 1] = 17, 42, 99
+    nsp_label = torch.tensor([0, 1, 0])
+    with torch.no_grad():
+        out = model(**batch, labels=labels, next_sentence_label=nsp_label)
+        full = model(**batch)
+    assert out.mlm_logits.shape == (3, config.vocab_size)  # only the three labelled positions
+    expected_mlm = torch.nn.functional.cross_entropy(full.mlm_logits.view(-1, config.vocab_size), labels.view(-1))
+    expected_nsp = torch.nn.functional.cross_entropy(full.nsp_logits, nsp_label)
+    torch.testing.assert_close(out.mlm_loss, expected_mlm, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.nsp_loss, expected_nsp)
+    torch.testing.assert_close(out.loss, expected_mlm + expected_nsp, atol=1e-5, rtol=1e-5)
+
+
+def test_loss_matches_transformers_and_backward_runs(tmp_path) -> None:
+    torch.manual_seed(4)
+    config = CONFIGS["odd"]
+    ours = BertForPreTraining(config).eval()
+    ours.save_pretrained(tmp_path)
+    theirs = transformers.BertForPreTraining.from_pretrained(tmp_path).eval()
+    batch = padded_batch(config.vocab_size)
+    labels = torch.where(torch.rand(batch["input_ids"].shape) < 0.3, batch["input_ids"], -100)
+    labels[0, 0] = 7  # at least one
+    nsp_label = torch.tensor([1, 0, 1])
+    out = ours(**batch, labels=labels, next_sentence_label=nsp_label)
+    ref = theirs(**batch, labels=labels, next_sentence_label=nsp_label)
+    torch.testing.assert_close(out.loss, ref.loss, atol=1e-5, rtol=1e-5)
+    out.loss.backward()
+    embeddings = ours.bert.embeddings.word_embeddings.weight
+    assert embeddings.grad is not None and embeddings.grad.abs().sum() > 0  # reached through the tied decoder
+
+
+def test_batch_without_masked_tokens_gives_zero_loss() -> None:
+    model = BertForMaskedLM(CONFIGS["tiny"])
+    batch = padded_batch(CONFIGS["tiny"].vocab_size)
+    out = model(**batch, labels=torch.full_like(batch["input_ids"], -100))
+    assert out.loss.item() == 0.0
+    out.loss.backward()  # still differentiable, so a training step does not need a special case
+
+
+def test_decoder_is_tied_to_word_embeddings() -> None:
+    model = BertForPreTraining(CONFIGS["tiny"]).eval()
+    ids = torch.tensor([[2, 10, 11, 3]])
+    with torch.no_grad():
+        before = model(ids).mlm_logits
+        model.bert.embeddings.word_embeddings.weight[10:12] += 1.0
+        after = model(ids).mlm_logits
+    assert not torch.allclose(before, after)
+    names = [name for name, _ in model.named_parameters()]
+    assert not any("decoder" in name for name in names)  # the matrix is stored once
+
+
+def test_initialisation_follows_bert() -> None:
+    torch.manual_seed(5)
+    model = BertForPreTraining(BertConfig.from_preset("mini"))
+    layer = model.bert.encoder.layers[0]
+    assert abs(layer.ffn.up.weight.std().item() - 0.02) < 0.002
+    assert abs(model.bert.embeddings.word_embeddings.weight[1:].std().item() - 0.02) < 0.002
+    assert torch.all(model.bert.embeddings.word_embeddings.weight[0] == 0)  # the padding row
+    assert torch.all(layer.attention.qkv.bias == 0) and torch.all(model.mlm.bias == 0)
+    assert torch.all(layer.attention_norm.weight == 1) and torch.all(layer.attention_norm.bias == 0)
+
+
+def test_too_long_input_is_a_clear_error() -> None:
+    model = BertModel(CONFIGS["odd"])
+    with pytest.raises(ValueError, match="exceeds max_position_embeddings"):
+        model(torch.ones(1, 65, dtype=torch.long))
+
+
+def test_dropout_only_in_training() -> None:
+    config = BertConfig.from_preset("tiny", vocab_size=50, hidden_dropout_prob=0.5)
+    model = BertModel(config)
+    ids = torch.randint(5, 50, (2, 8))
+    model.train()
+    assert not torch.allclose(model(ids).last_hidden_state, model(ids).last_hidden_state)
+    model.eval()
+    torch.testing.assert_close(model(ids).last_hidden_state, model(ids).last_hidden_state)
+
+
+def test_presets_have_the_paper_sizes() -> None:
+    base = BertModel(BertConfig.from_preset("base"))
+    assert 109e6 < base.num_parameters() < 111e6  # "110M"
+    large = BertConfig.from_preset("large")
+    assert (large.num_hidden_layers, large.hidden_size, large.num_attention_heads, large.intermediate_size) == (
+        24, 1024, 16, 4096)
