@@ -207,7 +207,7 @@ def test_real_checkpoint_matches_transformers(minilm_dir) -> None:
     real = inputs["attention_mask"].bool()
     torch.testing.assert_close(out.last_hidden_state[real], ref.last_hidden_state[real], atol=ATOL, rtol=0)
     torch.testing.assert_close(out.pooled_output, ref.pooler_output, atol=ATOL, rtol=0)
-    assert real.sum() > 60 and (~real).sum() > 10  # the batch really is padded
+    assert real.sum() > 50 and (~real).sum() > 10  # the batch really is padded
 
 
 def test_real_checkpoint_gives_meaningful_sentence_embeddings(minilm_dir) -> None:
