@@ -19,12 +19,17 @@ _PUBLIC = {
     "BertModel": "bertforge.model",
     "BertForPreTraining": "bertforge.model",
     "BertForMaskedLM": "bertforge.model",
+    "BertForSequenceClassification": "bertforge.model",
+    "BertForTokenClassification": "bertforge.model",
+    "BertForQuestionAnswering": "bertforge.model",
+    "BertForMultipleChoice": "bertforge.model",
     "LoadReport": "bertforge.checkpoint",
 }
 
 __all__ = [
     "__version__", "BertConfig", "PRESETS", "BertTokenizer", "BertModel", "BertForPreTraining",
-    "BertForMaskedLM", "LoadReport",
+    "BertForMaskedLM", "BertForSequenceClassification", "BertForTokenClassification",
+    "BertForQuestionAnswering", "BertForMultipleChoice", "LoadReport",
 ]
 
 
@@ -37,5 +42,13 @@ def __getattr__(name: str) -> Any:
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from bertforge.checkpoint import LoadReport
     from bertforge.config import PRESETS, BertConfig
-    from bertforge.model import BertForMaskedLM, BertForPreTraining, BertModel
+    from bertforge.model import (
+        BertForMaskedLM,
+        BertForMultipleChoice,
+        BertForPreTraining,
+        BertForQuestionAnswering,
+        BertForSequenceClassification,
+        BertForTokenClassification,
+        BertModel,
+    )
     from bertforge.tokenizer import BertTokenizer
