@@ -33,8 +33,10 @@ def padded_batch(vocab_size: int, seed: int = 0) -> dict[str, torch.Tensor]:
     return {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
 
 
-def hf_config(config: BertConfig) -> transformers.BertConfig:
-    return transformers.BertConfig(**{k: v for k, v in config.to_dict().items() if k != "model_type"})
+def assert_close_on_tokens(ours: torch.Tensor, theirs: torch.Tensor, attention_mask: torch.Tensor) -> None:
+    """Equal at real tokens. Padding positions carry no meaning: the fast path leaves them at zero."""
+    real = attention_mask.bool()
+    torch.testing.assert_close(ours[real], theirs[real], atol=ATOL, rtol=0)
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
@@ -47,11 +49,12 @@ def test_pretraining_outputs_match_transformers(name: str, tmp_path) -> None:
     with torch.no_grad():
         out = ours(**batch, output_hidden_states=True)
         ref = theirs(**batch, output_hidden_states=True)
-    torch.testing.assert_close(out.hidden_states[-1], ref.hidden_states[-1], atol=ATOL, rtol=0)
-    torch.testing.assert_close(out.mlm_logits, ref.prediction_logits, atol=ATOL, rtol=0)
+    mask = batch["attention_mask"]
+    assert_close_on_tokens(out.mlm_logits, ref.prediction_logits, mask)
     torch.testing.assert_close(out.nsp_logits, ref.seq_relationship_logits, atol=ATOL, rtol=0)
+    assert len(out.hidden_states) == CONFIGS[name].num_hidden_layers + 1
     for mine, hf in zip(out.hidden_states, ref.hidden_states, strict=True):
-        torch.testing.assert_close(mine, hf, atol=ATOL, rtol=0)
+        assert_close_on_tokens(mine, hf, mask)
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
@@ -68,7 +71,8 @@ def test_encoder_and_attentions_match_transformers(name: str, tmp_path) -> None:
         fast = ours(**batch)  # the SDPA path, without probabilities
     torch.testing.assert_close(out.last_hidden_state, ref.last_hidden_state, atol=ATOL, rtol=0)
     torch.testing.assert_close(out.pooled_output, ref.pooler_output, atol=ATOL, rtol=0)
-    torch.testing.assert_close(fast.last_hidden_state, ref.last_hidden_state, atol=ATOL, rtol=0)
+    assert_close_on_tokens(fast.last_hidden_state, ref.last_hidden_state, batch["attention_mask"])
+    torch.testing.assert_close(fast.pooled_output, ref.pooler_output, atol=ATOL, rtol=0)
     assert len(out.attentions) == CONFIGS[name].num_hidden_layers
     for mine, hf in zip(out.attentions, ref.attentions, strict=True):
         torch.testing.assert_close(mine, hf, atol=ATOL, rtol=0)
@@ -76,6 +80,38 @@ def test_encoder_and_attentions_match_transformers(name: str, tmp_path) -> None:
     probs = out.attentions[0]  # (B, A, T, T)
     assert probs[2, :, :, 3:].abs().max() < 1e-6
     torch.testing.assert_close(probs.sum(-1), torch.ones_like(probs.sum(-1)))
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_unpadded_fast_path_matches_plain_path(name: str) -> None:
+    torch.manual_seed(6)
+    model = BertModel(CONFIGS[name]).eval()
+    batch = padded_batch(CONFIGS[name].vocab_size, seed=6)
+    with torch.no_grad():
+        fast = model(**batch, output_hidden_states=True)
+        model.unpad = False
+        plain = model(**batch, output_hidden_states=True)
+    padding = ~batch["attention_mask"].bool()
+    for packed, reference in zip(fast.hidden_states, plain.hidden_states, strict=True):
+        assert_close_on_tokens(packed, reference, batch["attention_mask"])
+        assert packed[padding].abs().max() == 0
+    torch.testing.assert_close(fast.pooled_output, plain.pooled_output, atol=ATOL, rtol=0)
+
+
+def test_unpadded_gradients_match_plain_path() -> None:
+    torch.manual_seed(7)
+    config = CONFIGS["odd"]
+    batch = padded_batch(config.vocab_size, seed=7)
+    labels = torch.where(batch["attention_mask"].bool(), batch["input_ids"], -100)
+    grads = []
+    for unpad in (True, False):
+        torch.manual_seed(8)
+        model = BertForPreTraining(config).eval()
+        model.bert.unpad = unpad
+        model(**batch, labels=labels, next_sentence_label=torch.tensor([0, 1, 1])).loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grad, grads[1][name], atol=1e-5, rtol=1e-4, msg=name)
 
 
 def test_padding_does_not_change_real_tokens() -> None:
@@ -114,7 +150,8 @@ def test_loss_matches_transformers_and_backward_runs(tmp_path) -> None:
     ours.save_pretrained(tmp_path)
     theirs = transformers.BertForPreTraining.from_pretrained(tmp_path).eval()
     batch = padded_batch(config.vocab_size)
-    labels = torch.where(torch.rand(batch["input_ids"].shape) < 0.3, batch["input_ids"], -100)
+    chosen = (torch.rand(batch["input_ids"].shape) < 0.3) & batch["attention_mask"].bool()
+    labels = torch.where(chosen, batch["input_ids"], -100)
     labels[0, 0] = 7  # at least one
     nsp_label = torch.tensor([1, 0, 1])
     out = ours(**batch, labels=labels, next_sentence_label=nsp_label)

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from bertforge.config import BertConfig
-from bertforge.model.layers import Embeddings, EncoderLayer
+from bertforge.model.layers import Embeddings, EncoderLayer, PackedLayout
 
 if TYPE_CHECKING:
     from bertforge.checkpoint import LoadReport
@@ -131,6 +131,10 @@ class BertModel(BertPreTrainedModel):
         self.embeddings = Embeddings(config)
         self.encoder = Encoder(config)
         self.pooler = Pooler(config) if add_pooling_layer else None
+        # The fast path: drop padding before the encoder (see PackedLayout). Identical results on
+        # real tokens; vectors at padding positions come out as zeros instead of meaningless values.
+        # Off only for reference comparisons in tests.
+        self.unpad = True
         self.init_weights()
 
     def forward(
@@ -156,14 +160,24 @@ class BertModel(BertPreTrainedModel):
 
         hidden = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, H)
         attention_bias = padding_bias(attention_mask, hidden.dtype)
-        all_hidden = [hidden] if output_hidden_states else None
+        # Pack only when there is padding to drop; attention probabilities need the padded path.
+        layout = None
+        if self.unpad and attention_bias is not None and not output_attentions:
+            layout = PackedLayout.from_mask(attention_mask)
+            hidden = layout.pack(hidden)  # (B, T, H) -> (N, H)
+
+        def padded(x: torch.Tensor) -> torch.Tensor:
+            return layout.unpack(x) if layout is not None else x
+
+        all_hidden = [padded(hidden)] if output_hidden_states else None
         all_attentions = [] if output_attentions else None
         for layer in self.encoder.layers:
-            hidden, probs = layer(hidden, attention_bias, output_attentions)
+            hidden, probs = layer(hidden, attention_bias, output_attentions, layout)
             if all_hidden is not None:
-                all_hidden.append(hidden)
+                all_hidden.append(padded(hidden))
             if all_attentions is not None:
                 all_attentions.append(probs)
+        hidden = all_hidden[-1] if all_hidden is not None else padded(hidden)  # (B, T, H)
 
         return EncoderOutput(
             last_hidden_state=hidden,

@@ -288,6 +288,10 @@ class BertForQuestionAnswering(BertPreTrainedModel):
                             output_hidden_states=output_hidden_states, output_attentions=output_attentions)
         logits = self.qa_outputs(encoded.last_hidden_state)  # (B, T, 2)
         start_logits, end_logits = (x.squeeze(-1) for x in logits.split(1, dim=-1))  # (B, T) each
+        if attention_mask is not None:  # a span never starts or ends on padding
+            padding = attention_mask == 0
+            start_logits = start_logits.masked_fill(padding, torch.finfo(start_logits.dtype).min)
+            end_logits = end_logits.masked_fill(padding, torch.finfo(end_logits.dtype).min)
         loss = None
         if start_positions is not None and end_positions is not None:
             length = start_logits.size(1)  # positions outside the window are clamped out and ignored

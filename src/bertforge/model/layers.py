@@ -7,6 +7,7 @@ d = H / A (head size), I = intermediate (feed-forward) size.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +25,32 @@ def activation(name: str) -> nn.Module:
     if name == "relu":
         return nn.ReLU()
     raise ValueError(f"unsupported activation {name!r}")
+
+
+@dataclass
+class PackedLayout:
+    """Where the real tokens of a padded (B, T) batch are, to run the dense layers on them alone.
+
+    Packing drops padding before the encoder (N = number of real tokens): every Linear, LayerNorm
+    and GELU then costs N rather than B x T rows. Only attention needs the (B, T) shape back, for
+    the duration of one SDPA call. This is the "unpadding" of MosaicBERT and ModernBERT.
+    """
+
+    token_index: torch.Tensor  # (N,) positions of real tokens in the flattened (B*T,) batch
+    batch: int
+    length: int
+
+    @classmethod
+    def from_mask(cls, attention_mask: torch.Tensor) -> PackedLayout:  # (B, T) 1/0
+        batch, length = attention_mask.shape
+        return cls(attention_mask.flatten().nonzero().squeeze(1), batch, length)
+
+    def pack(self, padded: torch.Tensor) -> torch.Tensor:  # (B, T, ...) -> (N, ...)
+        return padded.flatten(0, 1).index_select(0, self.token_index)
+
+    def unpack(self, packed: torch.Tensor) -> torch.Tensor:  # (N, ...) -> (B, T, ...), zeros at padding
+        padded = packed.new_zeros(self.batch * self.length, *packed.shape[1:])
+        return padded.index_copy(0, self.token_index, packed).unflatten(0, (self.batch, self.length))
 
 
 class Embeddings(nn.Module):
@@ -69,13 +96,17 @@ class SelfAttention(nn.Module):
 
     def forward(
         self,
-        hidden: torch.Tensor,  # (B, T, H)
+        hidden: torch.Tensor,  # (B, T, H), or (N, H) packed when `layout` is given
         attention_bias: torch.Tensor | None,  # (B, 1, 1, T) additive: 0 keep, -inf-ish drop; None = no padding
         output_attentions: bool = False,
+        layout: PackedLayout | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        batch, length, hidden_size = hidden.shape
+        qkv = self.qkv(hidden)  # (B, T, 3H) or (N, 3H)
+        if layout is not None:
+            qkv = layout.unpack(qkv)  # (N, 3H) -> (B, T, 3H)
+        batch, length, hidden_size = qkv.shape[0], qkv.shape[1], qkv.shape[2] // 3
         # (B, T, 3H) -> (B, T, 3, A, d) -> (3, B, A, T, d)
-        qkv = self.qkv(hidden).view(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        qkv = qkv.view(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         query, key, value = qkv.unbind(0)  # each (B, A, T, d)
         dropout_p = self.attention_dropout if self.training else 0.0
 
@@ -90,6 +121,8 @@ class SelfAttention(nn.Module):
             context = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_bias, dropout_p=dropout_p)
 
         context = context.transpose(1, 2).reshape(batch, length, hidden_size)  # (B, A, T, d) -> (B, T, H)
+        if layout is not None:
+            context = layout.pack(context)  # (B, T, H) -> (N, H)
         return self.out(context), probs
 
 
@@ -102,7 +135,7 @@ class FeedForward(nn.Module):
         self.act = activation(config.hidden_act)
         self.down = nn.Linear(config.intermediate_size, config.hidden_size)
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, T, H)
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # (..., H) -> (..., H)
         return self.down(self.act(self.up(hidden)))
 
 
@@ -119,11 +152,12 @@ class EncoderLayer(nn.Module):
 
     def forward(
         self,
-        hidden: torch.Tensor,  # (B, T, H)
+        hidden: torch.Tensor,  # (B, T, H), or (N, H) packed when `layout` is given
         attention_bias: torch.Tensor | None,
         output_attentions: bool = False,
+        layout: PackedLayout | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        attended, probs = self.attention(hidden, attention_bias, output_attentions)
+        attended, probs = self.attention(hidden, attention_bias, output_attentions, layout)
         hidden = self.attention_norm(hidden + self.dropout(attended))
         hidden = self.ffn_norm(hidden + self.dropout(self.ffn(hidden)))
         return hidden, probs
