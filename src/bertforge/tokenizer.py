@@ -1,0 +1,565 @@
+"""BERT's WordPiece tokenizer on the `tokenizers` library: load, train, encode, save.
+
+The heavy lifting (normalisation, pre-tokenisation, WordPiece, offsets) runs in the Rust `tokenizers`
+library. This module adds what BERT needs around it and keeps it in one readable place:
+
+- the vocabulary is checked when it is loaded (special tokens present, no duplicate lines);
+- special tokens and truncation follow the original BERT code, not the library's defaults: for a pair
+  that is too long the longer segment loses one token at a time, the second segment on a tie
+  (google-research/bert `_truncate_seq_pair`). `tokenizers`' own "longest_first" gives the odd token
+  to the second segment instead, so we truncate here and never configure truncation on the backend;
+- an input that does not fit raises a ValueError at encode time instead of an index error deep
+  inside the model;
+- `save_pretrained` writes the Hugging Face layout, so `transformers.BertTokenizer(Fast)` loads our
+  files and tokenizes identically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokenizers import (
+    AddedToken,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
+
+from bertforge.fileio import write_text_atomic
+
+# The reserved ids of a vocabulary trained by `BertTokenizer.train` (Google's vocabs use 0, 100-103).
+_TRAINED_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+_SPECIAL_KEYS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+
+
+@dataclass
+class Encoding:
+    """One encoded text, or text pair, with everything needed to map tokens back to characters."""
+
+    input_ids: list[int]
+    token_type_ids: list[int]
+    attention_mask: list[int]
+    tokens: list[str]
+    offsets: list[tuple[int, int]]  # (start, end) chars into the original text of the token's segment
+    word_ids: list[int | None]  # word index within the segment; None for special and padding tokens
+    sequence_ids: list[int | None]  # 0 = text, 1 = pair; None for special and padding tokens
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def _is_positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _check_text(value: Any, what: str) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"BertTokenizer: {what} must be a str, got {type(value).__name__}: {value!r:.80}")
+
+
+def _surrogate_error(texts: Iterable[str]) -> ValueError:
+    # tokenizers refuses lone surrogates (they are not valid Unicode) with a bare "TypeError: ... must be
+    # str"; find the culprit so the message says what is actually wrong.
+    for text in texts:
+        for i, ch in enumerate(text):
+            if 0xD800 <= ord(ch) <= 0xDFFF:
+                return ValueError(
+                    f"BertTokenizer: text contains a lone surrogate {ch!r} at character {i}; "
+                    "it is not valid Unicode (decode the source with errors='replace')"
+                )
+    return ValueError("BertTokenizer: the tokenizers library rejected the input text")
+
+
+def _pair_lengths(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
+    """How many tokens of each segment survive BERT's pair truncation to `budget` tokens in all.
+
+    BERT pops one token at a time from the longer segment, from the second on a tie. Written out:
+    a segment no longer than half the budget is kept whole and the other gets the rest; otherwise
+    both end at half, the first taking the odd token.
+    """
+    if len_a + len_b <= budget:
+        return len_a, len_b
+    if 2 * min(len_a, len_b) <= budget:
+        return (len_a, budget - len_a) if len_a <= len_b else (budget - len_b, len_b)
+    return (budget + 1) // 2, budget // 2
+
+
+def _read_vocab_file(path: Path) -> dict[str, int]:
+    """vocab.txt: one token per line, the id is the line number (0-based), as Hugging Face reads it."""
+    vocab: dict[str, int] = {}
+    with open(path, encoding="utf-8") as handle:
+        for index, line in enumerate(handle):
+            token = line.rstrip("\n")
+            if token in vocab:
+                raise ValueError(
+                    f"{path}:{index + 1}: duplicate token {token!r} (first seen on line {vocab[token] + 1}); "
+                    "every line of a vocab file must be a distinct token"
+                )
+            vocab[token] = index
+    return vocab
+
+
+def _to_json(obj: dict[str, Any]) -> str:
+    return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
+
+
+def _special_token_value(value: Any) -> str:
+    # tokenizer_config.json stores special tokens either as plain strings or as serialised AddedTokens.
+    return value["content"] if isinstance(value, dict) else str(value)
+
+
+class BertTokenizer:
+    """A BERT WordPiece tokenizer: `[CLS] text [SEP] pair [SEP]`, Hugging Face-compatible on disk."""
+
+    def __init__(
+        self,
+        vocab: dict[str, int] | str | Path,
+        *,
+        lowercase: bool = True,
+        strip_accents: bool | None = None,
+        tokenize_chinese_chars: bool = True,
+        model_max_length: int = 512,
+        unk_token: str = "[UNK]",
+        cls_token: str = "[CLS]",
+        sep_token: str = "[SEP]",
+        pad_token: str = "[PAD]",
+        mask_token: str = "[MASK]",
+        max_input_chars_per_word: int = 100,
+    ) -> None:
+        if isinstance(vocab, dict):
+            source = "the vocab dict"
+            vocab = dict(vocab)
+            if sorted(vocab.values()) != list(range(len(vocab))):
+                raise ValueError(f"{source}: ids must be exactly 0..{len(vocab) - 1}, each used once")
+            bad = [t for t in vocab if not isinstance(t, str) or "\n" in t or "\r" in t]
+            if bad:
+                raise ValueError(f"{source}: tokens must be str without line breaks, got {bad[0]!r}")
+        elif isinstance(vocab, (str, Path)):
+            source = str(vocab)
+            vocab = _read_vocab_file(Path(vocab))
+        else:
+            raise TypeError(f"vocab must be a dict or the path of a vocab.txt, got {type(vocab).__name__}")
+        specials = {"unk_token": unk_token, "cls_token": cls_token, "sep_token": sep_token,
+                    "pad_token": pad_token, "mask_token": mask_token}
+        for key, token in specials.items():
+            if token not in vocab:
+                raise ValueError(f"{source}: special token {token!r} ({key}) is missing from the vocabulary")
+        if not _is_positive_int(model_max_length):
+            raise ValueError(f"model_max_length must be a positive int, got {model_max_length!r}")
+
+        # Settings are fixed at construction: the backend below is built from them.
+        self.lowercase = lowercase
+        self.strip_accents = strip_accents  # None = follow `lowercase`, as in the original BERT
+        self.tokenize_chinese_chars = tokenize_chinese_chars
+        self.model_max_length = model_max_length
+        self.max_input_chars_per_word = max_input_chars_per_word
+        self.unk_token, self.cls_token, self.sep_token = unk_token, cls_token, sep_token
+        self.pad_token, self.mask_token = pad_token, mask_token
+        self._vocab = vocab
+        self._id_to_token = [""] * len(vocab)
+        for token, index in vocab.items():
+            self._id_to_token[index] = token
+
+        backend = Tokenizer(models.WordPiece(vocab, unk_token=unk_token,
+                                             max_input_chars_per_word=max_input_chars_per_word))
+        backend.normalizer = normalizers.BertNormalizer(
+            clean_text=True,  # drop NUL, U+FFFD and control chars; every whitespace becomes a space
+            handle_chinese_chars=tokenize_chinese_chars,  # each CJK ideograph is its own word
+            strip_accents=lowercase if strip_accents is None else strip_accents,
+            lowercase=lowercase,
+        )
+        backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()  # split on whitespace and punctuation
+        # encode() assembles specials itself (to truncate BERT's way); the template is here so that
+        # `backend` and the saved tokenizer.json produce exactly what encode() produces.
+        backend.post_processor = processors.TemplateProcessing(
+            single=f"{cls_token}:0 $A:0 {sep_token}:0",
+            pair=f"{cls_token}:0 $A:0 {sep_token}:0 $B:1 {sep_token}:1",
+            special_tokens=[(cls_token, vocab[cls_token]), (sep_token, vocab[sep_token])],
+        )
+        backend.decoder = decoders.WordPiece(prefix="##")
+        # Registering the specials as special added tokens makes "[MASK]" typed in a text one token (as
+        # in transformers) and lets decode(skip_special_tokens=True) recognise them. They are already
+        # in the vocab, so no id changes.
+        backend.add_special_tokens(
+            [AddedToken(t, special=True, normalized=False) for t in dict.fromkeys(specials.values())]
+        )
+        self._backend = backend
+
+    # ----------------------------------------------------------------------------- vocabulary
+
+    @property
+    def backend(self) -> Tokenizer:
+        """The underlying `tokenizers.Tokenizer`; treat it as read-only (it is shared by every call)."""
+        return self._backend
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._vocab)
+
+    @property
+    def vocab(self) -> dict[str, int]:
+        return dict(self._vocab)
+
+    def __len__(self) -> int:
+        return len(self._vocab)
+
+    @property
+    def pad_token_id(self) -> int:
+        return self._vocab[self.pad_token]
+
+    @property
+    def unk_token_id(self) -> int:
+        return self._vocab[self.unk_token]
+
+    @property
+    def cls_token_id(self) -> int:
+        return self._vocab[self.cls_token]
+
+    @property
+    def sep_token_id(self) -> int:
+        return self._vocab[self.sep_token]
+
+    @property
+    def mask_token_id(self) -> int:
+        return self._vocab[self.mask_token]
+
+    @property
+    def all_special_ids(self) -> list[int]:
+        return sorted({self.pad_token_id, self.unk_token_id, self.cls_token_id, self.sep_token_id,
+                       self.mask_token_id})
+
+    def convert_tokens_to_ids(self, tokens: str | Iterable[str]) -> int | list[int]:
+        """Token(s) to id(s); a token outside the vocabulary maps to the [UNK] id."""
+        if isinstance(tokens, str):
+            return self._vocab.get(tokens, self.unk_token_id)
+        return [self._vocab.get(t, self.unk_token_id) for t in tokens]
+
+    def convert_ids_to_tokens(self, ids: int | Iterable[int]) -> str | list[str]:
+        if isinstance(ids, int):
+            return self._id_to_token[self._check_id(ids)]
+        return [self._id_to_token[self._check_id(i)] for i in self._as_id_list(ids)]
+
+    def _check_id(self, index: int) -> int:
+        if not 0 <= index < len(self._id_to_token):
+            raise ValueError(f"token id {index} is outside the vocabulary (size {len(self._id_to_token)})")
+        return index
+
+    @staticmethod
+    def _as_id_list(ids: Iterable[int]) -> list[int]:
+        # Accept plain lists as well as torch tensors / numpy arrays (anything with .tolist()).
+        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        return [int(i) for i in ids]
+
+    def __repr__(self) -> str:
+        return (f"BertTokenizer(vocab_size={self.vocab_size}, lowercase={self.lowercase}, "
+                f"strip_accents={self.strip_accents}, model_max_length={self.model_max_length})")
+
+    # ----------------------------------------------------------------------------- encoding
+
+    def tokenize(self, text: str) -> list[str]:
+        """WordPiece pieces of `text`, without special tokens and without any length limit."""
+        _check_text(text, "text")
+        return self._encode_segments([text])[0].tokens
+
+    def encode(
+        self,
+        text: str,
+        pair: str | None = None,
+        *,
+        max_length: int | None = None,
+        truncation: bool = False,
+        add_special_tokens: bool = True,
+    ) -> Encoding:
+        """Encode a text, or a text pair, as `[CLS] text [SEP] (pair [SEP])`.
+
+        `max_length` (default `model_max_length`) counts the special tokens. Longer inputs raise a
+        ValueError unless `truncation=True`, which trims them BERT's way and never drops a special.
+        """
+        return self._encode_items([(text, pair)], max_length, truncation, add_special_tokens, "encode")[0]
+
+    def encode_batch(
+        self,
+        texts: Sequence[str] | Sequence[tuple[str, str]],
+        *,
+        max_length: int | None = None,
+        truncation: bool = False,
+        padding: bool | str = False,
+        add_special_tokens: bool = True,
+        return_tensors: str | None = None,
+    ) -> dict[str, Any]:
+        """Encode many texts (or `(text, pair)` tuples) in parallel, then optionally pad and stack.
+
+        `padding`: False, True / "longest" (to the longest in the batch), or "max_length".
+        `return_tensors`: None (lists of lists), "pt" (torch.long) or "np" (int64).
+        Returns input_ids, token_type_ids, attention_mask and "encodings" (one `Encoding` each, padded).
+        """
+        if isinstance(texts, (str, bytes)):
+            raise TypeError("encode_batch expects a sequence of texts; for one text use encode()")
+        items: list[tuple[str, str | None]] = []
+        for i, item in enumerate(texts):
+            if isinstance(item, (tuple, list)):
+                if len(item) != 2:
+                    raise TypeError(f"encode_batch: item {i} must be a str or a (text, pair) tuple, "
+                                    f"got a {type(item).__name__} of length {len(item)}")
+                items.append((item[0], item[1]))
+            else:
+                items.append((item, None))
+        if padding not in (False, True, "longest", "max_length"):
+            raise ValueError(f"padding must be False, True, 'longest' or 'max_length', got {padding!r}")
+        if return_tensors not in (None, "pt", "np"):
+            raise ValueError(f"return_tensors must be None, 'pt' or 'np', got {return_tensors!r}")
+
+        encodings = self._encode_items(items, max_length, truncation, add_special_tokens, "encode_batch")
+        if padding:
+            if padding == "max_length":
+                target = self._limit(max_length)
+            else:  # True / "longest"
+                target = max(map(len, encodings), default=0)
+            for enc in encodings:
+                self._pad(enc, target)
+
+        out: dict[str, Any] = {key: [getattr(e, key) for e in encodings]
+                               for key in ("input_ids", "token_type_ids", "attention_mask")}
+        if return_tensors is not None:
+            lengths = {len(e) for e in encodings}
+            if len(lengths) > 1:
+                raise ValueError(f"cannot stack sequences of different lengths {sorted(lengths)} into a "
+                                 "tensor; pass padding=True (or padding='max_length')")
+            for key in ("input_ids", "token_type_ids", "attention_mask"):
+                out[key] = self._to_tensor(out[key], return_tensors)
+        out["encodings"] = encodings
+        return out
+
+    def _limit(self, max_length: int | None) -> int:
+        limit = self.model_max_length if max_length is None else max_length
+        if not _is_positive_int(limit):
+            raise ValueError(f"max_length must be a positive int, got {max_length!r}")
+        return limit
+
+    def _encode_segments(self, texts: list[str]) -> list[Any]:
+        """Each text alone, without specials: the library's (parallel, for batches) encode."""
+        try:
+            if len(texts) == 1:  # encode() stays off the thread pool; it keeps forked workers happy
+                return [self._backend.encode(texts[0], add_special_tokens=False)]
+            return self._backend.encode_batch(texts, add_special_tokens=False)
+        except TypeError as err:  # the only str the library refuses holds a lone surrogate
+            raise _surrogate_error(texts) from err
+
+    def _encode_items(
+        self,
+        items: list[tuple[str, str | None]],
+        max_length: int | None,
+        truncation: bool,
+        add_special_tokens: bool,
+        caller: str,
+    ) -> list[Encoding]:
+        for i, (text, pair) in enumerate(items):
+            where = f"item {i}" if caller == "encode_batch" else "text"
+            _check_text(text, where)
+            if pair is not None:
+                _check_text(pair, f"the pair of {where}" if caller == "encode_batch" else "pair")
+        limit = self._limit(max_length)
+
+        # Encode every segment in one (parallel) call, then assemble [CLS] a [SEP] b [SEP] here.
+        flat = [seg for text, pair in items for seg in ((text,) if pair is None else (text, pair))]
+        segments = iter(self._encode_segments(flat))
+        out = []
+        for i, (_, pair) in enumerate(items):
+            a = next(segments)
+            b = next(segments) if pair is not None else None
+            n_special = (2 if b is None else 3) if add_special_tokens else 0
+            len_a, len_b = len(a), 0 if b is None else len(b)
+            total = n_special + len_a + len_b
+            if total > limit:
+                if not truncation:
+                    where = f"item {i} of the batch" if caller == "encode_batch" else "the input"
+                    raise ValueError(
+                        f"{where} is {total} tokens long (special tokens included) but the limit is "
+                        f"{limit} (max_length, default model_max_length={self.model_max_length}); "
+                        "pass truncation=True to cut it, or a larger max_length"
+                    )
+                if limit < n_special:
+                    raise ValueError(f"max_length={limit} leaves no room for the {n_special} special tokens")
+                if b is None:
+                    len_a = limit - n_special
+                else:
+                    len_a, len_b = _pair_lengths(len_a, len_b, limit - n_special)
+            out.append(self._assemble(a, len_a, b, len_b, add_special_tokens))
+        return out
+
+    def _assemble(self, a: Any, len_a: int, b: Any | None, len_b: int, add_special_tokens: bool) -> Encoding:
+        """BERT's template over the first len_a / len_b tokens of each segment encoding."""
+        enc = Encoding([], [], [], [], [], [], [])
+        segs = [(a, len_a, 0)] + ([] if b is None else [(b, len_b, 1)])
+        if add_special_tokens:
+            self._push_special(enc, self.cls_token, 0)
+        for seg, n, seq_id in segs:
+            enc.input_ids += seg.ids[:n]
+            enc.token_type_ids += [seq_id] * n
+            enc.attention_mask += [1] * n
+            enc.tokens += seg.tokens[:n]
+            enc.offsets += seg.offsets[:n]
+            enc.word_ids += seg.word_ids[:n]
+            enc.sequence_ids += [seq_id] * n
+            if add_special_tokens:
+                self._push_special(enc, self.sep_token, seq_id)
+        return enc
+
+    def _push_special(self, enc: Encoding, token: str, type_id: int, attention: int = 1) -> None:
+        enc.input_ids.append(self._vocab[token])
+        enc.token_type_ids.append(type_id)
+        enc.attention_mask.append(attention)
+        enc.tokens.append(token)
+        enc.offsets.append((0, 0))
+        enc.word_ids.append(None)
+        enc.sequence_ids.append(None)
+
+    def _pad(self, enc: Encoding, length: int) -> None:
+        for _ in range(length - len(enc)):  # right padding, masked out, segment 0 as in BERT
+            self._push_special(enc, self.pad_token, 0, attention=0)
+
+    @staticmethod
+    def _to_tensor(rows: list[list[int]], kind: str) -> Any:
+        if kind == "pt":
+            import torch  # lazy: tokenizing must not require importing torch
+
+            return torch.tensor(rows, dtype=torch.long)
+        import numpy as np
+
+        return np.asarray(rows, dtype=np.int64).reshape(len(rows), -1)
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
+        """Ids back to text: pieces joined ("##" glued on), as `transformers` does it."""
+        ids = [self._check_id(i) for i in self._as_id_list(ids)]
+        return self._backend.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    # ----------------------------------------------------------------------------- files
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path) -> BertTokenizer:
+        """Load vocab.txt + tokenizer_config.json (Hugging Face keys) from a directory.
+
+        A folder with only vocab.txt gets the defaults. A folder saved by transformers 5 may have no
+        vocab.txt; then the vocab and any missing flags come from tokenizer.json's WordPiece model.
+        """
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise FileNotFoundError(f"no tokenizer directory at {directory}")
+        config: dict[str, Any] = {}
+        for name in ("special_tokens_map.json", "tokenizer_config.json"):  # the second wins
+            if (directory / name).is_file():
+                config.update(json.loads((directory / name).read_text(encoding="utf-8")))
+        backend_json: dict[str, Any] = {}
+        if (directory / "tokenizer.json").is_file():
+            backend_json = json.loads((directory / "tokenizer.json").read_text(encoding="utf-8"))
+
+        vocab: dict[str, int] | Path = directory / "vocab.txt"
+        if not vocab.is_file():
+            model = backend_json.get("model", {})
+            if model.get("type") != "WordPiece":
+                raise FileNotFoundError(
+                    f"{directory}: no vocab.txt, and no WordPiece tokenizer.json to take the vocab from"
+                )
+            vocab = model["vocab"]
+        normalizer = backend_json.get("normalizer") or {}
+        if normalizer.get("type") != "BertNormalizer":
+            normalizer = {}
+
+        kwargs: dict[str, Any] = {
+            "lowercase": config.get("do_lower_case", normalizer.get("lowercase", True)),
+            "strip_accents": config.get("strip_accents", normalizer.get("strip_accents")),
+            "tokenize_chinese_chars": config.get("tokenize_chinese_chars",
+                                                 normalizer.get("handle_chinese_chars", True)),
+        }
+        if config.get("model_max_length") is not None:
+            kwargs["model_max_length"] = int(config["model_max_length"])
+        for key in _SPECIAL_KEYS:
+            if config.get(key) is not None:
+                kwargs[key] = _special_token_value(config[key])
+        if "max_input_chars_per_word" in backend_json.get("model", {}):
+            kwargs["max_input_chars_per_word"] = backend_json["model"]["max_input_chars_per_word"]
+        return cls(vocab, **kwargs)
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """Write vocab.txt, tokenizer_config.json, special_tokens_map.json and tokenizer.json.
+
+        Each file is replaced atomically, so a crash never leaves a torn vocab next to a new config.
+        """
+        directory = Path(directory)
+        os.makedirs(directory, exist_ok=True)
+        specials = {key: getattr(self, key) for key in _SPECIAL_KEYS}
+        config = {
+            "tokenizer_class": "BertTokenizer",
+            "do_lower_case": self.lowercase,
+            "strip_accents": self.strip_accents,
+            "tokenize_chinese_chars": self.tokenize_chinese_chars,
+            "model_max_length": self.model_max_length,
+            "do_basic_tokenize": True,
+            "never_split": None,
+            "clean_up_tokenization_spaces": True,
+            **specials,
+        }
+        write_text_atomic(directory / "vocab.txt", "".join(t + "\n" for t in self._id_to_token))
+        write_text_atomic(directory / "tokenizer_config.json", _to_json(config))
+        write_text_atomic(directory / "special_tokens_map.json", _to_json(specials))
+        write_text_atomic(directory / "tokenizer.json", self._backend.to_str(pretty=True))
+
+    @classmethod
+    def train(
+        cls,
+        files: Iterable[str | Path],
+        *,
+        vocab_size: int = 30522,
+        min_frequency: int = 2,
+        lowercase: bool = True,
+        strip_accents: bool | None = None,
+        tokenize_chinese_chars: bool = True,
+        limit_alphabet: int = 1000,
+        show_progress: bool = True,
+    ) -> BertTokenizer:
+        """Learn a WordPiece vocabulary from text files (BERT's normalisation and word splitting).
+
+        [PAD] [UNK] [CLS] [SEP] [MASK] get ids 0..4; word continuations carry the "##" prefix.
+        """
+        paths = [str(f) for f in ([files] if isinstance(files, (str, Path)) else files)]
+        if not paths:
+            raise ValueError("train needs at least one text file")
+        for path in paths:
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"training file not found: {path}")
+        if vocab_size <= len(_TRAINED_SPECIALS):
+            raise ValueError(
+                f"vocab_size must exceed the {len(_TRAINED_SPECIALS)} special tokens, got {vocab_size}"
+            )
+
+        # Train with the exact normaliser and pre-tokeniser the result will use.
+        probe = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        probe.normalizer = normalizers.BertNormalizer(
+            clean_text=True, handle_chinese_chars=tokenize_chinese_chars,
+            strip_accents=lowercase if strip_accents is None else strip_accents, lowercase=lowercase,
+        )
+        probe.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            show_progress=show_progress,
+            special_tokens=list(_TRAINED_SPECIALS),
+            limit_alphabet=limit_alphabet,
+            continuing_subword_prefix="##",
+        )
+        probe.train(paths, trainer)
+        vocab = probe.get_vocab(with_added_tokens=True)
+        for index, token in enumerate(_TRAINED_SPECIALS):
+            if vocab.get(token) != index:  # the trainer's documented behaviour; check, don't trust
+                raise RuntimeError(f"the trainer put {token} at id {vocab.get(token)}, expected {index}")
+        return cls(vocab, lowercase=lowercase, strip_accents=strip_accents,
+                   tokenize_chinese_chars=tokenize_chinese_chars)
