@@ -1,0 +1,840 @@
+"""The HTTP API and demo page for one BERT checkpoint: `create_app(model_dir)` returns a FastAPI app.
+
+    POST /fill-mask  /classify  /qa  /ner  /embed  /attention      GET /health  /  /docs  /openapi.json
+
+Each task endpoint takes one input (`text`, or `question` + `context`) or a list of them (`texts`,
+or `questions` + `contexts`, at most `MAX_ITEMS`), and answers with one result or `{"results": [...]}`.
+Every list item becomes one queued item of that task's `DynamicBatcher`, so items of one request and
+of concurrent requests share model calls.
+
+Three layers, in order of a request:
+1. pydantic request models (strict types, no unknown fields, character and list limits) reject
+   malformed input with 422 before anything else runs;
+2. `ModelService.prepare_*` tokenises in the event loop and raises `ApiError` (a 4xx with a code and
+   a message) for input that is well-formed but unusable: no [MASK], too many tokens, a task whose
+   head this model lacks;
+3. `ModelService.run_*` runs one padded batch through the model on the service's single model
+   thread and post-processes each item (top-k, spans, entity grouping, pooling).
+
+Every error is JSON: `{"error": "<code>", "message": "<what to fix>"}` (+ `details` for 422).
+"""
+
+import logging
+import math
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Generic, Literal, TypeVar
+
+import torch
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from bertforge.serve.batcher import DynamicBatcher
+
+log = logging.getLogger(__name__)
+
+# --------------------------------------------------------------------------------------------------
+# Limits. Characters are counted before tokenisation (a cheap bound on work per request); token
+# limits come from the model (max_position_embeddings) and are checked after tokenisation.
+# --------------------------------------------------------------------------------------------------
+MAX_TEXT_CHARS = 5_000  # one text (fill-mask, classify, ner, embed, attention, a QA question)
+MAX_CONTEXT_CHARS = 20_000  # one QA passage: long passages are read in overlapping windows
+MAX_ITEMS = 32  # inputs in one request
+MAX_MASKS = 10  # [MASK] tokens in one fill-mask text
+MAX_TOP_K = 50
+MAX_ATTENTION_TOKENS = 128  # the attention map is T x T numbers in JSON
+MAX_BODY_BYTES = 1_000_000  # refused with 413 before the JSON is parsed
+QA_MAX_QUESTION_TOKENS = 64  # as in BERT's SQuAD code (max_query_length)
+QA_MAX_SEQ_LENGTH = 384  # window length, [CLS] question [SEP] passage-window [SEP]
+QA_WINDOW_OVERLAP = 128  # tokens shared by consecutive windows (BERT's doc_stride)
+
+TASKS = ("fill-mask", "classify", "qa", "ner", "embed", "attention")
+# which model classes have the head each task needs (embed and attention need only the encoder)
+TASK_MODELS = {
+    "fill-mask": ("BertForMaskedLM", "BertForPreTraining"),
+    "classify": ("BertForSequenceClassification",),
+    "qa": ("BertForQuestionAnswering",),
+    "ner": ("BertForTokenClassification",),
+}
+TASK_HEADS = {"fill-mask": "masked-LM", "classify": "sequence-classification", "qa": "span (QA)",
+              "ner": "token-classification"}
+
+
+class ApiError(Exception):
+    """A request the server understood but cannot serve: becomes `{"error": code, "message": ...}`."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+# --------------------------------------------------------------------------------------------------
+# Request and response models
+# --------------------------------------------------------------------------------------------------
+Text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEXT_CHARS)]
+Context = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTEXT_CHARS)]
+Items = Field(default=None, min_length=1, max_length=MAX_ITEMS)
+
+
+class _Request(BaseModel):
+    # strict: "5" is not an int and 5 is not a str; forbid: a misspelt field is an error, not ignored
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    @field_validator("*")
+    @classmethod
+    def _not_blank(cls, value: Any, info: Any) -> Any:
+        texts = value if isinstance(value, list) else [value]
+        for i, text in enumerate(texts):
+            if isinstance(text, str) and not text.strip():
+                where = f"item {i} of {info.field_name}" if isinstance(value, list) else info.field_name
+                raise ValueError(f"{where} is blank (only whitespace)")
+        return value
+
+
+def _one_or_many(single: Any, many: Any, names: tuple[str, str]) -> None:
+    if (single is None) == (many is None):
+        raise ValueError(f"give either '{names[0]}' (one input) or '{names[1]}' (a list of up to {MAX_ITEMS})")
+
+
+class _TextsRequest(_Request):
+    text: Text | None = None
+    texts: list[Text] | None = Items
+
+    @model_validator(mode="after")
+    def _check_inputs(self) -> "_TextsRequest":
+        _one_or_many(self.text, self.texts, ("text", "texts"))
+        return self
+
+    def inputs(self) -> list[str]:
+        return [self.text] if self.text is not None else list(self.texts or [])
+
+    @property
+    def batched(self) -> bool:
+        return self.texts is not None
+
+
+class FillMaskRequest(_TextsRequest):
+    """Text with one or more [MASK] tokens; each mask gets the model's top-k tokens."""
+
+    top_k: int = Field(default=5, ge=1, le=MAX_TOP_K)
+
+
+class ClassifyRequest(_TextsRequest):
+    """A sentence, or a sentence pair (`text_pair` / `text_pairs`), for a sequence-classification model."""
+
+    text_pair: Text | None = None
+    text_pairs: list[Text] | None = Items
+
+    @model_validator(mode="after")
+    def _check_pairs(self) -> "ClassifyRequest":
+        if self.text_pair is not None and self.text is None:
+            raise ValueError("'text_pair' goes with 'text'; with 'texts' give 'text_pairs'")
+        if self.text_pairs is not None and (self.texts is None or len(self.text_pairs) != len(self.texts)):
+            raise ValueError("'text_pairs' needs 'texts' of the same length")
+        return self
+
+    def pairs(self) -> list[str | None]:
+        if self.text_pairs is not None:
+            return list(self.text_pairs)
+        return [self.text_pair] * len(self.inputs())
+
+
+class NerRequest(_TextsRequest):
+    """Text for a token-classification model; answers entities with character spans."""
+
+
+class EmbedRequest(_TextsRequest):
+    """Text to embed: mean of the final token vectors (default), the [CLS] vector, or the pooler's."""
+
+    pooling: Literal["mean", "cls", "pooler"] = "mean"
+    normalize: bool = True
+
+
+class QARequest(_Request):
+    """A question and a passage (or lists of both); the answer is a span of the passage."""
+
+    question: Text | None = None
+    context: Context | None = None
+    questions: list[Text] | None = Items
+    contexts: list[Context] | None = Items
+    # None: the model's own setting (config.json "version_2_with_negative"), else False
+    allow_no_answer: bool | None = None
+    max_answer_tokens: int = Field(default=30, ge=1, le=128)
+
+    @model_validator(mode="after")
+    def _check_inputs(self) -> "QARequest":
+        _one_or_many(self.question, self.questions, ("question", "questions"))
+        _one_or_many(self.context, self.contexts, ("context", "contexts"))
+        if (self.question is None) != (self.context is None):
+            raise ValueError("'question' goes with 'context', 'questions' with 'contexts'")
+        if self.questions is not None and len(self.questions) != len(self.contexts or []):
+            raise ValueError("'questions' and 'contexts' must have the same length")
+        return self
+
+    def inputs(self) -> list[tuple[str, str]]:
+        if self.question is not None and self.context is not None:
+            return [(self.question, self.context)]
+        return list(zip(self.questions or [], self.contexts or [], strict=True))
+
+    @property
+    def batched(self) -> bool:
+        return self.questions is not None
+
+
+class AttentionRequest(_Request):
+    """One text (or pair); the answer is the attention of one layer and head (or the mean of the heads)."""
+
+    text: Text
+    text_pair: Text | None = None
+    layer: int = Field(default=0, ge=0)
+    head: int | None = Field(default=None, ge=0, description="None: the mean over the layer's heads")
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+R = TypeVar("R")
+
+
+class Batch(_Response, Generic[R]):
+    results: list[R]
+
+
+class MaskPrediction(_Response):
+    token: str
+    token_id: int
+    score: float
+    sequence: str  # the input text with this mask filled in
+
+
+class MaskResult(_Response):
+    position: int  # token index of the [MASK] in the encoded sequence
+    start: int  # its characters in the text
+    end: int
+    predictions: list[MaskPrediction]
+
+
+class FillMaskResult(_Response):
+    masks: list[MaskResult]
+
+
+class LabelScore(_Response):
+    label: str
+    score: float
+
+
+class ClassifyResult(_Response):
+    label: str | None  # None for a regression head (one output)
+    score: float | None
+    value: float | None = None  # the regression output
+    scores: list[LabelScore]
+    truncated: bool
+
+
+class QAResult(_Response):
+    answer: str  # "" when no_answer
+    score: float  # p(start) * p(end) of the span, or of [CLS] when no_answer
+    start: int | None  # characters of the passage; None when no_answer
+    end: int | None
+    no_answer: bool
+    null_score: float  # p(start) * p(end) of [CLS], the no-answer score
+
+
+class Entity(_Response):
+    label: str
+    text: str
+    start: int
+    end: int
+    score: float
+
+
+class TokenLabel(_Response):
+    token: str
+    label: str
+    score: float
+    start: int
+    end: int
+
+
+class NerResult(_Response):
+    entities: list[Entity]
+    tokens: list[TokenLabel]
+    truncated: bool
+
+
+class EmbedResult(_Response):
+    embedding: list[float]
+    dim: int
+    pooling: str
+    tokens: int
+    truncated: bool
+
+
+class AttentionResult(_Response):
+    tokens: list[str]
+    layer: int
+    head: int | None
+    num_layers: int
+    num_heads: int
+    weights: list[list[float]]  # (T, T): row = query token, column = key token
+
+
+class ErrorBody(_Response):
+    error: str
+    message: str
+    details: list[dict[str, Any]] | None = None
+
+
+# --------------------------------------------------------------------------------------------------
+# The model service: prepare (event loop, cheap, raises ApiError) and run (model thread, batched)
+# --------------------------------------------------------------------------------------------------
+@dataclass
+class _Encoded:
+    """One row for the model."""
+
+    input_ids: list[int]
+    token_type_ids: list[int]
+
+
+@dataclass
+class _FillMaskItem:
+    text: str
+    row: _Encoded
+    masks: list[tuple[int, int, int]]  # (token position, start char, end char)
+    top_k: int
+
+
+@dataclass
+class _TextItem:  # classify, ner, embed, attention
+    text: str
+    row: _Encoded
+    offsets: list[tuple[int, int]]
+    tokens: list[str]
+    word_ids: list[int | None]
+    sequence_ids: list[int | None]
+    truncated: bool
+    options: dict[str, Any]
+
+
+@dataclass
+class _QAWindow:
+    row: _Encoded
+    context_position: int  # where the passage tokens start in the row
+    first_token: int  # index of the window's first token among the passage's tokens
+    length: int  # passage tokens in the window
+
+
+@dataclass
+class _QAItem:
+    context: str
+    offsets: list[tuple[int, int]]  # characters of each passage token
+    windows: list[_QAWindow]
+    allow_no_answer: bool
+    max_answer_tokens: int
+
+
+class ModelService:
+    """One checkpoint, its tokenizer, and a batcher per task, sharing one model thread."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        max_batch_size: int = 16,
+        max_wait_ms: float = 5.0,
+        device: str = "cpu",
+    ) -> None:
+        self.model = model.to(device).eval()
+        self.tokenizer = tokenizer
+        self.device = torch.device(device)
+        self.kind = type(model).__name__
+        self.backbone = model.bert if hasattr(model, "bert") else model  # the BertModel inside
+        self.config = model.config
+        self.max_tokens = min(self.config.max_position_embeddings, tokenizer.model_max_length)
+        self.tasks = [t for t in TASKS if t not in TASK_MODELS or self.kind in TASK_MODELS[t]]
+        id2label = self.config.extra.get("id2label") or {}
+        self.labels = [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(len(id2label))]
+        if not self.labels and self.kind in ("BertForSequenceClassification", "BertForTokenClassification"):
+            self.labels = [f"LABEL_{i}" for i in range(self.model.num_labels)]
+        # special ids are never offered as a fill-mask prediction
+        self._special_ids = sorted(set(tokenizer.all_special_ids))
+        self.model_calls = 0
+        # one thread: the model runs one batch at a time; torch parallelises inside the call
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertforge-model")
+        runners = {"fill-mask": self.run_fill_mask, "classify": self.run_classify, "qa": self.run_qa,
+                   "ner": self.run_ner, "embed": self.run_embed, "attention": self.run_attention}
+        self.batchers: dict[str, DynamicBatcher[Any, Any]] = {
+            task: DynamicBatcher(
+                runners[task], max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, executor=self.executor,
+                weight=(lambda item: len(item.windows)) if task == "qa" else None, name=task,
+            )
+            for task in self.tasks
+        }
+
+    @classmethod
+    def from_dir(cls, model_dir: str | Path, **kwargs: Any) -> "ModelService":
+        from bertforge.checkpoint import load_any
+        from bertforge.tokenizer import BertTokenizer
+
+        model, _ = load_any(model_dir)
+        return cls(model, BertTokenizer.from_pretrained(model_dir), **kwargs)
+
+    async def close(self) -> None:
+        for batcher in self.batchers.values():
+            await batcher.close()
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def require(self, task: str) -> DynamicBatcher[Any, Any]:
+        if task not in self.batchers:
+            raise ApiError(
+                400, "unsupported_task",
+                f"this server's model is a {self.kind}, which has no {TASK_HEADS[task]} head; /{task} needs "
+                f"{' or '.join(TASK_MODELS[task])}. This model serves: {', '.join('/' + t for t in self.tasks)}",
+            )
+        return self.batchers[task]
+
+    # ---------------------------------------------------------------------------- shared helpers
+
+    def _encode(self, text: str, pair: str | None = None, *, limit: int | None = None,
+                truncate: bool = True, what: str = "text") -> tuple[Any, bool]:
+        """Tokenise; over the limit, either truncate (and say so) or raise a 422 that gives the numbers."""
+        limit = limit or self.max_tokens
+        try:
+            return self.tokenizer.encode(text, pair, max_length=limit), False
+        except ValueError as exc:
+            if "tokens long" not in str(exc):  # not a length problem (a lone surrogate, say)
+                raise ApiError(422, "bad_text", f"{what}: {exc}") from exc
+            if not truncate:
+                n = len(self.tokenizer.encode(text, pair, max_length=10**9))
+                raise ApiError(422, "too_long", f"{what} is {n} tokens (special tokens included); "
+                               f"this endpoint takes at most {limit}") from exc
+            return self.tokenizer.encode(text, pair, max_length=limit, truncation=True), True
+
+    def _text_item(self, text: str, pair: str | None = None, *, limit: int | None = None,
+                   truncate: bool = True, **options: Any) -> _TextItem:
+        enc, truncated = self._encode(text, pair, limit=limit, truncate=truncate)
+        return _TextItem(text, _Encoded(enc.input_ids, enc.token_type_ids), list(enc.offsets), list(enc.tokens),
+                         list(enc.word_ids), list(enc.sequence_ids), truncated, options)
+
+    def _tensors(self, rows: Sequence[_Encoded]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Right-pad rows to the longest: (B, T) input_ids, attention_mask, token_type_ids."""
+        length = max(len(r.input_ids) for r in rows)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.full((len(rows), length), pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), length), dtype=torch.long)
+        types = torch.zeros((len(rows), length), dtype=torch.long)
+        for i, row in enumerate(rows):
+            n = len(row.input_ids)
+            ids[i, :n] = torch.tensor(row.input_ids)
+            mask[i, :n] = 1
+            types[i, :n] = torch.tensor(row.token_type_ids)
+        return ids.to(self.device), mask.to(self.device), types.to(self.device)
+
+    # ---------------------------------------------------------------------------- fill-mask
+
+    def prepare_fill_mask(self, text: str, top_k: int) -> _FillMaskItem:
+        enc, _ = self._encode(text, truncate=False)
+        mask_id = self.tokenizer.mask_token_id
+        masks = [(i, *enc.offsets[i]) for i, tid in enumerate(enc.input_ids) if tid == mask_id]
+        if not masks:
+            raise ApiError(422, "no_mask", f"the text has no {self.tokenizer.mask_token} token; put "
+                           f"{self.tokenizer.mask_token} where a word should be predicted")
+        if len(masks) > MAX_MASKS:
+            raise ApiError(422, "too_many_masks", f"the text has {len(masks)} {self.tokenizer.mask_token} tokens; "
+                           f"at most {MAX_MASKS}")
+        return _FillMaskItem(text, _Encoded(enc.input_ids, enc.token_type_ids), masks, min(top_k, self.config.vocab_size))
+
+    @torch.inference_mode()
+    def run_fill_mask(self, items: list[_FillMaskItem]) -> list[FillMaskResult]:
+        self.model_calls += 1
+        ids, mask, types = self._tensors([it.row for it in items])
+        hidden = self.backbone(ids, mask, types).last_hidden_state  # (B, T, H)
+        rows = torch.tensor([b for b, it in enumerate(items) for _ in it.masks])
+        cols = torch.tensor([pos for it in items for pos, _, _ in it.masks])
+        # only the masked positions go through the vocabulary projection: (N, H) -> (N, V)
+        logits = self.model.mlm(hidden[rows, cols], self.backbone.embeddings.word_embeddings.weight).float()
+        logits[:, self._special_ids] = -math.inf
+        top = logits.softmax(-1).topk(max(it.top_k for it in items), dim=-1)
+        scores, token_ids = top.values.tolist(), top.indices.tolist()
+        results, n = [], 0
+        for it in items:
+            found = []
+            for pos, start, end in it.masks:
+                preds = []
+                for score, tid in zip(scores[n][:it.top_k], token_ids[n][:it.top_k], strict=True):
+                    token = self.tokenizer.convert_ids_to_tokens(tid)
+                    word = token[2:] if token.startswith("##") else token
+                    preds.append(MaskPrediction(token=token, token_id=tid, score=score,
+                                                sequence=it.text[:start] + word + it.text[end:]))
+                found.append(MaskResult(position=pos, start=start, end=end, predictions=preds))
+                n += 1
+            results.append(FillMaskResult(masks=found))
+        return results
+
+    # ---------------------------------------------------------------------------- classify
+
+    @torch.inference_mode()
+    def run_classify(self, items: list[_TextItem]) -> list[ClassifyResult]:
+        self.model_calls += 1
+        logits = self.model(*self._tensors([it.row for it in items])).logits.float()  # (B, num_labels)
+        results = []
+        if logits.size(-1) == 1:  # regression
+            for it, value in zip(items, logits[:, 0].tolist(), strict=True):
+                results.append(ClassifyResult(label=None, score=None, value=value, scores=[], truncated=it.truncated))
+            return results
+        for it, probs in zip(items, logits.softmax(-1).tolist(), strict=True):
+            ranked = sorted(zip(self.labels, probs, strict=True), key=lambda x: -x[1])
+            results.append(ClassifyResult(label=ranked[0][0], score=ranked[0][1],
+                                          scores=[LabelScore(label=lab, score=p) for lab, p in ranked],
+                                          truncated=it.truncated))
+        return results
+
+    # ---------------------------------------------------------------------------- ner
+
+    @torch.inference_mode()
+    def run_ner(self, items: list[_TextItem]) -> list[NerResult]:
+        self.model_calls += 1
+        probs = self.model(*self._tensors([it.row for it in items])).logits.float().softmax(-1)  # (B, T, L)
+        best_p, best = probs.max(-1)
+        results = []
+        for b, it in enumerate(items):
+            tokens: list[TokenLabel] = []
+            words: list[list[Any]] = []  # [label, score, start, end] per word, from its first piece
+            last_word = None
+            for t, (seq, word) in enumerate(zip(it.sequence_ids, it.word_ids, strict=True)):
+                if seq is None:  # [CLS], [SEP]
+                    continue
+                label, score = self.labels[int(best[b, t])], float(best_p[b, t])
+                start, end = it.offsets[t]
+                tokens.append(TokenLabel(token=it.tokens[t], label=label, score=score, start=start, end=end))
+                if word is not None and word == last_word:
+                    words[-1][3] = end  # a continuation piece: the word grows, its label stays
+                else:
+                    words.append([label, score, start, end])
+                last_word = word
+            results.append(NerResult(entities=_group_entities(it.text, words), tokens=tokens,
+                                     truncated=it.truncated))
+        return results
+
+    # ---------------------------------------------------------------------------- embed
+
+    @torch.inference_mode()
+    def run_embed(self, items: list[_TextItem]) -> list[EmbedResult]:
+        self.model_calls += 1
+        ids, mask, types = self._tensors([it.row for it in items])
+        out = self.backbone(ids, mask, types)
+        hidden = out.last_hidden_state.float()  # (B, T, H)
+        results = []
+        for b, it in enumerate(items):
+            pooling = it.options["pooling"]
+            if pooling == "cls":
+                vector = hidden[b, 0]
+            elif pooling == "pooler":
+                vector = out.pooled_output[b].float()
+            else:  # mean over the real tokens, specials included (as sentence-transformers does)
+                n = len(it.row.input_ids)
+                vector = hidden[b, :n].mean(0)
+            if it.options["normalize"]:
+                vector = torch.nn.functional.normalize(vector, dim=0)
+            results.append(EmbedResult(embedding=vector.tolist(), dim=vector.numel(), pooling=pooling,
+                                       tokens=len(it.row.input_ids), truncated=it.truncated))
+        return results
+
+    # ---------------------------------------------------------------------------- attention
+
+    @torch.inference_mode()
+    def run_attention(self, items: list[_TextItem]) -> list[AttentionResult]:
+        self.model_calls += 1
+        ids, mask, types = self._tensors([it.row for it in items])
+        attentions = self.backbone(ids, mask, types, output_attentions=True).attentions  # L x (B, A, T, T)
+        results = []
+        for b, it in enumerate(items):
+            layer, head, n = it.options["layer"], it.options["head"], len(it.row.input_ids)
+            probs = attentions[layer][b, :, :n, :n].float()  # (A, n, n)
+            matrix = probs.mean(0) if head is None else probs[head]
+            results.append(AttentionResult(
+                tokens=it.tokens, layer=layer, head=head, num_layers=len(attentions), num_heads=probs.size(0),
+                weights=[[round(x, 5) for x in row] for row in matrix.tolist()],
+            ))
+        return results
+
+    # ---------------------------------------------------------------------------- qa
+
+    def prepare_qa(self, question: str, context: str, allow_no_answer: bool | None,
+                   max_answer_tokens: int) -> _QAItem:
+        tok = self.tokenizer
+        q = tok.encode(question, add_special_tokens=False, max_length=QA_MAX_QUESTION_TOKENS, truncation=True)
+        c = tok.encode(context, add_special_tokens=False, max_length=10**9)
+        if not c.input_ids:
+            raise ApiError(422, "empty_context", "the context has no tokens (only control or unknown characters?)")
+        seq_len = min(QA_MAX_SEQ_LENGTH, self.max_tokens)
+        room = seq_len - len(q.input_ids) - 3  # [CLS] question [SEP] window [SEP]
+        step = max(room - min(QA_WINDOW_OVERLAP, room // 2), 1)
+        windows, first = [], 0
+        while True:
+            part = c.input_ids[first:first + room]
+            ids = [tok.cls_token_id, *q.input_ids, tok.sep_token_id, *part, tok.sep_token_id]
+            types = [0] * (len(q.input_ids) + 2) + [1] * (len(part) + 1)
+            windows.append(_QAWindow(_Encoded(ids, types), len(q.input_ids) + 2, first, len(part)))
+            if first + room >= len(c.input_ids):
+                break
+            first += step
+        if allow_no_answer is None:
+            allow_no_answer = bool(self.config.extra.get("version_2_with_negative", False))
+        return _QAItem(context, list(c.offsets), windows, allow_no_answer, max_answer_tokens)
+
+    @torch.inference_mode()
+    def run_qa(self, items: list[_QAItem]) -> list[QAResult]:
+        self.model_calls += 1
+        windows = [w for it in items for w in it.windows]
+        ids, mask, types = self._tensors([w.row for w in windows])
+        out = self.model(ids, mask, types)
+        starts, ends = out.start_logits.float(), out.end_logits.float()  # (W, T)
+        results, r = [], 0
+        for it in items:
+            best: tuple[float, int, int] | None = None  # (score, first token, last token) in the passage
+            null = math.inf
+            for w in it.windows:
+                # probabilities over [CLS] (no answer) and this window's passage tokens only
+                allowed = torch.zeros_like(starts[r], dtype=torch.bool)
+                allowed[0] = True
+                allowed[w.context_position:w.context_position + w.length] = True
+                p_start = starts[r].masked_fill(~allowed, -math.inf).softmax(-1)
+                p_end = ends[r].masked_fill(~allowed, -math.inf).softmax(-1)
+                null = min(null, float(p_start[0] * p_end[0]))  # the least confident window's no-answer
+                span = slice(w.context_position, w.context_position + w.length)
+                pairs = p_start[span, None] * p_end[None, span]  # (n, n): start i, end j
+                band = torch.ones_like(pairs, dtype=torch.bool).triu().tril(it.max_answer_tokens - 1)
+                pairs = pairs.masked_fill(~band, -1.0)
+                index = int(pairs.argmax())
+                i, j = divmod(index, pairs.size(1))
+                score = float(pairs[i, j])
+                if best is None or score > best[0]:
+                    best = (score, w.first_token + i, w.first_token + j)
+                r += 1
+            assert best is not None
+            if it.allow_no_answer and null > best[0]:
+                results.append(QAResult(answer="", score=null, start=None, end=None, no_answer=True, null_score=null))
+                continue
+            start, end = it.offsets[best[1]][0], it.offsets[best[2]][1]
+            results.append(QAResult(answer=it.context[start:end], score=best[0], start=start, end=end,
+                                    no_answer=False, null_score=null))
+        return results
+
+
+def _split_tag(label: str) -> tuple[str, str | None]:
+    """'B-PER' -> ('B', 'PER'); 'O' -> ('O', None); a bare 'PER' (IO tagging) -> ('I', 'PER')."""
+    if label == "O" or not label:
+        return "O", None
+    if len(label) > 2 and label[1] in "-_" and label[0] in "BIESbies":
+        return label[0].upper(), label[2:]
+    return "I", label
+
+
+def _group_entities(text: str, words: list[list[Any]]) -> list[Entity]:
+    """Words with BIO (or BIOES, or IO) labels -> entities: B/S start one, I/E continue one of the same type."""
+    entities: list[Entity] = []
+    current: dict[str, Any] | None = None
+
+    def close() -> None:
+        if current is not None:
+            start, end = current["start"], current["end"]
+            entities.append(Entity(label=current["label"], text=text[start:end], start=start, end=end,
+                                   score=sum(current["scores"]) / len(current["scores"])))
+
+    for label, score, start, end in words:
+        tag, kind = _split_tag(label)
+        if kind is None:
+            close()
+            current = None
+        elif current is not None and tag in ("I", "E") and kind == current["label"]:
+            current["end"] = end
+            current["scores"].append(score)
+        else:
+            close()
+            current = {"label": kind, "start": start, "end": end, "scores": [score]}
+    close()
+    return entities
+
+
+# --------------------------------------------------------------------------------------------------
+# The app
+# --------------------------------------------------------------------------------------------------
+def _error(status: int, code: str, message: str, details: list[dict[str, Any]] | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"error": code, "message": message}
+    if details is not None:
+        body["details"] = details
+    return JSONResponse(status_code=status, content=body)
+
+
+def _validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:
+    # without the offending input (it may be 100k characters) and without pydantic's internals
+    details = []
+    for err in exc.errors():
+        loc = [str(part) for part in err.get("loc", ()) if part != "body"]
+        details.append({"field": ".".join(loc) or "body", "message": str(err.get("msg", "")),
+                        "type": str(err.get("type", ""))})
+    return details
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "this model has no head for the task"},
+    413: {"model": ErrorBody, "description": "request body too large"},
+    422: {"model": ErrorBody, "description": "invalid input: types, unknown fields, limits, no [MASK], ..."},
+}
+
+
+def create_app(
+    model_dir: str | Path | None = None,
+    *,
+    max_batch_size: int = 16,
+    max_wait_ms: float = 5.0,
+    device: str = "cpu",
+    service: ModelService | None = None,
+) -> FastAPI:
+    """The API and demo page for the checkpoint in `model_dir` (any bertforge / Hugging Face BERT dir).
+
+    `max_batch_size` rows share one model call, collected for at most `max_wait_ms` after the first
+    arrives; `max_batch_size=1` turns dynamic batching off. `service` replaces `model_dir` when the
+    caller has already loaded a model.
+
+    Example:
+        uvicorn.run(create_app("runs/squad/final"), host="127.0.0.1", port=8000)
+    """
+    if service is None:
+        if model_dir is None:
+            raise ValueError("create_app needs model_dir (or a ModelService)")
+        service = ModelService.from_dir(model_dir, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms,
+                                        device=device)
+    page = resources.files("bertforge.serve").joinpath("static/index.html").read_text(encoding="utf-8")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> Any:
+        yield
+        await service.close()
+
+    app = FastAPI(
+        title="bertforge",
+        version="0.1.0",
+        summary=f"BERT inference: {service.kind} ({', '.join(service.tasks)})",
+        lifespan=lifespan,
+        responses=ERRORS,
+    )
+    app.state.service = service
+
+    @app.middleware("http")
+    async def limit_body(request: Request, call_next: Any) -> Any:
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+            return _error(413, "too_large", f"the request body is {int(length):,} bytes; at most {MAX_BODY_BYTES:,}")
+        return await call_next(request)
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return _error(exc.status, exc.code, exc.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        details = _validation_details(exc)
+        message = "; ".join(f"{d['field']}: {d['message']}" for d in details) or "invalid request"
+        return _error(422, "invalid_request", message, details)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return _error(exc.status_code, code, str(exc.detail))
+
+    async def gather(task: str, items: list[Any]) -> list[Any]:
+        import asyncio
+
+        batcher = service.require(task)
+        return list(await asyncio.gather(*(batcher.submit(item) for item in items)))
+
+    def answer(results: list[Any], batched: bool) -> Any:
+        return {"results": results} if batched else results[0]
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def index() -> HTMLResponse:
+        return HTMLResponse(page)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        """Liveness, the model and its tasks, the limits, and batching counters."""
+        config = service.config
+        return {
+            "status": "ok",
+            "model": service.kind,
+            "tasks": service.tasks,
+            "labels": service.labels,
+            "num_layers": config.num_hidden_layers,
+            "num_heads": config.num_attention_heads,
+            "max_tokens": service.max_tokens,
+            "mask_token": service.tokenizer.mask_token,
+            "limits": {"max_text_chars": MAX_TEXT_CHARS, "max_context_chars": MAX_CONTEXT_CHARS,
+                       "max_items": MAX_ITEMS, "max_masks": MAX_MASKS, "max_top_k": MAX_TOP_K,
+                       "max_attention_tokens": MAX_ATTENTION_TOKENS, "max_body_bytes": MAX_BODY_BYTES},
+            "batching": {"max_batch_size": max_batch_size, "max_wait_ms": max_wait_ms,
+                         "model_calls": service.model_calls,
+                         "tasks": {t: b.stats.as_dict() for t, b in service.batchers.items()}},
+        }
+
+    @app.post("/fill-mask", response_model=FillMaskResult | Batch[FillMaskResult])
+    async def fill_mask(req: FillMaskRequest) -> Any:
+        """Top-k tokens for each [MASK] of the text (special tokens excluded), with probabilities."""
+        service.require("fill-mask")
+        items = [service.prepare_fill_mask(text, req.top_k) for text in req.inputs()]
+        return answer(await gather("fill-mask", items), req.batched)
+
+    @app.post("/classify", response_model=ClassifyResult | Batch[ClassifyResult])
+    async def classify(req: ClassifyRequest) -> Any:
+        """Label probabilities (or the regression value) for a text or text pair; long input is truncated."""
+        service.require("classify")
+        items = [service._text_item(t, p) for t, p in zip(req.inputs(), req.pairs(), strict=True)]
+        return answer(await gather("classify", items), req.batched)
+
+    @app.post("/qa", response_model=QAResult | Batch[QAResult])
+    async def qa(req: QARequest) -> Any:
+        """The answer span of the passage with its score and characters; or no answer (SQuAD 2.0 models)."""
+        service.require("qa")
+        items = [service.prepare_qa(q, c, req.allow_no_answer, req.max_answer_tokens) for q, c in req.inputs()]
+        return answer(await gather("qa", items), req.batched)
+
+    @app.post("/ner", response_model=NerResult | Batch[NerResult])
+    async def ner(req: NerRequest) -> Any:
+        """Entities (label, text, characters, score) and every token's label; long input is truncated."""
+        service.require("ner")
+        items = [service._text_item(text) for text in req.inputs()]
+        return answer(await gather("ner", items), req.batched)
+
+    @app.post("/embed", response_model=EmbedResult | Batch[EmbedResult])
+    async def embed(req: EmbedRequest) -> Any:
+        """A sentence vector from the encoder; works with every model. Long input is truncated."""
+        if req.pooling == "pooler" and service.backbone.pooler is None:
+            raise ApiError(422, "no_pooler", f"this {service.kind} has no pooler; use pooling 'mean' or 'cls'")
+        items = [service._text_item(text, pooling=req.pooling, normalize=req.normalize) for text in req.inputs()]
+        return answer(await gather("embed", items), req.batched)
+
+    @app.post("/attention", response_model=AttentionResult)
+    async def attention(req: AttentionRequest) -> Any:
+        """The attention probabilities of one layer and head (or the mean of its heads) as a T x T matrix."""
+        config = service.config
+        if req.layer >= config.num_hidden_layers:
+            raise ApiError(422, "bad_layer", f"layer {req.layer} does not exist; this model has layers "
+                           f"0..{config.num_hidden_layers - 1}")
+        if req.head is not None and req.head >= config.num_attention_heads:
+            raise ApiError(422, "bad_head", f"head {req.head} does not exist; this model has heads "
+                           f"0..{config.num_attention_heads - 1}")
+        item = service._text_item(req.text, req.text_pair, limit=MAX_ATTENTION_TOKENS, truncate=False,
+                                  layer=req.layer, head=req.head)
+        return (await gather("attention", [item]))[0]
+
+    return app
