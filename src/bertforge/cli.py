@@ -59,5 +59,65 @@ def inspect(
     typer.echo(report.summary())
 
 
+# ---------------------------------------------------------------------------------------------------
+# evaluation with the official metrics (fine-tuning)
+# ---------------------------------------------------------------------------------------------------
+
+evaluate_app = typer.Typer(help="Score predictions with the official metrics.", no_args_is_help=True)
+app.add_typer(evaluate_app, name="evaluate")
+
+
+@evaluate_app.command("squad")
+def evaluate_squad(
+    data: Annotated[Path, typer.Option("--data", help="SQuAD v1.1 or v2.0 dataset json (the gold answers).")],
+    predictions: Annotated[Path, typer.Option("--predictions", help="json object: question id -> answer text.")],
+    na_probs: Annotated[Path | None, typer.Option(
+        "--na-probs", help="v2.0 only: json object: question id -> probability of no answer.")] = None,
+    na_prob_thresh: Annotated[float, typer.Option(
+        "--na-prob-thresh", help="v2.0 only: a no-answer probability above this counts as answering \"\".")] = 1.0,
+    out: Annotated[Path | None, typer.Option("--out", help="Also write the JSON to this file.")] = None,
+) -> None:
+    """Print EM and F1 as the official SQuAD script of the dataset's version prints them (same keys).
+
+    v1.1: `exact_match`, `f1`. v2.0: `exact`, `f1`, `total`, `HasAns_*`, `NoAns_*`, and with `--na-probs`
+    the best-threshold scores (`best_exact`, `best_exact_thresh`, `best_f1`, `best_f1_thresh`).
+
+    Example: `bertforge evaluate squad --data dev-v2.0.json --predictions predictions.json --na-probs na_probs.json`
+    """
+    import json
+
+    from bertforge.fileio import write_text_atomic
+    from bertforge.tasks.glue import DataFormatError
+    from bertforge.tasks.metrics import squad_evaluate
+    from bertforge.tasks.squad import load_squad_json
+
+    def load_object(path: Path) -> dict:
+        try:
+            value = json.loads(path.read_text(encoding="utf-8-sig"))
+        except OSError as exc:
+            raise _fail(f"{path}: {exc.strerror or exc}") from exc
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise _fail(f"{path}: not valid JSON ({exc})") from exc
+        if not isinstance(value, dict):
+            raise _fail(f"{path}: expected a JSON object mapping question ids to values")
+        return value
+
+    try:
+        dataset = load_squad_json(data)
+    except OSError as exc:
+        raise _fail(f"{data}: {exc.strerror or exc}") from exc
+    except DataFormatError as exc:
+        raise _fail(str(exc)) from exc
+    try:
+        result = squad_evaluate(dataset, load_object(predictions),
+                                load_object(na_probs) if na_probs is not None else None, na_prob_thresh)
+    except ValueError as exc:
+        raise _fail(str(exc)) from exc
+    text = json.dumps(result, indent=2)
+    typer.echo(text)
+    if out is not None:
+        write_text_atomic(out, text + "\n")
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

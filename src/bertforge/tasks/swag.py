@@ -1,0 +1,122 @@
+"""SWAG (Situations With Adversarial Generations): the reader.
+
+Each example is a context sentence (`sent1`), the start of the next sentence (`sent2`) and four
+candidate endings; the label says which ending really follows. Two file formats:
+
+- the official csv, with a header naming the columns (the released files also have an unnamed
+  pandas index column first): `video-id, fold-ind, startphrase, sent1, sent2, gold-source,
+  ending0, ending1, ending2, ending3, label`; the test file has no `label`.
+- jsonl, one object per line with at least `sent1, sent2, ending0..ending3` and `label` (an integer
+  0..3), the layout of the `transformers` SWAG test fixture.
+
+The format is chosen by the extension (.csv, or .jsonl/.json), else by the first character.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bertforge.tasks.glue import DataFormatError
+
+NUM_CHOICES = 4
+_ENDINGS = tuple(f"ending{i}" for i in range(NUM_CHOICES))
+_REQUIRED = ("sent1", "sent2", *_ENDINGS)
+
+
+@dataclass
+class SwagExample:
+    guid: str
+    context: str          # sent1
+    start_ending: str     # sent2, the start of the sentence each ending completes
+    endings: list[str]    # the four candidates
+    label: int | None     # index of the true ending; None in the test file
+
+
+def read_swag(path: str | Path) -> list[SwagExample]:
+    """Read a SWAG csv or jsonl file. Missing columns or keys, labels outside 0..3 and malformed
+    lines raise `DataFormatError` with the file, the 1-based line and the field."""
+    path = Path(path)
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise DataFormatError(path, line, None, f"not UTF-8 text (byte offset {exc.start})") from None
+    suffix = path.suffix.lower()
+    is_json = suffix in (".jsonl", ".json") or (suffix != ".csv" and text.lstrip().startswith("{"))
+    return _read_jsonl(path, text) if is_json else _read_csv(path, text)
+
+
+def _parse_label(value: Any, path: Path, line: int) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < NUM_CHOICES:
+        raise DataFormatError(path, line, "label", f"{value!r:.40} is not an ending index 0..{NUM_CHOICES - 1}")
+    return value
+
+
+def _read_jsonl(path: Path, text: str) -> list[SwagExample]:
+    examples = []
+    for number, line_text in enumerate(text.split("\n"), start=1):
+        if not line_text.strip():
+            continue
+        try:
+            record = json.loads(line_text)
+        except json.JSONDecodeError as exc:
+            raise DataFormatError(path, number, "json", f"{exc.msg} (column {exc.colno})") from None
+        except (RecursionError, ValueError) as exc:  # nesting too deep, integers too long to convert
+            raise DataFormatError(path, number, "json", str(exc) or type(exc).__name__) from None
+        if not isinstance(record, Mapping):
+            raise DataFormatError(path, number, None, f"expected a JSON object, got {type(record).__name__}")
+        examples.append(_example(record, path, number, default_id=f"{path.stem}-{len(examples)}"))
+    return examples
+
+
+def _read_csv(path: Path, text: str) -> list[SwagExample]:
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader, None)
+        if header is None:
+            raise DataFormatError(path, 1, None, "empty file; expected a header line")
+        for name in _REQUIRED:
+            if name not in header:
+                raise DataFormatError(path, 1, name, f"missing column; header is {','.join(header)!r:.200}")
+        examples = []
+        start = reader.line_num + 1
+        for row in reader:
+            if not row or not any(cell.strip() for cell in row):
+                start = reader.line_num + 1
+                continue
+            if len(row) != len(header):
+                raise DataFormatError(path, start, None, f"{len(row)} fields, expected {len(header)}")
+            record = dict(zip(header, row, strict=True))
+            if "label" in record and record["label"] == "":
+                raise DataFormatError(path, start, "label", "empty")
+            examples.append(_example(record, path, start, default_id=f"{path.stem}-{len(examples)}"))
+            start = reader.line_num + 1
+    except csv.Error as exc:
+        raise DataFormatError(path, reader.line_num, None, f"malformed csv: {exc}") from None
+    return examples
+
+
+def _example(record: Mapping[str, Any], path: Path, line: int, default_id: str) -> SwagExample:
+    for name in _REQUIRED:
+        if name not in record:
+            raise DataFormatError(path, line, name, "missing")
+        if not isinstance(record[name], str):
+            raise DataFormatError(path, line, name, f"expected a string, got {type(record[name]).__name__}")
+    label = _parse_label(record["label"], path, line) if "label" in record else None
+    guid = record.get("fold-ind") or record.get("id") or default_id
+    return SwagExample(
+        guid=str(guid),
+        context=record["sent1"],
+        start_ending=record["sent2"],
+        endings=[record[name] for name in _ENDINGS],
+        label=label,
+    )
