@@ -119,5 +119,78 @@ def evaluate_squad(
         write_text_atomic(out, text + "\n")
 
 
+# ---------------------------------------------------------------------------------------------------
+# serving and ONNX export (serve and demo)
+# ---------------------------------------------------------------------------------------------------
+
+
+@app.command()
+def serve(
+    model: Annotated[Path, typer.Option("--model", help="A Hugging Face-format BERT directory.")],
+    host: Annotated[str, typer.Option(help="Interface to listen on (127.0.0.1: this machine only).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    max_batch_size: Annotated[int, typer.Option(help="Rows per model call; 1 turns dynamic batching off.")] = 16,
+    max_wait_ms: Annotated[float, typer.Option(help="How long a batch waits for company.")] = 5.0,
+    device: Annotated[str, typer.Option(help="torch device: cpu, cuda, cuda:1, ...")] = "cpu",
+) -> None:
+    """Serve a checkpoint over HTTP: JSON API (/fill-mask /classify /qa /ner /embed /attention) and a demo page at /.
+
+    Example: `bertforge serve --model runs/squad/final --port 8000`, then open http://127.0.0.1:8000/
+    (API schema at /docs).
+    """
+    from bertforge.checkpoint import CheckpointError
+
+    if not 0 < port < 65536:
+        raise _fail(f"--port must be 1..65535, got {port}")
+    if max_batch_size < 1 or max_wait_ms < 0:
+        raise _fail("--max-batch-size must be at least 1 and --max-wait-ms at least 0")
+    try:
+        import uvicorn
+
+        from bertforge.serve import create_app
+    except ImportError as exc:
+        raise _fail(f"serving needs the 'serve' extra (pip install 'bertforge[serve]'): {exc}") from exc
+    try:
+        api = create_app(model, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, device=device)
+    except (CheckpointError, FileNotFoundError, ValueError) as exc:
+        raise _fail(str(exc)) from exc
+    typer.echo(f"serving {api.state.service.kind} from {model} at http://{host}:{port}/ "
+               f"(tasks: {', '.join(api.state.service.tasks)})")
+    uvicorn.run(api, host=host, port=port, log_level="info")
+
+
+@app.command("export-onnx")
+def export_onnx_command(
+    model: Annotated[Path, typer.Option("--model", help="A Hugging Face-format BERT directory.")],
+    out: Annotated[Path, typer.Option("--out", help="The .onnx file to write.")],
+    opset: Annotated[int, typer.Option(help="ONNX opset version.")] = 18,
+    check: Annotated[bool, typer.Option(help="Compare ONNX Runtime with PyTorch after export.")] = True,
+) -> None:
+    """Export a checkpoint to ONNX with dynamic batch and sequence axes on every input.
+
+    Example: `bertforge export-onnx --model runs/squad/final --out squad.onnx`
+    """
+    from bertforge.checkpoint import CheckpointError
+
+    try:
+        from bertforge.export import export_onnx
+    except ImportError as exc:
+        raise _fail(f"ONNX export needs onnx and onnxscript (pip install 'bertforge[serve]'): {exc}") from exc
+    if out.suffix != ".onnx":
+        raise _fail(f"--out should name a .onnx file, got {out}")
+    try:
+        result = export_onnx(model, out, opset=opset, check=check)
+    except (CheckpointError, FileNotFoundError, ValueError) as exc:
+        raise _fail(str(exc)) from exc
+    except ImportError as exc:
+        raise _fail(f"checking the export needs onnxruntime (or pass --no-check): {exc}") from exc
+    typer.echo(f"wrote {result.path} ({result.model}) in {result.seconds:.1f} s")
+    typer.echo(f"inputs: {', '.join(result.inputs)}  axes: {', '.join(result.dynamic_axes[result.inputs[0]])}")
+    typer.echo(f"outputs: {', '.join(result.outputs)}")
+    if result.max_abs_diff is not None:
+        shapes = ", ".join("x".join(map(str, s)) for s in result.checked_shapes)
+        typer.echo(f"ONNX Runtime vs PyTorch: max abs diff {result.max_abs_diff:.2e} on inputs {shapes}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

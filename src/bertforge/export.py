@@ -1,0 +1,236 @@
+"""ONNX export of any bertforge checkpoint, with dynamic batch and sequence axes on every input.
+
+The graph takes `input_ids`, `attention_mask` and `token_type_ids` (int64, (batch, sequence); for
+multiple choice (batch, choices, sequence)) and returns the model's tensors under the names in
+`OUTPUTS`. It is traced with `torch.export` (torch.onnx's dynamo exporter), which needs `onnx` and
+`onnxscript`; checking it needs `onnxruntime`.
+
+Two things in the eager model are data-dependent, which a graph cannot be:
+- `padding_bias` skips the mask when nothing is padded (`bool(mask.all())`, so SDPA can take its
+  mask-free kernels). Exported, the bias is always built: an unpadded batch gets a bias of zeros,
+  the same numbers.
+- the unpadded fast path packs real tokens into an (N, H) tensor whose N depends on the mask. The
+  export uses the padded reference path instead. Real tokens get the same vectors; positions under
+  padding hold meaningless values (PyTorch's packed path returns zeros there), so `check_onnx`
+  compares real positions only.
+
+Example:
+    from bertforge.export import export_onnx
+    result = export_onnx("runs/squad/final", "squad.onnx")
+    print(result.outputs, result.max_abs_diff)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+# model class -> (ONNX output name, attribute of the model's output), and whether it is per token
+OUTPUTS: dict[str, tuple[tuple[str, str, bool], ...]] = {
+    "BertModel": (("last_hidden_state", "last_hidden_state", True), ("pooled_output", "pooled_output", False)),
+    "BertForMaskedLM": (("logits", "mlm_logits", True),),
+    "BertForPreTraining": (("mlm_logits", "mlm_logits", True), ("nsp_logits", "nsp_logits", False)),
+    "BertForSequenceClassification": (("logits", "logits", False),),
+    "BertForTokenClassification": (("logits", "logits", True),),
+    "BertForQuestionAnswering": (("start_logits", "start_logits", True), ("end_logits", "end_logits", True)),
+    "BertForMultipleChoice": (("logits", "logits", False),),
+}
+DEFAULT_OPSET = 18
+_EXTERNAL_DATA_BYTES = 1_500_000_000  # protobuf caps a file at 2 GiB; larger weights go beside it
+
+
+@dataclass
+class ExportResult:
+    path: Path
+    model: str  # class name
+    inputs: list[str]
+    outputs: list[str]
+    dynamic_axes: dict[str, list[str]]
+    seconds: float
+    max_abs_diff: float | None = None  # ONNX Runtime vs PyTorch on a padded sample; None if not checked
+    checked_shapes: list[tuple[int, ...]] = field(default_factory=list)
+
+
+class _Exportable(nn.Module):
+    """The model with a positional, tensor-only signature and a tuple of tensors out."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.fields = [attr for _, attr, _ in OUTPUTS[type(model).__name__]]
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = self.model(input_ids, attention_mask, token_type_ids)
+        return tuple(getattr(out, name) for name in self.fields)
+
+
+def _always_padding_bias(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    if attention_mask is None:
+        return None
+    keep = attention_mask[:, None, None, :].to(dtype)  # (B, T) -> (B, 1, 1, T)
+    return (1.0 - keep) * torch.finfo(dtype).min
+
+
+@contextlib.contextmanager
+def graph_friendly(model: nn.Module) -> Iterator[None]:
+    """For the duration: the padded attention path, and a padding bias that is always built."""
+    import bertforge.model.bert as bert_module
+
+    unpadding = [m for m in model.modules() if hasattr(m, "unpad")]
+    saved_flags = [m.unpad for m in unpadding]
+    saved_bias = getattr(bert_module, "padding_bias", None)
+    try:
+        for m in unpadding:
+            m.unpad = False
+        if saved_bias is not None:
+            bert_module.padding_bias = _always_padding_bias
+        yield
+    finally:
+        for m, flag in zip(unpadding, saved_flags, strict=True):
+            m.unpad = flag
+        if saved_bias is not None:
+            bert_module.padding_bias = saved_bias
+
+
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """Silence the exporter's noise that says nothing about this model."""
+    registration = logging.getLogger("torch.onnx._internal.exporter._registration")  # "torchvision is not installed"
+    level = registration.level
+    with warnings.catch_warnings():
+        # every input names the same Dim objects on purpose; the exporter says it shares them
+        warnings.filterwarnings("ignore", message=r".*will not be used, since it shares the same shape")
+        warnings.filterwarnings("ignore", message=r".*LeafSpec.*is deprecated", category=FutureWarning)
+        registration.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            registration.setLevel(level)
+
+
+def sample_inputs(model: nn.Module, batch: int = 2, length: int = 16, choices: int = 2,
+                  seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random ids with some right padding (the mask path must be traced), shaped for the model."""
+    config = model.config  # type: ignore[attr-defined]
+    generator = torch.Generator().manual_seed(seed)
+    shape = (batch, choices, length) if type(model).__name__ == "BertForMultipleChoice" else (batch, length)
+    ids = torch.randint(1, config.vocab_size, shape, generator=generator)
+    mask = torch.ones(shape, dtype=torch.long)
+    mask[-1, ..., length // 2:] = 0  # the last example padded from half way (every choice of it)
+    ids = ids.masked_fill(mask == 0, config.pad_token_id)
+    types = torch.zeros(shape, dtype=torch.long)
+    if config.type_vocab_size > 1:
+        types[..., length // 4:] = 1  # a second segment from a quarter of the way
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types * mask}
+
+
+def export_onnx(
+    model: nn.Module | str | Path,
+    out: str | Path,
+    *,
+    opset: int = DEFAULT_OPSET,
+    check: bool = True,
+) -> ExportResult:
+    """Export a model (or a checkpoint directory) to ONNX at `out`; optionally check it with ONNX Runtime.
+
+    Every input has dynamic axes `batch` and `sequence` (and `choices` for multiple choice), so one
+    file serves any batch size and any length up to max_position_embeddings.
+    """
+    if not isinstance(model, nn.Module):
+        from bertforge.checkpoint import load_any
+
+        model, _ = load_any(model)
+    kind = type(model).__name__
+    if kind not in OUTPUTS:
+        raise ValueError(f"cannot export {kind}: known models are {', '.join(OUTPUTS)}")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    model = model.to("cpu").eval()
+    config = model.config  # type: ignore[attr-defined]
+
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    sequence = torch.export.Dim("sequence", min=1, max=config.max_position_embeddings)
+    if kind == "BertForMultipleChoice":
+        axes: dict[int, Any] = {0: batch, 1: torch.export.Dim("choices", min=1, max=64), 2: sequence}
+    else:
+        axes = {0: batch, 1: sequence}
+    example = sample_inputs(model)
+    output_names = [name for name, _, _ in OUTPUTS[kind]]
+    n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+
+    started = time.perf_counter()
+    with graph_friendly(model), _quiet_exporter(), torch.inference_mode(False), torch.no_grad():
+        torch.onnx.export(
+            _Exportable(model).eval(),
+            tuple(example[name] for name in INPUTS),
+            str(out),
+            input_names=list(INPUTS),
+            output_names=output_names,
+            dynamic_shapes={name: dict(axes) for name in INPUTS},
+            opset_version=opset,
+            dynamo=True,
+            external_data=n_bytes > _EXTERNAL_DATA_BYTES,
+            verbose=False,
+        )
+    result = ExportResult(
+        path=out, model=kind, inputs=list(INPUTS), outputs=output_names,
+        dynamic_axes={name: [str(d.__name__) for d in axes.values()] for name in INPUTS},
+        seconds=time.perf_counter() - started,
+    )
+    if check:
+        shapes = [(1, 7), (3, 23)] if kind != "BertForMultipleChoice" else [(1, 3, 7), (2, 2, 23)]
+        diffs = []
+        for i, shape in enumerate(shapes):
+            inputs = sample_inputs(model, batch=shape[0], length=shape[-1],
+                                   choices=shape[1] if len(shape) == 3 else 2, seed=i + 1)
+            diffs.append(check_onnx(model, out, inputs))
+            result.checked_shapes.append(tuple(inputs["input_ids"].shape))
+        result.max_abs_diff = max(diffs)
+    return result
+
+
+def onnx_session(path: str | Path, threads: int | None = None) -> Any:
+    """An ONNX Runtime CPU session; `threads` sets intra-op threads (None: ONNX Runtime's default)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if threads is not None:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def check_onnx(model: nn.Module, path: str | Path, inputs: dict[str, torch.Tensor],
+               session: Any = None) -> float:
+    """Max |ONNX Runtime - PyTorch| over every output, at real (unpadded) positions of per-token outputs."""
+    session = session or onnx_session(path)
+    got = session.run(None, {name: inputs[name].numpy() for name in INPUTS})
+    with torch.no_grad():
+        expected = model(*(inputs[name] for name in INPUTS))
+    mask = inputs["attention_mask"].bool()
+    if mask.dim() == 3:  # multiple choice: (B, C, T)
+        mask = mask.flatten(0, 1)
+    worst = 0.0
+    for (_, attr, per_token), array in zip(OUTPUTS[type(model).__name__], got, strict=True):
+        reference = getattr(expected, attr).float()
+        onnx_out = torch.from_numpy(array).float()
+        if reference.shape != onnx_out.shape:
+            raise AssertionError(f"{attr}: ONNX shape {tuple(onnx_out.shape)} != PyTorch {tuple(reference.shape)}")
+        diff = (onnx_out - reference).abs()
+        if per_token:
+            diff = diff[mask]  # (B, T, ...) -> (real tokens, ...)
+        worst = max(worst, float(diff.max()) if diff.numel() else 0.0)
+    return worst

@@ -1,0 +1,87 @@
+"""ONNX export: ONNX Runtime matches PyTorch (max abs diff <= 1e-4) at two batch/sequence sizes, with padding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("onnxscript", reason="ONNX export needs onnx and onnxscript (the serve extra)")
+ort = pytest.importorskip("onnxruntime", reason="the parity check needs onnxruntime (the serve extra)")
+import onnx  # noqa: E402
+import torch  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from bertforge.cli import app  # noqa: E402
+from bertforge.config import BertConfig  # noqa: E402
+from bertforge.export import INPUTS, check_onnx, export_onnx, onnx_session, sample_inputs  # noqa: E402
+from bertforge.model import BertForMultipleChoice, BertForQuestionAnswering, BertModel  # noqa: E402
+
+TOLERANCE = 1e-4
+
+
+def _config() -> BertConfig:
+    return BertConfig.from_preset("tiny", vocab_size=500, max_position_embeddings=96)
+
+
+def _symbolic_dims(path: Path) -> dict[str, list[str | int]]:
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in graph.input}
+
+
+def test_qa_parity_at_two_sizes(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = BertForQuestionAnswering(_config()).eval()
+    out = tmp_path / "qa.onnx"
+    result = export_onnx(model, out, check=False)
+    assert result.outputs == ["start_logits", "end_logits"]
+    dims = _symbolic_dims(out)
+    assert set(dims) == set(INPUTS)
+    for name in INPUTS:  # both axes of every input are symbolic, not baked-in numbers
+        assert all(isinstance(d, str) and d for d in dims[name]), dims
+
+    session = onnx_session(out, threads=1)
+    for seed, (batch, length) in enumerate([(1, 9), (5, 61)]):
+        inputs = sample_inputs(model, batch=batch, length=length, seed=seed)
+        assert inputs["attention_mask"].min() == 0  # padding is present, so the mask path is exercised
+        assert check_onnx(model, out, inputs, session) <= TOLERANCE
+    # an unpadded batch too: the exported graph always builds the (all-zero) padding bias
+    full = sample_inputs(model, batch=2, length=30, seed=9)
+    full["attention_mask"].fill_(1)
+    assert check_onnx(model, out, full, session) <= TOLERANCE
+    # the model itself is left as it was (fast path back on)
+    assert all(getattr(m, "unpad", True) for m in model.modules())
+
+
+def test_multiple_choice_has_three_dynamic_axes(tmp_path: Path) -> None:
+    torch.manual_seed(1)
+    model = BertForMultipleChoice(_config()).eval()
+    result = export_onnx(model, tmp_path / "mc.onnx")
+    assert result.dynamic_axes["input_ids"] == ["batch", "choices", "sequence"]
+    assert result.max_abs_diff is not None and result.max_abs_diff <= TOLERANCE
+    assert {s[1] for s in result.checked_shapes} == {3, 2}  # two numbers of choices
+    assert len({s[2] for s in result.checked_shapes}) == 2  # two lengths
+
+
+def test_cli_export_of_a_checkpoint_dir(tmp_path: Path) -> None:
+    torch.manual_seed(2)
+    BertModel(_config()).save_pretrained(tmp_path / "encoder")
+    out = tmp_path / "encoder.onnx"
+    runner = CliRunner()
+    result = runner.invoke(app, ["export-onnx", "--model", str(tmp_path / "encoder"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "last_hidden_state, pooled_output" in result.output and "max abs diff" in result.output
+    model = BertModel.from_pretrained(tmp_path / "encoder").eval()
+    session = onnx_session(out)
+    for seed, (batch, length) in enumerate([(2, 12), (4, 33)]):
+        assert check_onnx(model, out, sample_inputs(model, batch=batch, length=length, seed=seed), session) <= TOLERANCE
+
+    bad = runner.invoke(app, ["export-onnx", "--model", str(tmp_path / "missing"), "--out", str(out)])
+    assert bad.exit_code == 2 and "no config.json" in bad.output
+    wrong = runner.invoke(app, ["export-onnx", "--model", str(tmp_path / "encoder"), "--out", str(tmp_path / "x.txt")])
+    assert wrong.exit_code == 2 and ".onnx" in wrong.output
+
+
+def test_unknown_model_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="cannot export Linear"):
+        export_onnx(torch.nn.Linear(2, 2), tmp_path / "x.onnx")
