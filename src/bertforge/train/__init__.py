@@ -1,0 +1,28 @@
+"""Training: the one loop (pre-training and fine-tuning), optimisers, checkpoints, distributed set-up, logging.
+
+    from bertforge.train import OptimConfig, TrainConfig, train
+    result = train(model, batches, "runs/x", TrainConfig(max_steps=1000), OptimConfig(lr=1e-4),
+                   evaluate=my_metrics, resume=True)
+
+`model(**batch).loss` is all the loop asks of a model, and `ResumableBatches` (iterate, state_dict,
+load_state_dict) all it asks of the data.
+"""
+
+from bertforge.train import distributed
+from bertforge.train.log import RunLogger, read_metrics
+from bertforge.train.loop import (
+    NonFiniteLossError,
+    ResumableBatches,
+    TrainConfig,
+    TrainResult,
+    first_nonfinite_module,
+    train,
+)
+from bertforge.train.optim import Lamb, OptimConfig, build_optimizer, build_scheduler, lr_factor, param_groups
+from bertforge.train.state import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+
+__all__ = [
+    "distributed", "Lamb", "OptimConfig", "build_optimizer", "build_scheduler", "lr_factor", "param_groups",
+    "latest_checkpoint", "list_checkpoints", "load_checkpoint", "save_checkpoint", "RunLogger", "read_metrics",
+    "NonFiniteLossError", "ResumableBatches", "TrainConfig", "TrainResult", "first_nonfinite_module", "train",
+]

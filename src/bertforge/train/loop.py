@@ -1,0 +1,455 @@
+"""THE training loop, shared by pre-training and every fine-tuning task.
+
+It knows a model only through `model(**batch).loss` and data only through `ResumableBatches`; what a
+task adds (heads, metrics, data) arrives as arguments. Per optimiser step it runs `grad_accum`
+micro-batches (DDP synchronises gradients on the last only), averages the loss over micro-batches
+and ranks, skips the update when the loss or the gradient norm is not finite, clips, steps the
+optimiser and the schedule, and then logs, evaluates and checkpoints on their cadences.
+
+Step arithmetic: `step` counts optimiser steps attempted, skipped ones included, so that the step,
+the schedule and the data position always agree; after `step` steps a run has consumed exactly
+`step * grad_accum` micro-batches per rank. The loss of a step is the mean of its micro-batches'
+mean losses, the same as one batch of `grad_accum` times the size when micro-batches weigh the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from torch import nn
+
+from bertforge.train import distributed
+from bertforge.train.log import RunLogger
+from bertforge.train.optim import OptimConfig, build_optimizer, build_scheduler
+from bertforge.train.state import (
+    capture_rng,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    restore_rng,
+    save_checkpoint,
+    seed_everything,
+)
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+Batch = dict[str, torch.Tensor]
+EvalFn = Callable[[nn.Module], dict[str, float]]
+
+
+@runtime_checkable
+class ResumableBatches(Protocol):
+    """A source of batch dicts whose position can be saved and restored.
+
+    `iter()` yields the rest of the current epoch, from the current position; when an epoch is
+    exhausted the source moves on by itself, so the next `iter()` starts the next one (reshuffled,
+    re-masked: the source's business). `state_dict()` is the position after the last batch yielded,
+    in JSON types; `load_state_dict()` must seek there without producing the skipped batches.
+    """
+
+    def __iter__(self) -> Iterator[Batch]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class TrainConfig:
+    """How the loop runs; one section of a recipe (field names unique across sections)."""
+
+    max_steps: int = 1000
+    grad_accum: int = 1  # micro-batches per optimiser step
+    max_grad_norm: float = 1.0  # 0 turns clipping off (the norm is still computed, to catch inf)
+    precision: str = "fp32"  # fp32 | bf16 (autocast, CPU or GPU) | fp16 (autocast + GradScaler, GPU)
+    compile: bool = False  # torch.compile the model for training steps
+    seed: int = 0  # rank r seeds its RNGs with seed + r
+    eval_every: int = 0  # steps between evaluations; 0 = only at the end
+    save_every: int = 0  # steps between checkpoints; 0 = only at the end
+    keep_last: int = 3  # checkpoints kept (older ones are deleted)
+    log_every: int = 10  # steps between metrics.jsonl records
+    max_nonfinite: int = 5  # stop after this many skipped steps in a row
+    device: str | None = None  # default: cuda:LOCAL_RANK if a GPU is visible, else cpu
+    dist_timeout_s: float = 1800.0  # a rank waiting longer than this for the others gives up, with a message
+    ddp_find_unused: bool = False  # for models whose forward leaves some parameters unused
+    progress: bool = True  # the progress bar (the JSONL file is always written)
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision {self.precision!r} is not one of {PRECISIONS}")
+        if self.max_steps < 1 or self.grad_accum < 1 or self.max_nonfinite < 1:
+            raise ValueError("max_steps, grad_accum and max_nonfinite must be at least 1")
+
+
+@dataclass
+class TrainResult:
+    step: int
+    checkpoint: Path | None  # the last checkpoint written
+    metrics: dict[str, float] = field(default_factory=dict)  # the last evaluation
+    train_loss: float = math.nan  # mean loss of the last logging interval
+    skipped_steps: int = 0
+
+
+class NonFiniteLossError(RuntimeError):
+    """Too many steps in a row with a non-finite loss; a checkpoint was written before raising."""
+
+    def __init__(self, message: str, module: str | None, checkpoint: Path | None) -> None:
+        super().__init__(message)
+        self.module = module
+        self.checkpoint = checkpoint
+
+
+# ------------------------------------------------------------------------------------------------
+# the loop
+# ------------------------------------------------------------------------------------------------
+def train(
+    model: nn.Module,
+    batches: ResumableBatches,
+    run_dir: str | Path,
+    config: TrainConfig,
+    optim: OptimConfig,
+    *,
+    evaluate: EvalFn | None = None,
+    resume: bool = False,
+) -> TrainResult:
+    """Train `model` on `batches` for `config.max_steps` optimiser steps; checkpoints go to `run_dir`.
+
+    `evaluate(model)` (called on rank 0 in eval mode, without gradients, under the run's autocast)
+    returns metrics to log. With `resume=True` the run continues from the newest complete checkpoint
+    in `run_dir`, bit-exactly on CPU; without it, a `run_dir` that already holds checkpoints is refused.
+    Under torchrun every rank calls this with its own part of the data.
+    """
+    run_dir = Path(run_dir)
+    ctx = distributed.init_distributed(config.device, config.dist_timeout_s)
+    if config.precision == "fp16" and ctx.device.type != "cuda":
+        raise ValueError("precision fp16 needs a GPU (its loss scaler is CUDA-only); use bf16 on CPU")
+    seed_everything(config.seed + ctx.rank)
+    model.to(ctx.device)
+    optimizer = build_optimizer(model, optim)
+    scheduler = build_scheduler(optimizer, optim, config.max_steps)
+    scaler = torch.amp.GradScaler("cuda") if config.precision == "fp16" else None
+    counters = {"skipped_steps": 0, "nonfinite_in_a_row": 0, "scaler_skips": 0, "tokens": 0}
+
+    step, last_saved = 0, None
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is not None and not resume:
+        raise FileExistsError(f"{run_dir} already holds checkpoints ({checkpoint.name}); resume it "
+                              f"(resume=True, --resume) or choose a new run directory")
+    if resume and checkpoint is not None:
+        trainer = load_checkpoint(checkpoint, model=model, optimizer=optimizer, scheduler=scheduler,
+                                  scaler=scaler)
+        batches.load_state_dict(trainer["data"])
+        step, last_saved = trainer["step"], checkpoint
+        counters.update(trainer["counters"])
+        if not trainer["rng_restored"]:  # another world size: fresh, distinct streams per rank
+            seed_everything(config.seed + ctx.rank + 1_000_003 * step)
+
+    start_step = step
+    runner = distributed.wrap_ddp(model, ctx, find_unused=config.ddp_find_unused)
+    if config.compile:
+        runner = torch.compile(runner)
+    logger = RunLogger(run_dir, total_steps=config.max_steps, start_step=step, enabled=ctx.is_main,
+                       progress=config.progress)
+    if resume:
+        logger.info(f"resumed from {checkpoint}" if checkpoint else f"nothing to resume in {run_dir}; starting")
+    stepper = _Stepper(runner, model, optimizer, scheduler, scaler, config, ctx)
+    data = _forever(batches)
+    result = TrainResult(step=step, checkpoint=last_saved, skipped_steps=counters["skipped_steps"])
+    window = _Window()
+    model.train()
+    try:
+        while step < config.max_steps:
+            micro_batches = [next(data) for _ in range(config.grad_accum)]
+            outcome = stepper.step(micro_batches)
+            step += 1
+            if step == start_step + 1:  # this process's first step
+                _log_run_facts(logger, model, micro_batches[0], config, ctx, step)
+            _count(counters, outcome)
+            window.add(outcome)
+
+            if counters["nonfinite_in_a_row"] >= config.max_nonfinite:
+                path = _save(run_dir, step, model, optimizer, scheduler, scaler, batches, counters, config)
+                _raise_nonfinite(model, micro_batches, config, ctx, counters, step, path)
+            logger.progress(step, {"loss": outcome.loss, "lr": outcome.lr, "tok/s": window.tokens_per_s()})
+            if step % config.log_every == 0 or step == config.max_steps:
+                logger.log(step, "train", window.summary(counters))
+                result.train_loss = window.mean_loss()
+                window = _Window()
+            if (config.eval_every and step % config.eval_every == 0) or step == config.max_steps:
+                result.metrics = _evaluate(evaluate, model, config, ctx)
+                if result.metrics:
+                    logger.log(step, "eval", result.metrics)
+                    logger.info(f"step {step}: " + "  ".join(f"{k} {v:.4g}" for k, v in result.metrics.items()))
+            if (config.save_every and step % config.save_every == 0) or step == config.max_steps:
+                last_saved = _save(run_dir, step, model, optimizer, scheduler, scaler, batches, counters, config)
+                result.checkpoint = last_saved
+            result.step = step
+    finally:
+        logger.close()
+    result.skipped_steps = counters["skipped_steps"]
+    return result
+
+
+@dataclass
+class StepOutcome:
+    loss: float  # mean over micro-batches and ranks (nan when not finite)
+    lr: float  # the rate this step used
+    grad_norm: float  # before clipping (nan when the step was skipped)
+    tokens: int  # non-padding tokens over micro-batches and ranks
+    skipped: bool  # the update was not applied because loss or gradients were not finite
+    scaler_skip: bool = False  # fp16: the scaler found inf gradients and lowered its scale (expected, rare)
+
+
+class _Stepper:
+    """One optimiser step over a list of micro-batches."""
+
+    def __init__(self, runner: nn.Module, model: nn.Module, optimizer: torch.optim.Optimizer,
+                 scheduler: Any, scaler: torch.amp.GradScaler | None, config: TrainConfig,
+                 ctx: distributed.DistContext) -> None:
+        self.runner, self.model, self.optimizer, self.scheduler, self.scaler = runner, model, optimizer, scheduler, scaler
+        self.config, self.ctx = config, ctx
+        self.params = [p for group in optimizer.param_groups for p in group["params"]]
+
+    def step(self, micro_batches: list[Batch]) -> StepOutcome:
+        self.optimizer.zero_grad(set_to_none=True)
+        accum = len(micro_batches)
+        loss_sum = torch.zeros((), device=self.ctx.device)
+        tokens = 0
+        for i, cpu_batch in enumerate(micro_batches):
+            tokens += count_tokens(cpu_batch)  # on the CPU copy: no device sync
+            batch = to_device(cpu_batch, self.ctx.device)
+            # DDP all-reduces gradients during the backward of the last micro-batch only
+            with distributed.no_sync(self.runner, i < accum - 1)():
+                with autocast(self.ctx.device, self.config.precision):
+                    loss = self.runner(**batch).loss
+                scaled = loss.float() / accum
+                (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+            loss_sum += loss.detach().float()
+        # one collective for both numbers; a NaN on any rank makes the sum NaN on all, so every rank
+        # takes the same skip decision
+        totals = distributed.all_reduce_sum(torch.stack([loss_sum, torch.tensor(float(tokens), device=loss_sum.device)]),
+                                            "averaging the loss")
+        mean_loss = totals[0].item() / (accum * self.ctx.world_size)
+        lr = self.optimizer.param_groups[0]["lr"]
+        outcome = StepOutcome(loss=mean_loss, lr=lr, grad_norm=math.nan, tokens=int(totals[1].item()),
+                              skipped=not math.isfinite(mean_loss))
+        if not outcome.skipped:
+            self._update(outcome)
+        self.optimizer.zero_grad(set_to_none=True)
+        with warnings.catch_warnings():
+            # a skipped first step makes LambdaLR warn that optimizer.step() was not called; we know
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
+            self.scheduler.step()
+        return outcome
+
+    def _update(self, outcome: StepOutcome) -> None:
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        max_norm = self.config.max_grad_norm or math.inf
+        # the norm is computed even without clipping: it is how inf/NaN gradients are caught
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm).item()
+        outcome.grad_norm = grad_norm
+        if self.scaler is not None:  # the scaler skips the update itself on inf gradients
+            scale = self.scaler.get_scale()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            outcome.scaler_skip = self.scaler.get_scale() < scale
+        elif math.isfinite(grad_norm):
+            self.optimizer.step()
+        else:
+            outcome.skipped = True
+
+
+def _count(counters: dict[str, Any], outcome: StepOutcome) -> None:
+    counters["tokens"] += outcome.tokens
+    counters["scaler_skips"] += int(outcome.scaler_skip)
+    if outcome.skipped:
+        counters["skipped_steps"] += 1
+        counters["nonfinite_in_a_row"] += 1
+    else:
+        counters["nonfinite_in_a_row"] = 0
+
+
+class _Window:
+    """Running numbers between two log records."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.losses: list[float] = []
+        self.tokens = 0
+        self.last: StepOutcome | None = None
+
+    def add(self, outcome: StepOutcome) -> None:
+        self.tokens += outcome.tokens
+        if math.isfinite(outcome.loss):
+            self.losses.append(outcome.loss)
+        self.last = outcome
+
+    def tokens_per_s(self) -> float:
+        return self.tokens / max(time.perf_counter() - self.start, 1e-9)
+
+    def mean_loss(self) -> float:
+        return sum(self.losses) / len(self.losses) if self.losses else math.nan
+
+    def summary(self, counters: dict[str, Any]) -> dict[str, Any]:
+        last = self.last
+        return {"loss": self.mean_loss(), "lr": last.lr if last else math.nan,
+                "grad_norm": last.grad_norm if last else math.nan, "tokens_per_s": round(self.tokens_per_s(), 1),
+                "tokens": counters["tokens"], "skipped_steps": counters["skipped_steps"]}
+
+
+# ------------------------------------------------------------------------------------------------
+# helpers
+# ------------------------------------------------------------------------------------------------
+def _forever(batches: ResumableBatches) -> Iterator[Batch]:
+    """Epoch after epoch. One empty pass is normal (a resume exactly at an epoch's end); two are not."""
+    empty_passes = 0
+    while True:
+        produced = False
+        for batch in batches:
+            produced = True
+            yield batch
+        empty_passes = 0 if produced else empty_passes + 1
+        if empty_passes >= 2:
+            raise ValueError("the data source yields no batches (is the data directory empty, or the "
+                             "batch size larger than this rank's share with drop_last?)")
+
+
+def count_tokens(batch: Batch) -> int:
+    """Non-padding tokens of a batch (attention_mask ones; all input_ids without a mask)."""
+    if "attention_mask" in batch:
+        return int(batch["attention_mask"].sum())
+    if "input_ids" in batch:
+        return batch["input_ids"].numel()
+    return 0
+
+
+def to_device(batch: Batch, device: torch.device) -> Batch:
+    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def autocast(device: torch.device, precision: str) -> Any:
+    """bf16/fp16 autocast on the device (matmuls in half precision, reductions in fp32); fp32: nothing."""
+    if precision == "fp32":
+        return nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+@contextmanager
+def preserved_rng() -> Iterator[None]:
+    """Run a block without moving any RNG, so that evaluating (or not) never changes the training run."""
+    state = capture_rng()
+    try:
+        yield
+    finally:
+        restore_rng(state)
+
+
+def _evaluate(evaluate: EvalFn | None, model: nn.Module, config: TrainConfig,
+              ctx: distributed.DistContext) -> dict[str, float]:
+    if evaluate is None:
+        return {}
+    metrics: dict[str, float] = {}
+    if ctx.is_main:
+        device = next(model.parameters()).device
+        model.eval()
+        try:
+            with preserved_rng(), torch.no_grad(), autocast(device, config.precision):
+                metrics = {k: float(v) for k, v in evaluate(model).items()}
+        finally:
+            model.train()
+    return distributed.broadcast_object(metrics)
+
+
+def _save(run_dir: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+          scaler: torch.amp.GradScaler | None, batches: ResumableBatches, counters: dict[str, Any],
+          config: TrainConfig) -> Path:
+    return save_checkpoint(run_dir, step, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler,
+                           data_state=batches.state_dict(), counters=dict(counters), keep_last=config.keep_last)
+
+
+def _log_run_facts(logger: RunLogger, model: nn.Module, batch: Batch, config: TrainConfig,
+                   ctx: distributed.DistContext, step: int) -> None:
+    """Once per run: the effective batch (per device x accumulation x world size) and the model size."""
+    per_device = len(next(iter(batch.values())))
+    facts = {"per_device_batch": per_device, "grad_accum": config.grad_accum, "world_size": ctx.world_size,
+             "effective_batch": per_device * config.grad_accum * ctx.world_size,
+             "parameters": sum(p.numel() for p in model.parameters()), "device": str(ctx.device),
+             "precision": config.precision}
+    logger.log(step, "run", facts)
+    logger.info(f"effective batch {facts['effective_batch']} = {per_device} per device x {config.grad_accum} "
+                f"accumulation x {ctx.world_size} ranks; {facts['parameters']:,} parameters on {ctx.device}")
+
+
+# ------------------------------------------------------------------------------------------------
+# non-finite diagnosis
+# ------------------------------------------------------------------------------------------------
+def _raise_nonfinite(model: nn.Module, micro_batches: list[Batch], config: TrainConfig,
+                     ctx: distributed.DistContext, counters: dict[str, Any], step: int, path: Path) -> None:
+    module = None
+    for batch in micro_batches:
+        module = first_nonfinite_module(model, to_device(batch, ctx.device), config.precision)
+        if module:
+            break
+    where = (f"the first module whose output went non-finite: {module}" if module else
+             "no module output was non-finite on a re-run (the loss itself, or a non-deterministic overflow)")
+    raise NonFiniteLossError(
+        f"{counters['nonfinite_in_a_row']} steps in a row (up to step {step}) had a non-finite loss or "
+        f"gradient norm and were skipped; {where}. A checkpoint was written to {path}. Try a lower learning "
+        f"rate or longer warm-up, bf16 instead of fp16, or look at the data of these steps.",
+        module, path,
+    )
+
+
+def first_nonfinite_module(model: nn.Module, batch: Batch, precision: str = "fp32") -> str | None:
+    """Re-run a forward with hooks and name the first module (in completion order) with a NaN/inf output.
+
+    Hooks fire when a module finishes, so a child is seen before its parent: the name is the smallest
+    module where things went wrong. "<input batch>" when the batch itself is not finite.
+    """
+    if _has_nonfinite(batch):
+        return "<input batch>"
+    found: list[str] = []
+
+    def hook(name: str) -> Callable[..., None]:
+        def check(module: nn.Module, args: Any, output: Any) -> None:
+            if not found and _has_nonfinite(output):
+                found.append(name)
+        return check
+
+    handles = [m.register_forward_hook(hook(name)) for name, m in model.named_modules() if name]
+    try:
+        with torch.no_grad(), autocast(next(model.parameters()).device, precision):
+            model(**batch)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return found[0] if found else None
+
+
+def _has_nonfinite(obj: Any) -> bool:
+    if isinstance(obj, torch.Tensor):
+        return obj.is_floating_point() and not bool(torch.isfinite(obj).all())
+    if isinstance(obj, (list, tuple)):
+        return any(_has_nonfinite(x) for x in obj)
+    if isinstance(obj, dict):
+        return any(_has_nonfinite(x) for x in obj.values())
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return any(_has_nonfinite(getattr(obj, f.name)) for f in dataclasses.fields(obj))
+    return False
+
+
+__all__ = [
+    "Batch", "EvalFn", "NonFiniteLossError", "ResumableBatches", "StepOutcome", "TrainConfig", "TrainResult",
+    "autocast", "count_tokens", "first_nonfinite_module", "list_checkpoints", "preserved_rng", "to_device",
+    "train",
+]

@@ -1,0 +1,235 @@
+"""Training checkpoints: everything a run needs to continue bit-exactly, written atomically.
+
+One checkpoint is a directory `RUN/checkpoints/step-000123/`:
+
+    model.safetensors   the unwrapped model's own state dict (no `module.` / `_orig_mod.` prefix)
+    optimizer.pt        optimizer.state_dict(), tensors and numbers only (read with weights_only=True)
+    rank-00000.pt       per rank: Python, NumPy, torch and CUDA RNG states, and that rank's data position
+    trainer.json        step, world size, scheduler, grad scaler, counters, rank 0's data position
+
+The directory is filled under a temporary name and renamed into place only when every rank has
+written its part, so a crash (even SIGKILL mid-write) leaves the previous checkpoints untouched and
+never a half one under a real name. Nothing is unpickled on load: safetensors, `torch.load(...,
+weights_only=True)` and JSON only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_model, save_model
+from torch import nn
+
+from bertforge.fileio import atomic_path, write_text_atomic
+from bertforge.train import distributed
+
+FORMAT_VERSION = 1
+CHECKPOINTS = "checkpoints"
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def step_dir_name(step: int) -> str:
+    return f"step-{step:06d}"
+
+
+def list_checkpoints(run_dir: str | os.PathLike[str]) -> list[Path]:
+    """Complete checkpoints of a run, oldest first (temporary and half-deleted directories are skipped)."""
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    found = [(int(m[1]), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and
+             (p / "trainer.json").exists()]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(run_dir: str | os.PathLike[str]) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+# ------------------------------------------------------------------------------------------------
+# RNG states
+# ------------------------------------------------------------------------------------------------
+def capture_rng() -> dict[str, Any]:
+    """Every RNG a training step may draw from, as tensors and numbers (safe for weights_only loading)."""
+    version, mt_state, gauss = random.getstate()
+    np_kind, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    return {
+        "python": {"version": version, "state": list(mt_state), "gauss": gauss},
+        "numpy": {"kind": np_kind, "keys": torch.from_numpy(np_keys.astype(np.int64)), "pos": int(np_pos),
+                  "has_gauss": int(np_has_gauss), "gauss": float(np_gauss)},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    py = state["python"]
+    random.setstate((py["version"], tuple(py["state"]), py["gauss"]))
+    np_state = state["numpy"]
+    np.random.set_state((np_state["kind"], np_state["keys"].numpy().astype(np.uint32), np_state["pos"],
+                         np_state["has_gauss"], np_state["gauss"]))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"][: torch.cuda.device_count()])
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+# ------------------------------------------------------------------------------------------------
+# save
+# ------------------------------------------------------------------------------------------------
+def save_checkpoint(
+    run_dir: str | os.PathLike[str],
+    step: int,
+    *,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    scaler: torch.amp.GradScaler | None,
+    data_state: dict[str, Any],
+    counters: dict[str, Any],
+    keep_last: int | None = None,
+) -> Path:
+    """Write checkpoint `step` (every rank calls this) and prune to the newest `keep_last`. Returns its path.
+
+    `model` is the bare module (not DDP / compiled). Rank 0 writes the shared files, every rank its own
+    RNG and data position; the rename that publishes the directory happens after a barrier.
+    """
+    rank, world = distributed.rank(), distributed.world_size()
+    root = Path(run_dir) / CHECKPOINTS
+    final = root / step_dir_name(step)
+    tmp = root / f".tmp-{final.name}"
+    _check_json(data_state, "the data source's state_dict()")
+    if rank == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        for stale in root.glob(".tmp-step-*"):  # left by a crash mid-save
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp.mkdir()
+    distributed.barrier("creating the checkpoint directory")
+
+    with atomic_path(tmp / f"rank-{rank:05d}.pt") as path:
+        torch.save({"rng": capture_rng(), "data": data_state}, path)
+    if rank == 0:
+        with atomic_path(tmp / "model.safetensors") as path:
+            save_model(model, str(path))
+        with atomic_path(tmp / "optimizer.pt") as path:
+            torch.save(optimizer.state_dict(), path)
+        trainer = {
+            "format": FORMAT_VERSION, "step": step, "world_size": world, "time": time.time(),
+            "scheduler": scheduler.state_dict(),
+            "scaler": scaler.state_dict() if scaler is not None else {},
+            "counters": counters, "data": data_state,
+        }
+        # written last: list_checkpoints only trusts directories that hold it
+        write_text_atomic(tmp / "trainer.json", json.dumps(trainer, indent=1) + "\n")
+    distributed.barrier("writing checkpoint files")
+
+    if rank == 0:
+        _publish(tmp, final)
+        if keep_last:
+            prune_checkpoints(run_dir, keep_last)
+    distributed.barrier("publishing the checkpoint")
+    return final
+
+
+def _publish(tmp: Path, final: Path) -> None:
+    """Rename the finished directory into place; fsync so the rename survives a power cut."""
+    _fsync_dir(tmp)
+    if final.exists():  # the same step saved again (a resumed run's last step): replace it
+        old = final.with_name(f".old-{final.name}")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+    _fsync_dir(final.parent)
+
+
+def prune_checkpoints(run_dir: str | os.PathLike[str], keep_last: int) -> list[Path]:
+    """Delete all but the newest `keep_last` checkpoints. A directory is renamed away before it is
+    deleted, so a crash mid-delete never leaves a half checkpoint that looks complete."""
+    doomed = list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []
+    for path in doomed:
+        gone = path.with_name(f".del-{path.name}")
+        os.replace(path, gone)
+        shutil.rmtree(gone, ignore_errors=True)
+    return doomed
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # some platforms cannot open directories; the rename is still atomic
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _check_json(obj: Any, what: str) -> None:
+    try:
+        json.dumps(obj)
+    except TypeError as exc:
+        raise TypeError(f"{what} must hold only JSON types (dict, list, str, int, float, bool, None): {exc}") from exc
+
+
+# ------------------------------------------------------------------------------------------------
+# load
+# ------------------------------------------------------------------------------------------------
+def load_checkpoint(
+    path: str | os.PathLike[str],
+    *,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: Any = None,
+    scaler: torch.amp.GradScaler | None = None,
+    restore_rng_state: bool = True,
+) -> dict[str, Any]:
+    """Load a checkpoint into the given objects; return trainer.json plus `data` = this rank's position.
+
+    On the world size it was saved with, each rank gets back its own RNG states and data position.
+    On another world size every rank gets rank 0's data position (which the data source must read as
+    a global position) and no RNG state (`rng_restored` is False): the caller reseeds.
+    """
+    path = Path(path)
+    trainer = json.loads((path / "trainer.json").read_text(encoding="utf-8"))
+    if trainer.get("format") != FORMAT_VERSION:
+        raise ValueError(f"{path}: checkpoint format {trainer.get('format')!r}, expected {FORMAT_VERSION}")
+    device = next(model.parameters()).device
+    load_model(model, path / "model.safetensors", strict=True, device=str(device))
+    if optimizer is not None:
+        optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=device, weights_only=True))
+    if scheduler is not None:
+        scheduler.load_state_dict(trainer["scheduler"])
+    if scaler is not None and trainer["scaler"]:
+        scaler.load_state_dict(trainer["scaler"])
+
+    rank, world = distributed.rank(), distributed.world_size()
+    rank_file = path / f"rank-{rank:05d}.pt"
+    same_world = trainer["world_size"] == world
+    trainer["rng_restored"] = False
+    if same_world and rank_file.exists():
+        rank_state = torch.load(rank_file, map_location="cpu", weights_only=True)
+        trainer["data"] = rank_state["data"]
+        if restore_rng_state:
+            restore_rng(rank_state["rng"])
+            trainer["rng_restored"] = True
+    return trainer
