@@ -114,6 +114,21 @@ def test_unpadded_gradients_match_plain_path() -> None:
         torch.testing.assert_close(grad, grads[1][name], atol=1e-5, rtol=1e-4, msg=name)
 
 
+def test_gradient_checkpointing_gives_the_same_gradients() -> None:
+    config = BertConfig.from_preset("tiny", vocab_size=80, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    batch = padded_batch(80, seed=9)
+    labels = torch.where(batch["attention_mask"].bool(), batch["input_ids"], -100)
+    grads = []
+    for checkpointing in (False, True):
+        torch.manual_seed(10)
+        model = BertForMaskedLM(config).train()
+        model.bert.gradient_checkpointing = checkpointing
+        model(**batch, labels=labels).loss.backward()
+        grads.append({n: p.grad for n, p in model.named_parameters()})
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grad, grads[1][name], msg=name)
+
+
 def test_padding_does_not_change_real_tokens() -> None:
     torch.manual_seed(2)
     model = BertModel(CONFIGS["tiny"]).eval()

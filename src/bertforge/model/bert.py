@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from bertforge.config import BertConfig
 from bertforge.model.layers import Embeddings, EncoderLayer, PackedLayout
@@ -135,6 +136,9 @@ class BertModel(BertPreTrainedModel):
         # real tokens; vectors at padding positions come out as zeros instead of meaningless values.
         # Off only for reference comparisons in tests.
         self.unpad = True
+        # Recompute each layer's activations in backward instead of storing them: less memory for
+        # long sequences or big batches, about one extra forward pass of compute.
+        self.gradient_checkpointing = False
         self.init_weights()
 
     def forward(
@@ -172,7 +176,11 @@ class BertModel(BertPreTrainedModel):
         all_hidden = [padded(hidden)] if output_hidden_states else None
         all_attentions = [] if output_attentions else None
         for layer in self.encoder.layers:
-            hidden, probs = layer(hidden, attention_bias, output_attentions, layout)
+            if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+                hidden, probs = checkpoint(layer, hidden, attention_bias, output_attentions, layout,
+                                           use_reentrant=False)
+            else:
+                hidden, probs = layer(hidden, attention_bias, output_attentions, layout)
             if all_hidden is not None:
                 all_hidden.append(padded(hidden))
             if all_attentions is not None:
