@@ -118,13 +118,17 @@ def test_gradient_checkpointing_gives_the_same_gradients() -> None:
     config = BertConfig.from_preset("tiny", vocab_size=80, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     batch = padded_batch(80, seed=9)
     labels = torch.where(batch["attention_mask"].bool(), batch["input_ids"], -100)
-    grads = []
+    grads, forward_calls = [], []
     for checkpointing in (False, True):
         torch.manual_seed(10)
         model = BertForMaskedLM(config).train()
         model.bert.gradient_checkpointing = checkpointing
+        calls = []
+        model.bert.encoder.layers[0].ffn.register_forward_hook(lambda *_: calls.append(1))
         model(**batch, labels=labels).loss.backward()
         grads.append({n: p.grad for n, p in model.named_parameters()})
+        forward_calls.append(len(calls))
+    assert forward_calls == [1, 2]  # with checkpointing the layer really is recomputed in backward
     for name, grad in grads[0].items():
         torch.testing.assert_close(grad, grads[1][name], msg=name)
 
