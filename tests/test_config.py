@@ -107,3 +107,20 @@ def test_cli_inspect(tmp_path) -> None:
     assert "BertModel  L=2 H=128" in result.output and "all keys matched" in result.output
     bad = CliRunner().invoke(app, ["inspect", str(tmp_path / "missing")])
     assert bad.exit_code == 2 and "no config.json" in bad.output
+
+
+def test_cli_tokenizer_train_and_encode(tmp_path) -> None:
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the cat sat on the mat.\nthe dog sat on the log.\n" * 50)
+    runner = CliRunner()
+    trained = runner.invoke(app, ["tokenizer", "train", "--input", str(corpus), "--out", str(tmp_path / "vocab"),
+                                  "--vocab-size", "60", "--min-frequency", "1"])
+    assert trained.exit_code == 0, trained.output
+    vocab = (tmp_path / "vocab" / "vocab.txt").read_text().splitlines()
+    assert vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] and "cat" in vocab
+    shown = runner.invoke(app, ["tokenizer", "encode", str(tmp_path / "vocab"), "The Cat sat", "--pair", "a dog"])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert lines[0].split()[-1] == "[CLS]" and lines[2].split()[-1] == "cat" and lines[2].split()[2] == "4:7"
+    missing = runner.invoke(app, ["tokenizer", "train", "--input", str(tmp_path / "nope.txt"), "--out", str(tmp_path)])
+    assert missing.exit_code == 2 and "nope.txt" in missing.output

@@ -59,6 +59,58 @@ def inspect(
     typer.echo(report.summary())
 
 
+tokenizer_app = typer.Typer(help="WordPiece vocabularies: train one from text, try one on a sentence.",
+                             no_args_is_help=True)
+app.add_typer(tokenizer_app, name="tokenizer")
+
+
+@tokenizer_app.command("train")
+def tokenizer_train(
+    inputs: Annotated[list[Path], typer.Option("--input", "-i", help="Text file(s) to learn from (repeat).")],
+    out: Annotated[Path, typer.Option(help="Directory for vocab.txt, tokenizer_config.json, tokenizer.json.")],
+    vocab_size: Annotated[int, typer.Option(help="Vocabulary size, special tokens included.")] = 30522,
+    min_frequency: Annotated[int, typer.Option(help="Ignore pairs seen fewer times than this.")] = 2,
+    cased: Annotated[bool, typer.Option("--cased", help="Keep case (and accents) instead of lower-casing.")] = False,
+) -> None:
+    """Train a WordPiece vocabulary ([PAD] [UNK] [CLS] [SEP] [MASK] reserved, "##" continuations).
+
+    Example: `bertforge tokenizer train --input book1.txt --input book2.txt --out runs/vocab --vocab-size 8000`
+    """
+    from bertforge.tokenizer import BertTokenizer
+
+    try:
+        tokenizer = BertTokenizer.train(inputs, vocab_size=vocab_size, min_frequency=min_frequency,
+                                        lowercase=not cased)
+    except (FileNotFoundError, ValueError) as exc:
+        raise _fail(str(exc)) from exc
+    tokenizer.save_pretrained(out)
+    typer.echo(f"{tokenizer.vocab_size} pieces -> {out / 'vocab.txt'}")
+
+
+@tokenizer_app.command("encode")
+def tokenizer_encode(
+    directory: Annotated[Path, typer.Argument(help="A folder with vocab.txt (a tokenizer or a checkpoint).")],
+    text: Annotated[str, typer.Argument(help="The text (segment A).")],
+    pair: Annotated[str | None, typer.Option(help="Optional segment B.")] = None,
+) -> None:
+    """Show the WordPiece tokens, ids, segment ids and character offsets of a text.
+
+    Example: `bertforge tokenizer encode runs/vocab "Unaffable, naïve café!"`
+    """
+    from bertforge.tokenizer import BertTokenizer
+
+    if not (directory / "vocab.txt").exists() and not (directory / "tokenizer.json").exists():
+        raise _fail(f"{directory}: no vocab.txt or tokenizer.json")
+    try:
+        encoding = BertTokenizer.from_pretrained(directory).encode(text, pair, truncation=True)
+    except ValueError as exc:
+        raise _fail(str(exc)) from exc
+    for token, token_id, segment, (start, end) in zip(
+        encoding.tokens, encoding.input_ids, encoding.token_type_ids, encoding.offsets, strict=True
+    ):
+        typer.echo(f"{token_id:>7}  {segment}  {start:>4}:{end:<4} {token}")
+
+
 # ---------------------------------------------------------------------------------------------------
 # evaluation with the official metrics (fine-tuning)
 # ---------------------------------------------------------------------------------------------------
