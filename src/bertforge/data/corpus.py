@@ -1,0 +1,535 @@
+"""Reading pre-training text: documents, sentences, Gutenberg headers, and the split of the input into shards.
+
+Two input layouts:
+
+* **BERT layout** (the default): one sentence per line, a blank line between documents, as the
+  paper's pre-training data was prepared.
+* **plain text** (`plain_text=True`): running prose. Lines are joined into paragraphs (a blank line
+  ends a paragraph) and paragraphs are split into sentences by :func:`split_sentences`. A whole file
+  is one document (a book, an article).
+
+Everything streams: a file is read line by line and handed on in *blocks* of at most
+`block_sentences` sentences, so memory stays bounded by the block size whatever the size of a file
+or of the corpus. A long document is several blocks that share one `doc_key`.
+
+The input is cut into shards by byte ranges (:func:`plan_shards`): the concatenated files are cut into
+`num_shards` pieces of about equal size, each cut moved forward to the next blank line (a document
+boundary in the BERT layout, a paragraph boundary in plain text), so no sentence is cut in two.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "DataError",
+    "InputRange",
+    "ReadStats",
+    "TextBlock",
+    "expand_inputs",
+    "find_gutenberg_body",
+    "next_blank_line",
+    "plan_shards",
+    "read_blocks",
+    "split_sentences",
+]
+
+BAD_BYTES_POLICIES = ("skip", "replace", "error")
+_READ_CHUNK = 1 << 20  # bytes per read when scanning for newlines or cut points
+_MAX_PARAGRAPH_CHARS = 200_000  # a "paragraph" longer than this (no blank line for pages) is flushed early
+_MAX_LOCATIONS = 5  # how many file:line examples each warning keeps
+
+
+class DataError(ValueError):
+    """Bad input that stops `prepare`: the message names the file (and line when there is one)."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# sentence splitting
+# ---------------------------------------------------------------------------------------------------
+
+# Words that end with a full stop inside a sentence. Lower-case, without the stop.
+_ABBREVIATION_TEXT = """mr mrs ms messrs mme mlle dr prof rev hon st sr jr gen col maj capt cpt lt sgt cmdr adm gov pres
+    sen rep fr br mt ft vs viz cf al approx dept est fig figs vol vols ch chap sec pp ed eds trans
+    co corp inc ltd bros jan feb mar apr jun jul aug sep sept oct nov dec e.g i.e a.m p.m u.s u.k"""
+_ABBREVIATIONS = frozenset(_ABBREVIATION_TEXT.split())
+# "No. 5", "Art. 3": abbreviations only when a number follows.
+_NUMBER_ABBREVIATIONS = frozenset(("no", "nos", "art", "p", "op"))
+
+# A candidate boundary: sentence-final punctuation, any closing quotes/brackets/underscores, then space.
+_BOUNDARY = re.compile(r"[.!?…]+[\"'”’)\]_*]*\s+")
+_WORD_BEFORE = re.compile(r"([\w.]+)[.]$")
+_OPENERS = "\"'“‘([_*¿¡"
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split running text into sentences with a small rule set.
+
+    A sentence ends at `.`, `!`, `?` or `…` (then any closing quotes or brackets) followed by white
+    space and a capital letter, a digit or an opening quote. Known abbreviations ("Mr.", "Dr.",
+    "e.g.", "No. 5") and single-letter initials ("J. R. Tolkien") do not end a sentence. Good enough
+    for books and encyclopaedic prose; it errs towards longer sentences, which only costs the NSP
+    task a few split points.
+    """
+    text = " ".join(text.split())
+    if not text:
+        return []
+    sentences: list[str] = []
+    start = 0
+    for match in _BOUNDARY.finditer(text):
+        end = match.end()
+        if end >= len(text):
+            break
+        nxt = text[end:end + 3].lstrip(_OPENERS)
+        if not nxt or not (nxt[0].isupper() or nxt[0].isdigit()):
+            continue
+        punct = match.group().rstrip()
+        if punct.startswith(".") and not punct.startswith(".."):
+            word = _WORD_BEFORE.search(text, max(start, match.start() - 40), match.start() + 1)
+            if word is not None:
+                token = word.group(1).lower()
+                if token in _ABBREVIATIONS or (len(token) == 1 and token.isalpha()):
+                    continue
+                if token in _NUMBER_ABBREVIATIONS and nxt[0].isdigit():
+                    continue
+        sentence = text[start:end].strip()
+        if sentence:
+            sentences.append(sentence)
+        start = end
+    tail = text[start:].strip()
+    if tail:
+        sentences.append(tail)
+    return sentences
+
+
+def _hard_split(text: str, max_chars: int) -> list[str]:
+    """Cut an overlong piece of text at white space into pieces of at most `max_chars` characters."""
+    pieces = []
+    while len(text) > max_chars:
+        cut = text.rfind(" ", 0, max_chars)
+        if cut <= 0:
+            cut = max_chars
+        pieces.append(text[:cut].strip())
+        text = text[cut:].strip()
+    if text:
+        pieces.append(text)
+    return [p for p in pieces if p]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Project Gutenberg headers and footers
+# ---------------------------------------------------------------------------------------------------
+
+_GUTENBERG_START = re.compile(rb"^\s*\*{3}\s*START OF (?:THE|THIS) PROJECT GUTENBERG[^\n]*\n", re.I | re.M)
+_GUTENBERG_END = re.compile(rb"^\s*\*{3}\s*END OF (?:THE|THIS) PROJECT GUTENBERG", re.I | re.M)
+# The line "End of the Project Gutenberg EBook of ..." that many books carry just before the marker.
+_GUTENBERG_END_NOTE = re.compile(rb"^\s*End of (?:the )?Project Gutenberg", re.I | re.M)
+_GUTENBERG_SCAN = 1 << 20  # the markers sit in the first and last few kilobytes; look in the first/last MiB
+
+
+def find_gutenberg_body(path: str | os.PathLike[str]) -> tuple[int, int, list[str]]:
+    """Byte range `(start, end)` of a Project Gutenberg book's text without its header and licence.
+
+    The body starts after the `*** START OF THE/THIS PROJECT GUTENBERG EBOOK ... ***` line and ends
+    before `*** END OF ...` (or before the "End of the Project Gutenberg EBook of ..." line just above
+    it). A missing marker is not an error: the file is used from its start / to its end, with a warning.
+    """
+    path = Path(path)
+    size = path.stat().st_size
+    warnings: list[str] = []
+    with open(path, "rb") as handle:
+        head = handle.read(_GUTENBERG_SCAN)
+        tail_start = max(0, size - _GUTENBERG_SCAN)
+        handle.seek(tail_start)
+        tail = handle.read()
+    start = 0
+    match = _GUTENBERG_START.search(head)
+    if match is None:
+        warnings.append(f"{path}: no Project Gutenberg START marker found; reading from the first line")
+    else:
+        start = match.end()
+    end = size
+    match = _GUTENBERG_END.search(tail)
+    if match is None:
+        warnings.append(f"{path}: no Project Gutenberg END marker found; reading to the last line")
+    else:
+        end = tail_start + match.start()
+        # the "End of the Project Gutenberg EBook" note a few lines above the marker
+        notes = [m for m in _GUTENBERG_END_NOTE.finditer(tail, 0, match.start())
+                 if match.start() - m.start() < 2048]
+        if notes:
+            end = tail_start + notes[0].start()
+    if end < start:  # markers in a strange order: take the file whole rather than nothing
+        warnings.append(f"{path}: Project Gutenberg END marker before START; reading the whole file")
+        start, end = 0, size
+    return start, end, warnings
+
+
+# ---------------------------------------------------------------------------------------------------
+# planning: which byte ranges go into which shard
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InputRange:
+    """A piece of one input file: bytes `[start, end)`, whose first line is line `first_line` (1-based)."""
+
+    path: str
+    file_index: int
+    start: int
+    end: int
+    first_line: int
+
+    def to_json(self) -> list:
+        return [self.path, self.file_index, self.start, self.end, self.first_line]
+
+    @classmethod
+    def from_json(cls, row: Sequence) -> InputRange:
+        path, file_index, start, end, first_line = row
+        return cls(str(path), int(file_index), int(start), int(end), int(first_line))
+
+
+def expand_inputs(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """Files named by `inputs`: files as given, directories by their `*.txt` files (recursively), sorted.
+
+    Raises DataError for a path that does not exist or a directory without text files.
+    """
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    files: list[Path] = []
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*.txt") if p.is_file())
+            if not found:
+                raise DataError(f"{path}: directory holds no .txt files")
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise DataError(f"{path}: no such file or directory")
+    if not files:
+        raise DataError("no input files given")
+    seen: set[Path] = set()
+    unique = []
+    for path in files:
+        key = path.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(path)
+    return unique
+
+
+def _count_newlines(handle, start: int, end: int) -> int:
+    handle.seek(start)
+    count, left = 0, end - start
+    while left > 0:
+        chunk = handle.read(min(_READ_CHUNK, left))
+        if not chunk:
+            break
+        count += chunk.count(b"\n")
+        left -= len(chunk)
+    return count
+
+
+def next_blank_line(handle, offset: int, start: int, end: int) -> int:
+    """Offset just after the first blank line at or after `offset` (within `[start, end)`), else `end`."""
+    if offset <= start:
+        return start
+    handle.seek(offset - 1)
+    if handle.read(1) != b"\n":  # mid-line: skip to the start of the next line
+        handle.seek(offset)
+        line = handle.readline()
+        offset += len(line)
+    handle.seek(offset)
+    while offset < end:
+        line = handle.readline()
+        if not line:
+            return end
+        offset += len(line)
+        if not line.strip():
+            return min(offset, end)
+    return end
+
+
+def plan_shards(
+    files: Sequence[str | os.PathLike[str]],
+    num_shards: int,
+    *,
+    strip_gutenberg: bool = False,
+) -> tuple[list[list[InputRange]], list[str]]:
+    """Cut the input into at most `num_shards` shards of about equal byte size, cutting only at blank lines.
+
+    Returns the shards (each a list of InputRange, in input order, none empty) and warnings (empty
+    files, missing Gutenberg markers). Deterministic: the same files and `num_shards` give the same plan.
+    """
+    warnings: list[str] = []
+    bodies: list[tuple[str, int, int, int]] = []  # path, file_index, start, end
+    for index, file in enumerate(files):
+        path = Path(file)
+        size = path.stat().st_size
+        if size == 0:
+            warnings.append(f"{path}: empty file, skipped")
+            continue
+        start, end = 0, size
+        if strip_gutenberg:
+            start, end, notes = find_gutenberg_body(path)
+            warnings.extend(notes)
+        if end > start:
+            bodies.append((str(path), index, start, end))
+    total = sum(end - start for _, _, start, end in bodies)
+    if total == 0:
+        return [], warnings
+
+    # cut points in the concatenated stream, each snapped forward to a blank line in its file
+    num_shards = max(1, num_shards)
+    cuts: set[tuple[int, int]] = set()  # (position in `bodies`, byte offset in that file)
+    targets = [total * k // num_shards for k in range(1, num_shards)]
+    base, body_i = 0, 0
+    for target in targets:
+        while body_i < len(bodies) and base + (bodies[body_i][3] - bodies[body_i][2]) <= target:
+            base += bodies[body_i][3] - bodies[body_i][2]
+            body_i += 1
+        if body_i >= len(bodies):
+            break
+        path, _, start, end = bodies[body_i]
+        with open(path, "rb") as handle:
+            offset = next_blank_line(handle, start + (target - base), start, end)
+        if start < offset < end:
+            cuts.add((body_i, offset))
+        elif offset >= end and body_i + 1 < len(bodies):
+            cuts.add((body_i + 1, bodies[body_i + 1][2]))
+
+    # walk the files, starting a new shard at each cut
+    shards: list[list[InputRange]] = [[]]
+    for i, (path, file_index, start, end) in enumerate(bodies):
+        offsets = sorted(off for (b, off) in cuts if b == i)
+        if offsets and offsets[0] == start and shards[-1]:
+            shards.append([])
+            offsets = offsets[1:]
+        with open(path, "rb") as handle:
+            line = 1 + _count_newlines(handle, 0, start)
+            piece_start = start
+            for off in [*offsets, end]:
+                if off > piece_start:
+                    shards[-1].append(InputRange(path, file_index, piece_start, off, line))
+                    line += _count_newlines(handle, piece_start, off)
+                if off != end:
+                    shards.append([])
+                piece_start = off
+    return [shard for shard in shards if shard], warnings
+
+
+# ---------------------------------------------------------------------------------------------------
+# reading blocks of sentences
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TextBlock:
+    """Up to `block_sentences` consecutive sentences of one document."""
+
+    doc_key: tuple[int, int]  # (file index, byte offset where the document starts): unique in a shard
+    sentences: list[str]
+    nbytes: int  # input bytes read since the previous block (for MB/s)
+    new_document: bool  # the first block of its document
+    location: str  # "file:line" of the block's first sentence, for messages
+
+
+@dataclass
+class ReadStats:
+    """What reading saw and skipped; merged over shards for `stats.json` and the warnings."""
+
+    documents: int = 0
+    sentences: int = 0
+    bytes: int = 0
+    bad_lines: int = 0
+    overlong_lines: int = 0
+    bad_line_locations: list[str] = field(default_factory=list)
+    overlong_locations: list[str] = field(default_factory=list)
+    sentences_per_file: dict[int, int] = field(default_factory=dict)
+
+    def merge(self, other: ReadStats) -> None:
+        self.documents += other.documents
+        self.sentences += other.sentences
+        self.bytes += other.bytes
+        self.bad_lines += other.bad_lines
+        self.overlong_lines += other.overlong_lines
+        self.bad_line_locations = (self.bad_line_locations + other.bad_line_locations)[:_MAX_LOCATIONS]
+        self.overlong_locations = (self.overlong_locations + other.overlong_locations)[:_MAX_LOCATIONS]
+        for key, value in other.sentences_per_file.items():
+            self.sentences_per_file[key] = self.sentences_per_file.get(key, 0) + value
+
+    def to_json(self) -> dict:
+        return {
+            "documents": self.documents, "sentences": self.sentences, "bytes": self.bytes,
+            "bad_lines": self.bad_lines, "overlong_lines": self.overlong_lines,
+            "bad_line_locations": self.bad_line_locations, "overlong_locations": self.overlong_locations,
+            "sentences_per_file": {str(k): v for k, v in self.sentences_per_file.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> ReadStats:
+        stats = cls(**{k: v for k, v in data.items() if k != "sentences_per_file"})
+        stats.sentences_per_file = {int(k): v for k, v in data.get("sentences_per_file", {}).items()}
+        return stats
+
+
+def _iter_lines(rng: InputRange, max_line_bytes: int) -> Iterator[tuple[bytes, int, int, bool]]:
+    """Yield (raw line, line number, byte offset, part) over the range; an overlong line comes in pieces
+    (`part` is true for each piece of such a line).
+
+    A piece of an overlong line ends at a space, so no word and no UTF-8 character is cut.
+    """
+    with open(rng.path, "rb") as handle:
+        handle.seek(rng.start)
+        pos, line_no, continuing = rng.start, rng.first_line, False
+        while pos < rng.end:
+            raw = handle.readline(min(max_line_bytes, rng.end - pos))
+            if not raw:
+                break
+            complete = raw.endswith(b"\n") or pos + len(raw) >= rng.end
+            if not complete:
+                cut = raw.rfind(b" ")
+                if cut > 0:
+                    handle.seek(pos + cut + 1)
+                    raw = raw[:cut + 1]
+                else:  # no space at all: back off to a UTF-8 character boundary
+                    cut = len(raw)
+                    while cut > len(raw) - 4 and cut > 1 and (raw[cut - 1] & 0xC0) == 0x80:
+                        cut -= 1
+                    if cut > 1 and raw[cut - 1] >= 0xC0:
+                        cut -= 1
+                    handle.seek(pos + cut)
+                    raw = raw[:cut]
+            yield raw, line_no, pos, not complete or continuing
+            pos += len(raw)
+            continuing = not complete
+            if complete:
+                line_no += 1
+
+
+def read_blocks(
+    rng: InputRange,
+    *,
+    plain_text: bool = False,
+    block_sentences: int = 256,
+    max_line_chars: int = 10_000,
+    bad_bytes: str = "skip",
+    stats: ReadStats | None = None,
+) -> Iterator[TextBlock]:
+    """Stream one input range as blocks of sentences.
+
+    Blocks never mix documents. Lines with bytes that are not UTF-8 are skipped (`bad_bytes="skip"`,
+    counted with their file:line in `stats`), decoded with U+FFFD (`"replace"`), or stop the run with a
+    DataError naming file and line (`"error"`). A line longer than `max_line_chars` (in the BERT layout
+    a "sentence" that long means the file is not in that layout) is split into sentences and, if
+    still too long, at spaces; it is counted and its location kept.
+    """
+    if bad_bytes not in BAD_BYTES_POLICIES:
+        raise ValueError(f"bad_bytes must be one of {BAD_BYTES_POLICIES}, not {bad_bytes!r}")
+    stats = stats if stats is not None else ReadStats()
+    sentences: list[str] = []
+    doc_key = (rng.file_index, rng.start)
+    location = f"{rng.path}:{rng.first_line}"
+    nbytes = 0
+    new_document = True  # the next block is the first of its document
+    doc_has_text = False  # the current document has a sentence (counted in stats.documents)
+    paragraph: list[str] = []
+    paragraph_chars = 0
+    paragraph_line = rng.first_line
+
+    def emit() -> TextBlock:
+        nonlocal sentences, nbytes, new_document
+        block = TextBlock(doc_key, sentences, nbytes, new_document, location)
+        stats.sentences += len(sentences)
+        per_file = stats.sentences_per_file
+        per_file[rng.file_index] = per_file.get(rng.file_index, 0) + len(sentences)
+        sentences, nbytes, new_document = [], 0, False
+        return block
+
+    def add(new: list[str], line_no: int) -> Iterator[TextBlock]:
+        nonlocal location, doc_has_text
+        for sentence in new:
+            if not sentences:
+                location = f"{rng.path}:{line_no}"
+            sentences.append(sentence)
+            if not doc_has_text:
+                doc_has_text = True
+                stats.documents += 1
+            if len(sentences) >= block_sentences:
+                yield emit()
+
+    def flush_paragraph() -> Iterator[TextBlock]:
+        nonlocal paragraph, paragraph_chars
+        if paragraph:
+            text = " ".join(paragraph)
+            paragraph, paragraph_chars = [], 0
+            yield from add(split_sentences(text), paragraph_line)
+
+    max_line_bytes = max(4 * max_line_chars, 4096)
+    overlong_line_no = bad_line_no = -1
+    for raw, line_no, offset, part in _iter_lines(rng, max_line_bytes):
+        nbytes += len(raw)
+        stats.bytes += len(raw)
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if bad_bytes == "error":
+                raise DataError(
+                    f"{rng.path}:{line_no}: bytes that are not UTF-8 ({raw[exc.start:exc.start + 4]!r} at "
+                    f"byte {exc.start + 1} of the line); re-encode the file as UTF-8, or use "
+                    f"bad_bytes='skip' or 'replace'"
+                ) from None
+            if bad_bytes == "replace":
+                line = raw.decode("utf-8", errors="replace")
+            else:
+                if bad_line_no != line_no:
+                    bad_line_no = line_no
+                    stats.bad_lines += 1
+                    if len(stats.bad_line_locations) < _MAX_LOCATIONS:
+                        stats.bad_line_locations.append(f"{rng.path}:{line_no}")
+                continue
+        if offset == 0:
+            line = line.lstrip("\ufeff")  # byte-order mark
+        text = line.strip()
+        too_long = part or len(text) > max_line_chars
+        if too_long and overlong_line_no != line_no:
+            overlong_line_no = line_no
+            stats.overlong_lines += 1
+            if len(stats.overlong_locations) < _MAX_LOCATIONS:
+                stats.overlong_locations.append(f"{rng.path}:{line_no}")
+
+        if plain_text:
+            if not text:  # a blank line ends a paragraph; the document is the whole range
+                yield from flush_paragraph()
+                continue
+            if not paragraph:
+                paragraph_line = line_no
+            paragraph.append(text)
+            paragraph_chars += len(text)
+            if paragraph_chars > _MAX_PARAGRAPH_CHARS:
+                yield from flush_paragraph()
+            continue
+
+        if not text:  # BERT layout: a blank line ends the document
+            if sentences:
+                yield emit()
+            doc_has_text = False
+            new_document = True
+            continue
+        if not doc_has_text:
+            doc_key = (rng.file_index, offset)
+        if too_long:
+            pieces = [p for sent in split_sentences(text) for p in _hard_split(sent, max_line_chars)]
+            yield from add(pieces, line_no)
+        else:
+            yield from add([text], line_no)
+    if plain_text:
+        yield from flush_paragraph()
+    if sentences:
+        yield emit()
