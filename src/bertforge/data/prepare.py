@@ -1,0 +1,584 @@
+"""`prepare`: text files -> shards of pre-training instances, in parallel, streaming and resumable.
+
+The work is cut into shards by byte ranges of the input (`corpus.plan_shards`); each shard is made by
+one process from its own range, with its own random streams seeded from `(seed, shard index)`, so the
+output depends only on the inputs, the options, the seed and the number of shards (which is
+`max(workers, input size / shard_mb)`), never on timing. A shard is finished when its record
+`done/shard_XXXXX.json` exists; it is written after the shard's data, so an interrupted run, started
+again with the same arguments, redoes only the shards that have no record.
+
+NotNext partners: every shard keeps a :class:`~bertforge.data.instances.DocumentPool` of recent
+documents of its own range and draws NotNext segments from documents other than the current one. So
+that the first documents of a shard have partners too (a shard may start with a whole book), the
+pool is first filled with blocks read at 16 places spread over the shard's range. A shard whose range
+holds a single document (one book cut across shards) has no partner at all: it falls back to the
+actual next segment and counts `random_next_fallbacks`, reported as a warning.
+
+Validation: a fraction of the blocks (chosen by a hash of their token ids, so independent of the
+seed) goes to `valid/` instead of `train/`; it is made with fixed random streams and always masked
+statically, once, so the validation loss is comparable between runs with different seeds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import os
+import time
+import warnings
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertforge.data.corpus import (
+    BAD_BYTES_POLICIES,
+    DataError,
+    InputRange,
+    ReadStats,
+    expand_inputs,
+    next_blank_line,
+    plan_shards,
+    read_blocks,
+)
+from bertforge.data.instances import OBJECTIVES, DocumentPool, InstanceCounters, InstanceMaker, SentenceBlock
+from bertforge.data.masking import IGNORE_INDEX, Masker
+from bertforge.data.shards import ShardWriter, read_json, shard_name, token_dtype
+from bertforge.fileio import atomic_path, write_text_atomic
+
+__all__ = ["MASKING_MODES", "DataWarning", "prepare"]
+
+MASKING_MODES = ("static", "dynamic")
+DATASET_FORMAT = "bertforge-pretraining-data"
+VALIDATION_SEED = 20181011  # fixed: validation instances and masks do not depend on `seed`
+_POOL_SEED = 7  # fixed: which blocks the NotNext pool keeps does not depend on `seed` either
+_PREFILL_PROBES = 16
+_BATCH = 2048  # instances masked and written at a time
+
+
+class DataWarning(UserWarning):
+    """Input problems that `prepare` skipped and counted (bad bytes, empty files, overlong lines...)."""
+
+
+def prepare(
+    inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    tokenizer_dir: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    max_seq_length: int = 128,
+    workers: int = 1,
+    seed: int = 12345,
+    objective: str = "nsp",
+    masking: str = "static",
+    dupe_factor: int | None = None,
+    whole_word: bool = False,
+    span: bool = False,
+    masked_lm_prob: float = 0.15,
+    max_predictions_per_seq: int | None = None,
+    short_seq_prob: float = 0.1,
+    plain_text: bool = False,
+    strip_gutenberg: bool = False,
+    validation_fraction: float = 0.01,
+    shard_mb: float = 256.0,
+    block_sentences: int = 256,
+    max_line_chars: int = 10_000,
+    bad_bytes: str = "skip",
+    overwrite: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Make pre-training shards from text files and return the statistics (also in `out_dir/stats.json`).
+
+    Args:
+        inputs: text files or directories (their `*.txt`, recursively). BERT layout (one sentence per
+            line, blank line between documents) unless `plain_text`.
+        tokenizer_dir: a directory `BertTokenizer.from_pretrained` reads (vocab.txt ...).
+        out_dir: where the shards go; a rerun with the same arguments finishes an interrupted run.
+        objective: "nsp" (BERT), "sop" (ALBERT sentence order) or "none" (RoBERTa full sentences).
+        masking: "static" (masked here, `dupe_factor` times, default 10 as in BERT) or "dynamic"
+            (stored unmasked, masked by the loader each epoch; `dupe_factor` default 1).
+        whole_word / span: whole-word masking / SpanBERT span masking (span implies whole words).
+        max_predictions_per_seq: default ceil(masked_lm_prob x max_seq_length); a warning when it caps.
+        validation_fraction: share of blocks (about `block_sentences` sentences each) held out in `valid/`.
+        shard_mb: input megabytes per shard at most (more shards than workers when the input is large).
+        bad_bytes: lines that are not UTF-8: "skip" (counted, reported), "replace" or "error".
+
+    Example:
+        >>> stats = prepare(["corpus/"], "tokenizer/", "data/bert128", workers=4)  # doctest: +SKIP
+        >>> stats["instances"], stats["masked_fraction"]  # doctest: +SKIP
+    """
+    started = time.time()
+    options = _check_options(
+        max_seq_length=max_seq_length, workers=workers, seed=seed, objective=objective, masking=masking,
+        dupe_factor=dupe_factor, whole_word=whole_word, span=span, masked_lm_prob=masked_lm_prob,
+        max_predictions_per_seq=max_predictions_per_seq, short_seq_prob=short_seq_prob,
+        plain_text=plain_text, strip_gutenberg=strip_gutenberg, validation_fraction=validation_fraction,
+        shard_mb=shard_mb, block_sentences=block_sentences, max_line_chars=max_line_chars, bad_bytes=bad_bytes,
+    )
+    out = Path(out_dir)
+    files = expand_inputs(inputs)
+    tokenizer = _load_tokenizer(str(tokenizer_dir))
+    vocab_facts = _vocab_facts(tokenizer)
+
+    total_bytes = sum(f.stat().st_size for f in files)
+    num_shards = max(workers, math.ceil(total_bytes / (shard_mb * 1e6)))
+    plan, plan_warnings = plan_shards(files, num_shards, strip_gutenberg=strip_gutenberg)
+    if not plan:
+        raise DataError(f"no text to prepare: all {len(files)} input files are empty ({', '.join(map(str, files[:3]))}"
+                        f"{', ...' if len(files) > 3 else ''})")
+    dataset = {
+        "format": DATASET_FORMAT, "version": 1, "options": options, "tokenizer": vocab_facts,
+        "inputs": [{"path": str(f), "bytes": f.stat().st_size, "mtime_ns": f.stat().st_mtime_ns} for f in files],
+        "shards": [[r.to_json() for r in shard] for shard in plan],
+    }
+    _start_output(out, dataset, overwrite)
+    continuation = np.zeros(tokenizer.vocab_size, dtype=bool)
+    for token, index in tokenizer.vocab.items():
+        continuation[index] = token.startswith("##")
+    with atomic_path(out / "continuation.npy") as tmp, open(tmp, "wb") as handle:
+        np.save(handle, continuation)
+
+    todo = [i for i in range(len(plan)) if not (out / "done" / f"{shard_name(i)}.json").exists()]
+    todo_bytes = sum(r.end - r.start for i in todo for r in plan[i])
+    jobs = [{"shard": i, "ranges": dataset["shards"][i], "options": options, "out_dir": str(out),
+             "tokenizer_dir": str(tokenizer_dir)} for i in todo]
+    _run_jobs(jobs, workers, todo_bytes, progress)
+
+    stats = _collect_stats(out, dataset, plan_warnings)
+    stats["run"] = {"wall_s": round(time.time() - started, 3), "shards_made": len(todo), "bytes_read": todo_bytes,
+                    "workers": workers}
+    elapsed = max(time.time() - started, 1e-9)
+    stats["run"]["mb_per_s"] = round(todo_bytes / 1e6 / elapsed, 3)
+    stats["run"]["docs_per_s"] = round(sum(stats["per_shard"][i]["documents"] for i in todo) / elapsed, 1)
+    write_text_atomic(out / "stats.json", json.dumps(stats, indent=1) + "\n")
+    for message in stats["warnings"]:
+        warnings.warn(message, DataWarning, stacklevel=2)
+    if stats["instances"] == 0:
+        raise DataError(
+            f"no training instances were made from {len(files)} file(s): {stats['documents']} documents, "
+            f"{stats['sentences']} sentences, {stats['skipped']['one_sentence_documents']} one-sentence documents "
+            f"skipped{' (is the input plain text? pass plain_text=True)' if not plain_text else ''}"
+        )
+    return stats
+
+
+# ---------------------------------------------------------------------------------------------------
+# options, tokenizer facts, the output directory
+# ---------------------------------------------------------------------------------------------------
+
+
+def _check_options(**o: Any) -> dict[str, Any]:
+    def need(ok: bool, message: str) -> None:
+        if not ok:
+            raise ValueError(message)
+
+    need(o["objective"] in OBJECTIVES, f"objective must be one of {OBJECTIVES}, not {o['objective']!r}")
+    need(o["masking"] in MASKING_MODES, f"masking must be one of {MASKING_MODES}, not {o['masking']!r}")
+    need(o["bad_bytes"] in BAD_BYTES_POLICIES, f"bad_bytes must be one of {BAD_BYTES_POLICIES}, not {o['bad_bytes']!r}")
+    need(8 <= o["max_seq_length"] <= 65535, f"max_seq_length must be in [8, 65535], not {o['max_seq_length']}")
+    need(o["workers"] >= 1, f"workers must be at least 1, not {o['workers']}")
+    need(0.0 < o["masked_lm_prob"] < 1.0, f"masked_lm_prob must be in (0, 1), not {o['masked_lm_prob']}")
+    need(0.0 <= o["short_seq_prob"] <= 1.0, f"short_seq_prob must be in [0, 1], not {o['short_seq_prob']}")
+    need(0.0 <= o["validation_fraction"] < 1.0,
+         f"validation_fraction must be in [0, 1), not {o['validation_fraction']}")
+    need(o["shard_mb"] > 0, f"shard_mb must be positive, not {o['shard_mb']}")
+    need(o["block_sentences"] >= 2, f"block_sentences must be at least 2, not {o['block_sentences']}")
+    need(o["max_line_chars"] >= 100, f"max_line_chars must be at least 100, not {o['max_line_chars']}")
+    if o["dupe_factor"] is None:
+        o["dupe_factor"] = 10 if o["masking"] == "static" else 1
+    need(o["dupe_factor"] >= 1, f"dupe_factor must be at least 1, not {o['dupe_factor']}")
+    if o["max_predictions_per_seq"] is None:
+        o["max_predictions_per_seq"] = math.ceil(o["masked_lm_prob"] * o["max_seq_length"])
+    need(o["max_predictions_per_seq"] >= 1, "max_predictions_per_seq must be at least 1")
+    if o["span"]:
+        o["whole_word"] = True  # SpanBERT spans are made of whole words
+    return dict(o)
+
+
+_TOKENIZERS: dict[str, Any] = {}
+
+
+def _load_tokenizer(directory: str):
+    if directory not in _TOKENIZERS:
+        from bertforge.tokenizer import BertTokenizer
+
+        try:
+            _TOKENIZERS[directory] = BertTokenizer.from_pretrained(directory)
+        except FileNotFoundError as exc:
+            raise DataError(f"tokenizer: {exc}") from exc
+    return _TOKENIZERS[directory]
+
+
+def _vocab_facts(tokenizer) -> dict[str, Any]:
+    vocab = tokenizer.vocab
+    ordered = sorted(vocab, key=vocab.__getitem__)
+    return {
+        "vocab_size": tokenizer.vocab_size, "pad_id": tokenizer.pad_token_id, "unk_id": tokenizer.unk_token_id,
+        "cls_id": tokenizer.cls_token_id, "sep_id": tokenizer.sep_token_id, "mask_id": tokenizer.mask_token_id,
+        "special_ids": list(tokenizer.all_special_ids),
+        "vocab_sha1": hashlib.sha1("\n".join(ordered).encode("utf-8")).hexdigest(),
+        "token_dtype": token_dtype(tokenizer.vocab_size).str,
+    }
+
+
+def _start_output(out: Path, dataset: dict[str, Any], overwrite: bool) -> None:
+    """Create `out`, or check that it holds a run of the same job (to resume it), or clear it (`overwrite`)."""
+    record = out / "dataset.json"
+    if record.exists() and not overwrite:
+        old = read_json(record)
+        same = all(old.get(k) == dataset[k] for k in ("format", "options", "tokenizer", "inputs", "shards"))
+        if not same:
+            changed = [k for k in ("options", "tokenizer", "inputs", "shards") if old.get(k) != dataset[k]]
+            raise DataError(
+                f"{out} holds data prepared with other {' and '.join(changed)}; resume needs the same arguments. "
+                "Use a new output directory or overwrite=True (--overwrite)"
+            )
+        return
+    if not record.exists() and out.exists() and any(out.iterdir()) and not overwrite:
+        raise DataError(f"{out} exists and is not a prepared-data directory; use an empty or new directory")
+    if overwrite and out.exists():
+        for sub in ("train", "valid", "done"):
+            for path in (out / sub).glob("shard_*") if (out / sub).is_dir() else []:
+                path.unlink()
+        for name in ("stats.json", "dataset.json"):
+            (out / name).unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(record, json.dumps(dataset, indent=1) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------------
+# running shards: in this process, or in a pool of spawned processes
+# ---------------------------------------------------------------------------------------------------
+
+_progress_queue = None
+
+
+def _init_worker(queue) -> None:
+    global _progress_queue
+    _progress_queue = queue
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one process per core already
+
+
+def _run_jobs(jobs: list[dict], workers: int, total_bytes: int, progress: bool) -> None:
+    if not jobs:
+        return
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024, desc="prepare",
+               disable=not progress, smoothing=0.1)
+    started, docs, seen = time.time(), 0, 0
+
+    def update(nbytes: int, ndocs: int) -> None:
+        nonlocal docs, seen
+        docs += ndocs
+        seen += nbytes
+        bar.update(nbytes)
+        elapsed = max(time.time() - started, 1e-9)
+        bar.set_postfix_str(f"{docs / elapsed:,.0f} docs/s, {seen / 1e6 / elapsed:.1f} MB/s", refresh=False)
+
+    try:
+        if workers == 1 or len(jobs) == 1:
+            for job in jobs:
+                _build_shard(job, update)
+            return
+        import multiprocessing as mp
+        import queue as queue_module
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+        ctx = mp.get_context("spawn")  # no fork: the tokenizers thread pool does not survive it
+        progress_queue = ctx.Queue()
+
+        def drain() -> None:
+            while True:
+                try:
+                    update(*progress_queue.get_nowait())
+                except queue_module.Empty:
+                    return
+
+        # a worker that dies (killed, out of memory) breaks the pool with an error instead of hanging
+        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=ctx, initializer=_init_worker,
+                                 initargs=(progress_queue,)) as pool:
+            pending = {pool.submit(_build_shard, job) for job in jobs}
+            try:
+                while pending:
+                    done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                    drain()
+                    for future in done:
+                        future.result()  # re-raises a worker's error (a DataError names file and line)
+            except BaseException:
+                for future in pending:
+                    future.cancel()
+                raise
+        drain()
+    finally:
+        bar.close()
+
+
+def _report_progress(callback: Callable[[int, int], None] | None) -> Callable[[int, int], None]:
+    """A throttled progress sink: to the callback (same process) or to the pool's queue."""
+    pending = [0, 0, time.time()]
+
+    def report(nbytes: int, ndocs: int, force: bool = False) -> None:
+        pending[0] += nbytes
+        pending[1] += ndocs
+        if force or time.time() - pending[2] > 0.2:
+            if callback is not None:
+                callback(pending[0], pending[1])
+            elif _progress_queue is not None:
+                _progress_queue.put((pending[0], pending[1]))
+            pending[:] = [0, 0, time.time()]
+
+    return report
+
+
+# ---------------------------------------------------------------------------------------------------
+# one shard
+# ---------------------------------------------------------------------------------------------------
+
+
+class _Split:
+    """Instance making, masking and writing for one split (train or valid) of one shard."""
+
+    def __init__(self, name: str, shard: int, o: dict, facts: dict, masker: Masker | None, seed: int,
+                 out: Path, dupe: int, pool: DocumentPool | None, fallback_pool: DocumentPool | None):
+        self.maker = InstanceMaker(o["max_seq_length"], facts["cls_id"], facts["sep_id"], o["objective"],
+                                   o["short_seq_prob"])
+        streams = np.random.SeedSequence([seed, shard]).spawn(2)
+        self.rng, self.mask_rng = np.random.default_rng(streams[0]), np.random.default_rng(streams[1])
+        self.masker = masker
+        self.pad_id = facts["pad_id"]
+        self.dupe = dupe
+        self.pool, self.fallback_pool = pool, fallback_pool
+        self.writer = ShardWriter(out / name, shard, dtype=np.dtype(facts["token_dtype"]), static=masker is not None)
+        self.buffer: list = []
+        self.masked = self.maskable = 0
+
+    def add(self, block: SentenceBlock) -> None:
+        maker = self.maker
+        if maker.objective == "none":
+            for instance in maker.pack(block):
+                self.buffer.extend([instance] * self.dupe)
+        else:
+            pool = self.pool
+            if pool is not None and self.fallback_pool is not None and len(pool) < 2:
+                pool = self.fallback_pool
+            for _ in range(self.dupe):
+                self.buffer.extend(maker.pairs(block, self.rng, pool))
+        if len(self.buffer) >= _BATCH:
+            self.flush()
+
+    def finish(self) -> dict | None:
+        if self.maker.objective == "none":
+            for instance in self.maker.flush():
+                self.buffer.extend([instance] * self.dupe)
+        self.flush()
+        return self.writer.close()
+
+    def flush(self) -> None:
+        if not self.buffer:
+            return
+        instances, self.buffer = self.buffer, []
+        tokens = [inst.tokens for inst in instances]
+        positions = targets = None
+        if self.masker is not None:
+            lengths = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
+            batch = np.full((len(tokens), int(lengths.max())), self.pad_id, dtype=np.int64)
+            for row, t in enumerate(tokens):
+                batch[row, :len(t)] = t
+            result = self.masker(batch, self.mask_rng)
+            chosen = result.labels != IGNORE_INDEX
+            self.masked += int(chosen.sum())
+            self.maskable += int(self.masker.maskable(batch).sum())
+            rows, cols = np.nonzero(chosen)
+            splits = np.cumsum(np.bincount(rows, minlength=len(tokens)))[:-1]
+            positions = np.split(cols, splits)
+            targets = np.split(result.labels[rows, cols], splits)
+            tokens = [result.input_ids[row, :n] for row, n in enumerate(lengths.tolist())]
+        self.writer.add(tokens, [inst.segment_b_start for inst in instances], [inst.label for inst in instances],
+                        positions, targets)
+
+    def abort(self) -> None:
+        self.writer.abort()
+
+    def record(self) -> dict:
+        return {"instances": self.writer.instances, "tokens": self.writer.tokens,
+                "predictions": self.writer.predictions, "masked": self.masked, "maskable": self.maskable,
+                "counters": self.maker.counters.to_json(),
+                "capped_rows": self.masker.capped_rows if self.masker is not None else 0}
+
+
+def _tokenize(tokenizer, doc_key: tuple, sentences: list[str], new_document: bool) -> SentenceBlock:
+    backend = tokenizer.backend
+    # encode_batch_fast (tokenizers >= 0.20) skips the character offsets we do not need: twice as fast
+    encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
+    ids = [e.ids for e in encode(sentences, add_special_tokens=False)]
+    lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+    keep = lengths > 0
+    offsets = np.zeros(int(keep.sum()) + 1, dtype=np.int64)
+    np.cumsum(lengths[keep], out=offsets[1:])
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
+    return SentenceBlock(doc_key, flat, offsets, new_document)
+
+
+def _is_validation(block: SentenceBlock, fraction: float) -> bool:
+    if fraction <= 0 or not len(block.ids):
+        return False
+    return zlib.crc32(block.ids.tobytes(), 0x5A17) / 2**32 < fraction
+
+
+def _prefill(pool: DocumentPool, ranges: list[InputRange], o: dict, tokenizer) -> None:
+    """Fill the NotNext pool with one block from each of `_PREFILL_PROBES` places spread over the shard."""
+    total = sum(r.end - r.start for r in ranges)
+    for k in range(_PREFILL_PROBES):
+        target = total * k // _PREFILL_PROBES
+        for r in ranges:
+            size = r.end - r.start
+            if target < size:
+                break
+            target -= size
+        else:
+            continue
+        probe = InputRange(r.path, r.file_index, r.start + target, r.end, 0)
+        if target:
+            with open(r.path, "rb") as handle:
+                start = next_blank_line(handle, probe.start, r.start, r.end)
+            if start >= r.end:
+                continue
+            probe = InputRange(r.path, r.file_index, start, r.end, 0)
+        blocks = read_blocks(probe, plain_text=o["plain_text"], block_sentences=o["block_sentences"],
+                             max_line_chars=o["max_line_chars"], bad_bytes="skip", stats=ReadStats())
+        for text in itertools.islice(blocks, 1):
+            # in plain text the document is the whole range: use the key the main pass will use
+            key = (r.file_index, r.start) if o["plain_text"] else text.doc_key
+            pool.add(_tokenize(tokenizer, key, text.sentences, True))
+
+
+def _build_shard(job: dict, callback: Callable[[int, int], None] | None = None) -> dict:
+    """Make one shard: read its ranges, tokenize, make and mask instances, write train/ and valid/."""
+    started = time.time()
+    o, shard, out = job["options"], job["shard"], Path(job["out_dir"])
+    tokenizer = _load_tokenizer(job["tokenizer_dir"])
+    facts = _vocab_facts(tokenizer)
+    ranges = [InputRange.from_json(r) for r in job["ranges"]]
+    report = _report_progress(callback)
+    name = shard_name(shard)
+    (out / "valid" / f"{name}.json").unlink(missing_ok=True)  # a stale one from an interrupted run
+
+    def masker() -> Masker:  # capped masks are counted and reported in stats.json, not warned per process
+        return Masker.from_tokenizer(tokenizer, prob=o["masked_lm_prob"], max_predictions=o["max_predictions_per_seq"],
+                                     whole_word=o["whole_word"], span=o["span"], warn=False)
+
+    pools: dict[str, DocumentPool | None] = {"train": None, "valid": None}
+    if o["objective"] == "nsp":
+        pool_rng = np.random.default_rng([_POOL_SEED, shard])
+        pools = {"train": DocumentPool(pool_rng), "valid": DocumentPool(pool_rng)}
+        _prefill(pools["train"], ranges, o, tokenizer)
+    static = o["masking"] == "static"
+    train = _Split("train", shard, o, facts, masker() if static else None, o["seed"], out,
+                   o["dupe_factor"], pools["train"], None)
+    valid = _Split("valid", shard, o, facts, masker(), VALIDATION_SEED, out, 1, pools["valid"], pools["train"])
+    read = ReadStats()
+    tokens = 0
+    try:
+        for r in ranges:
+            for text in read_blocks(r, plain_text=o["plain_text"], block_sentences=o["block_sentences"],
+                                    max_line_chars=o["max_line_chars"], bad_bytes=o["bad_bytes"], stats=read):
+                block = _tokenize(tokenizer, text.doc_key, text.sentences, text.new_document)
+                tokens += len(block.ids)
+                split = valid if _is_validation(block, o["validation_fraction"]) else train
+                if pools["train"] is not None:
+                    pools["valid" if split is valid else "train"].add(block)
+                split.add(block)
+                report(text.nbytes, int(text.new_document))
+        valid_index = valid.finish()
+        train_index = train.finish()
+    except BaseException:
+        train.abort()
+        valid.abort()
+        raise
+    report(0, 0, force=True)
+    record = {
+        "shard": shard, "name": name, "ranges": job["ranges"], "read": read.to_json(), "tokens": tokens,
+        "train": train.record(), "valid": valid.record(),
+        "train_index": train_index is not None, "valid_index": valid_index is not None,
+        "wall_s": round(time.time() - started, 3),
+    }
+    write_text_atomic(out / "done" / f"{name}.json", json.dumps(record, indent=1) + "\n")
+    return record
+
+
+# ---------------------------------------------------------------------------------------------------
+# statistics
+# ---------------------------------------------------------------------------------------------------
+
+
+def _collect_stats(out: Path, dataset: dict, plan_warnings: list[str]) -> dict[str, Any]:
+    records = [read_json(out / "done" / f"{shard_name(i)}.json") for i in range(len(dataset["shards"]))]
+    read = ReadStats()
+    train, valid = InstanceCounters(), InstanceCounters()
+    for rec in records:
+        read.merge(ReadStats.from_json(rec["read"]))
+        train.merge(InstanceCounters(**rec["train"]["counters"]))
+        valid.merge(InstanceCounters(**rec["valid"]["counters"]))
+    o = dataset["options"]
+
+    def total(split: str, key: str) -> int:
+        return sum(rec[split][key] for rec in records)
+
+    masked_split = "train" if o["masking"] == "static" else "valid"
+    maskable = total(masked_split, "maskable")
+    instances = total("train", "instances")
+    made = train.instances  # before dupe/packing bookkeeping, the pairs made (labelled)
+    warnings_: list[str] = list(plan_warnings)
+    if read.bad_lines:
+        warnings_.append(f"skipped {read.bad_lines} line(s) with bytes that are not UTF-8, first at "
+                         f"{', '.join(read.bad_line_locations)}")
+    if read.overlong_lines:
+        warnings_.append(f"{read.overlong_lines} line(s) longer than {o['max_line_chars']} characters were split "
+                         f"into sentences (is the input really one sentence per line?), first at "
+                         f"{', '.join(read.overlong_locations)}")
+    for index, entry in enumerate(dataset["inputs"]):
+        if entry["bytes"] and not read.sentences_per_file.get(index) and any(
+                r[1] == index for shard in dataset["shards"] for r in shard):
+            warnings_.append(f"{entry['path']}: no sentences found (only blank lines?)")
+    one = train.one_sentence_documents + valid.one_sentence_documents
+    if one and o["objective"] != "none":
+        warnings_.append(f"skipped {one} document(s) of a single sentence (a pair needs two)")
+    fallbacks = train.random_next_fallbacks + valid.random_next_fallbacks
+    if fallbacks:
+        warnings_.append(f"{fallbacks} NotNext draw(s) found no other document in their shard and used the actual "
+                         "next segment instead (a shard holding a single document?)")
+    capped = total("train", "capped_rows") + total("valid", "capped_rows")
+    if capped:
+        warnings_.append(f"max_predictions_per_seq={o['max_predictions_per_seq']} capped the masks of {capped} "
+                         "sequences")
+    return {
+        "documents": read.documents,
+        "sentences": read.sentences,
+        "tokens": sum(rec["tokens"] for rec in records),
+        "bytes": read.bytes,
+        "instances": instances,
+        "validation_instances": total("valid", "instances"),
+        "instance_tokens": total("train", "tokens"),
+        "masked_fraction": round(total(masked_split, "masked") / maskable, 5) if maskable else None,
+        "masked_fraction_of": masked_split,
+        "is_next_fraction": round(train.is_next / made, 5) if made and o["objective"] != "none" else None,
+        "truncated_fraction": round(train.truncated / made, 5) if made else None,
+        "skipped": {
+            "bad_lines": read.bad_lines, "overlong_lines": read.overlong_lines,
+            "empty_files": sum(1 for e in dataset["inputs"] if e["bytes"] == 0),
+            "one_sentence_documents": one, "dropped_sentences": train.dropped_sentences + valid.dropped_sentences,
+            "random_next_fallbacks": fallbacks,
+        },
+        "per_shard": [
+            {"shard": rec["shard"], "documents": rec["read"]["documents"], "sentences": rec["read"]["sentences"],
+             "bytes": rec["read"]["bytes"], "tokens": rec["tokens"], "instances": rec["train"]["instances"],
+             "validation_instances": rec["valid"]["instances"], "wall_s": rec["wall_s"]}
+            for rec in records
+        ],
+        "options": o,
+        "warnings": warnings_,
+    }
