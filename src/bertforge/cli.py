@@ -244,5 +244,75 @@ def export_onnx_command(
         typer.echo(f"ONNX Runtime vs PyTorch: max abs diff {result.max_abs_diff:.2e} on inputs {shapes}")
 
 
+# ---------------------------------------------------------------------------------------------------
+# pre-training data (issue 4)
+# ---------------------------------------------------------------------------------------------------
+
+
+@app.command("prepare")
+def prepare_command(
+    inputs: Annotated[list[Path], typer.Option("--input", "-i", help="Text file or directory of .txt files (repeat).")],
+    tokenizer: Annotated[Path, typer.Option("--tokenizer", help="Tokenizer directory (vocab.txt ...).")],
+    out: Annotated[Path, typer.Option("--out", help="Output directory for the shards and stats.json.")],
+    max_seq_length: Annotated[int, typer.Option(help="Tokens per instance, [CLS] and [SEP] included.")] = 128,
+    workers: Annotated[int, typer.Option(help="Processes, one shard each.")] = 1,
+    seed: Annotated[int, typer.Option(help="Seed of the training instances and masks.")] = 12345,
+    objective: Annotated[str, typer.Option(help="nsp (BERT), sop (ALBERT) or none (RoBERTa packing).")] = "nsp",
+    masking: Annotated[str, typer.Option(help="static (masked here) or dynamic (masked by the loader each epoch).")]
+    = "static",
+    dupe_factor: Annotated[int | None, typer.Option(help="Copies of the data, each masked differently "
+                                                         "(default 10 static, 1 dynamic).")] = None,
+    whole_word: Annotated[bool, typer.Option("--whole-word", help="Mask whole words.")] = False,
+    span: Annotated[bool, typer.Option("--span", help="SpanBERT span masking (whole words).")] = False,
+    plain_text: Annotated[bool, typer.Option("--plain-text", help="Running text, split into sentences here "
+                                                                 "(default: one sentence per line).")] = False,
+    strip_gutenberg: Annotated[bool, typer.Option("--strip-gutenberg", help="Drop Project Gutenberg headers "
+                                                                           "and licences.")] = False,
+    short_seq_prob: Annotated[float, typer.Option(help="Share of shorter target lengths.")] = 0.1,
+    masked_lm_prob: Annotated[float, typer.Option(help="Share of tokens masked.")] = 0.15,
+    max_predictions: Annotated[int | None, typer.Option(help="Masks per sequence at most "
+                                                             "(default ceil(0.15 x length)).")] = None,
+    validation_fraction: Annotated[float, typer.Option(help="Share of text held out for validation.")] = 0.01,
+    bad_bytes: Annotated[str, typer.Option(help="Lines that are not UTF-8: skip, replace or error.")] = "skip",
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Clear --out and start again "
+                                                               "(default: resume an interrupted run).")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+) -> None:
+    """Turn text into shards of masked-LM + next-sentence instances, in parallel and resumably.
+
+    Example: `bertforge prepare --input corpus/ --tokenizer runs/vocab --out data/bert128 --workers 4`
+    """
+    import warnings
+
+    from bertforge.data.corpus import DataError
+    from bertforge.data.prepare import DataWarning, prepare
+
+    if workers < 1:
+        raise _fail(f"--workers must be at least 1, got {workers}")
+    if not tokenizer.is_dir():
+        raise _fail(f"--tokenizer {tokenizer}: no such directory")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DataWarning)
+        try:
+            stats = prepare(
+                inputs, tokenizer, out, max_seq_length=max_seq_length, workers=workers, seed=seed,
+                objective=objective, masking=masking, dupe_factor=dupe_factor, whole_word=whole_word, span=span,
+                masked_lm_prob=masked_lm_prob, max_predictions_per_seq=max_predictions,
+                short_seq_prob=short_seq_prob, plain_text=plain_text, strip_gutenberg=strip_gutenberg,
+                validation_fraction=validation_fraction, bad_bytes=bad_bytes, overwrite=overwrite,
+                progress=not quiet,
+            )
+        except (DataError, ValueError, FileNotFoundError) as exc:
+            raise _fail(str(exc)) from exc
+    for warning in caught:
+        typer.secho(f"warning: {warning.message}", err=True, fg=typer.colors.YELLOW)
+    run = stats["run"]
+    nsp = f", IsNext {stats['is_next_fraction']:.1%}" if stats["is_next_fraction"] is not None else ""
+    masked = f", masked {stats['masked_fraction']:.1%}" if stats["masked_fraction"] is not None else ""
+    typer.echo(f"{stats['documents']:,} documents, {stats['sentences']:,} sentences, {stats['tokens']:,} tokens -> "
+               f"{stats['instances']:,} instances (+{stats['validation_instances']:,} validation){masked}{nsp}")
+    typer.echo(f"{run['wall_s']:.1f} s, {run['mb_per_s']:.2f} MB/s, {run['docs_per_s']:.1f} docs/s -> {out}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()
