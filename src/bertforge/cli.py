@@ -314,5 +314,85 @@ def prepare_command(
     typer.echo(f"{run['wall_s']:.1f} s, {run['mb_per_s']:.2f} MB/s, {run['docs_per_s']:.1f} docs/s -> {out}")
 
 
+# ---------------------------------------------------------------------------------------------------
+# pre-training: the training loop and its curves (issue 5)
+# ---------------------------------------------------------------------------------------------------
+
+
+@app.command("pretrain")
+def pretrain_command(
+    config: Annotated[str, typer.Option("--config", help="Recipe (YAML/JSON), preset name, config.json or "
+                                                         "checkpoint directory.")],
+    data: Annotated[Path, typer.Option("--data", help="Shards made by `bertforge prepare`.")],
+    out: Annotated[Path, typer.Option("--out", help="Run directory: checkpoints, metrics.jsonl, final/.")],
+    max_steps: Annotated[int | None, typer.Option(help="Optimiser steps (overrides the recipe).")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest checkpoint in --out.")] = False,
+    batch_size: Annotated[int | None, typer.Option(help="Sequences per device per micro-batch.")] = None,
+    grad_accum: Annotated[int | None, typer.Option(help="Micro-batches per optimiser step.")] = None,
+    lr: Annotated[float | None, typer.Option(help="Peak learning rate.")] = None,
+    precision: Annotated[str | None, typer.Option(help="fp32, bf16 or fp16 (GPU).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed (rank r uses seed + r).")] = None,
+    tokenizer: Annotated[Path | None, typer.Option(help="Tokenizer to ship in final/ (default: the data's).")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Any recipe field: --set warmup_steps=100 "
+                                                                 "(repeat).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+) -> None:
+    """Pre-train BERT (masked LM + NSP/SOP) on prepared shards; the final model goes to RUN/final.
+
+    Runs on one process as is, and on several under torchrun (DDP; gloo on CPU, NCCL on GPU).
+
+    Example: `bertforge pretrain --config recipes/tiny-cpu.yaml --data data/gutenberg128 --out runs/tiny`
+    """
+    import yaml
+
+    from bertforge.pretrain import pretrain
+    from bertforge.train import NonFiniteLossError
+    from bertforge.train.distributed import DistributedTimeout
+
+    overrides: dict[str, object] = {}
+    for item in set_ or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise _fail(f"--set expects key=value, got {item!r}")
+        overrides[key.strip().rpartition(".")[2]] = yaml.safe_load(value)  # "optim.lr" and "lr" alike
+    overrides.update({k: v for k, v in dict(batch_size=batch_size, grad_accum=grad_accum, lr=lr,
+                                             precision=precision, seed=seed).items() if v is not None})
+    if tokenizer is not None:
+        overrides["tokenizer"] = str(tokenizer)
+    if quiet:
+        overrides["progress"] = False
+    try:
+        result = pretrain(config, data, out, max_steps=max_steps, resume=resume, **overrides)
+    except (ValueError, FileExistsError, FileNotFoundError) as exc:
+        raise _fail(str(exc)) from exc
+    except (NonFiniteLossError, DistributedTimeout) as exc:
+        typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(code=1) from exc
+    if result.final is not None:
+        metrics = "  ".join(f"{k} {v:.4f}" for k, v in result.train.metrics.items())
+        typer.echo(f"step {result.train.step}: {metrics or 'no validation split'}")
+        typer.echo(f"final model: {result.final}")
+
+
+@app.command("plot")
+def plot_command(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (holds metrics.jsonl).")],
+    out: Annotated[Path | None, typer.Option(help="PNG to write (default RUN_DIR/curves.png).")] = None,
+) -> None:
+    """Draw a run's loss and accuracy curves (training and validation) to a PNG.
+
+    Example: `bertforge plot runs/tiny` (writes runs/tiny/curves.png)
+    """
+    from bertforge.plot import plot_run
+
+    if not (run_dir / "metrics.jsonl").is_file():
+        raise _fail(f"{run_dir}: no metrics.jsonl (is it a run directory of `bertforge pretrain`?)")
+    try:
+        path = plot_run(run_dir, out)
+    except ValueError as exc:
+        raise _fail(str(exc)) from exc
+    typer.echo(f"wrote {path}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -1,0 +1,397 @@
+"""Pre-training from shards: a recipe (model + data + optimiser + loop settings) -> a run directory.
+
+    from bertforge.pretrain import pretrain
+    result = pretrain("recipes/tiny-cpu.yaml", "data/gutenberg128", "runs/tiny", max_steps=200)
+    result.final   # runs/tiny/final: Hugging Face layout, loads in transformers.BertForPreTraining
+
+A recipe is a YAML or JSON file with four sections, each optional:
+
+    model: {preset: tiny, hidden_dropout_prob: 0.1}   # or {config: path/config.json, ...}, or a full config
+    data:  {batch_size: 32, ...}                       # DataOptions below
+    optim: {optimizer: adamw, lr: 1e-4, ...}           # bertforge.train.OptimConfig
+    train: {max_steps: 1000, precision: bf16, ...}     # bertforge.train.TrainConfig
+
+A preset name, a config.json or a checkpoint directory is accepted in place of a recipe (defaults for
+the rest). Keyword overrides name a field of any section (`lr=3e-4`, `batch_size=64`,
+`hidden_dropout_prob=0.0`); the names are unique across sections. The run directory receives
+`run_config.json`, the resolved recipe, which is itself a recipe: `pretrain("RUN/run_config.json", ...)`
+repeats the run. Vocabulary size and special ids always come from the data's tokenizer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertforge.config import BertConfig, resolve_config
+from bertforge.fileio import write_text_atomic
+from bertforge.train import OptimConfig, TrainConfig, TrainResult, distributed, train
+from bertforge.train.loop import Batch, EvalFn, to_device
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class DataOptions:
+    """How the shards are read; one section of a recipe."""
+
+    batch_size: int = 32  # sequences per device per micro-batch
+    eval_batch_size: int = 64
+    eval_max_batches: int = 0  # 0: the whole validation split at every evaluation
+    num_workers: int = 0  # DataLoader worker processes
+    pad_to_multiple_of: int | None = 8  # tensor-core friendly lengths on GPU; harmless on CPU
+    # BERT's two phases: the last `long_fraction` of the steps read `long_data` (shards made with
+    # max_seq_length 512); a relative path is taken beside the --data directory
+    long_data: str | None = None
+    long_fraction: float = 0.0
+    tokenizer: str | None = None  # tokenizer directory for the export, when the data does not record one
+
+
+@dataclass
+class Recipe:
+    model: dict[str, Any] = field(default_factory=lambda: {"preset": "tiny"})
+    data: DataOptions = field(default_factory=DataOptions)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    source: str | None = None  # where the recipe came from (for run_config.json)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "data": dataclasses.asdict(self.data), "optim": dataclasses.asdict(self.optim),
+                "train": dataclasses.asdict(self.train), "source": self.source}
+
+
+@dataclass
+class PretrainResult:
+    final: Path | None  # RUN/final (None on ranks other than 0)
+    train: TrainResult
+
+
+_SECTIONS = {"data": DataOptions, "optim": OptimConfig, "train": TrainConfig}
+_MODEL_FIELDS = {f.name for f in dataclasses.fields(BertConfig)} - {"extra"}
+_FIELD_SECTION = {f.name: name for name, cls in _SECTIONS.items() for f in dataclasses.fields(cls)}
+assert len(_FIELD_SECTION) == sum(len(dataclasses.fields(c)) for c in _SECTIONS.values()), "field names must be unique"
+assert not _MODEL_FIELDS & _FIELD_SECTION.keys(), "model field names must not clash with recipe fields"
+
+
+# ------------------------------------------------------------------------------------------------
+# recipes
+# ------------------------------------------------------------------------------------------------
+def load_recipe(spec: str | os.PathLike[str] | Recipe) -> Recipe:
+    """A recipe from a YAML/JSON recipe file, or defaults around a preset / config.json / checkpoint dir."""
+    if isinstance(spec, Recipe):
+        return spec
+    path = Path(spec)
+    if path.suffix in (".yaml", ".yml") or (path.suffix == ".json" and path.is_file() and _is_recipe_json(path)):
+        if not path.is_file():
+            raise ValueError(f"recipe {path} does not exist")
+        return recipe_from_dict(_read_mapping(path), source=str(path))
+    resolve_config(spec)  # fails early, with its own message, on a bad preset or path
+    key = "preset" if isinstance(spec, str) and not path.exists() else "config"
+    return Recipe(model={key: str(spec)}, source=str(spec))
+
+
+def recipe_from_dict(data: dict[str, Any], source: str = "<dict>") -> Recipe:
+    # run_config.json adds facts about the run; they are records, not settings
+    unknown = set(data) - {"model", "data", "optim", "train", "source", "data_dir", "dataset_options", "world_size"}
+    if unknown:
+        raise ValueError(f"{source}: unknown recipe sections {sorted(unknown)} (expected model, data, optim, train)")
+    sections: dict[str, Any] = {}
+    for name, cls in _SECTIONS.items():
+        values = data.get(name) or {}
+        names = {f.name for f in dataclasses.fields(cls)}
+        if set(values) - names:
+            raise ValueError(f"{source}: unknown {name} fields {sorted(set(values) - names)}; known: {sorted(names)}")
+        try:
+            sections[name] = cls(**values)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{source}: {name}: {exc}") from exc
+    model = data.get("model") or {"preset": "tiny"}
+    if isinstance(model, str):
+        model = {"preset": model} if not model.endswith(".json") else {"config": model}
+    return Recipe(model=dict(model), source=data.get("source") or source, **sections)
+
+
+def with_overrides(recipe: Recipe, **overrides: Any) -> Recipe:
+    """A copy with fields replaced by name, whichever section holds them (model fields included)."""
+    changes: dict[str, dict[str, Any]] = {}
+    model = dict(recipe.model)
+    for name, value in overrides.items():
+        if value is None:
+            continue
+        if name in _MODEL_FIELDS:
+            model[name] = value
+        elif name in _FIELD_SECTION:
+            changes.setdefault(_FIELD_SECTION[name], {})[name] = value
+        else:
+            raise ValueError(f"unknown recipe field {name!r}")
+    sections = {name: dataclasses.replace(getattr(recipe, name), **values) for name, values in changes.items()}
+    return dataclasses.replace(recipe, model=model, **sections)
+
+
+def _is_recipe_json(path: Path) -> bool:
+    data = _read_mapping(path)
+    return bool({"model", "train", "optim", "data"} & set(data))
+
+
+def _read_mapping(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))  # YAML is a superset of JSON
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ValueError(f"{where}: invalid YAML/JSON ({getattr(exc, 'problem', exc)})") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping with model/data/optim/train sections")
+    return data
+
+
+def model_config(recipe: Recipe, tokenizer_facts: dict[str, Any], max_seq_length: int) -> BertConfig:
+    """The recipe's model section, with the vocabulary size and padding id of the data's tokenizer."""
+    section = dict(recipe.model)
+    base = section.pop("preset", None) or section.pop("config", None)
+    vocab = tokenizer_facts["vocab_size"]
+    if section.get("vocab_size", vocab) != vocab:
+        raise ValueError(f"the recipe's vocab_size {section['vocab_size']} differs from the data's tokenizer ({vocab})")
+    section.update(vocab_size=vocab, pad_token_id=tokenizer_facts["pad_id"])
+    if base is not None:
+        extra = {k: v for k, v in section.items() if k not in _MODEL_FIELDS}
+        config = resolve_config(base, **{k: v for k, v in section.items() if k in _MODEL_FIELDS})
+        config.extra.update(extra)
+    else:
+        config = BertConfig.from_dict(section, source="recipe model section")
+    if config.max_position_embeddings < max_seq_length:
+        raise ValueError(f"the data has sequences of {max_seq_length} tokens but the model only "
+                         f"{config.max_position_embeddings} positions (max_position_embeddings)")
+    return config
+
+
+# ------------------------------------------------------------------------------------------------
+# data
+# ------------------------------------------------------------------------------------------------
+class ShardBatches:
+    """A `PretrainingLoader` as the loop's `ResumableBatches`, whose position survives a new world size.
+
+    The loader deals each epoch's permutation round-robin to the ranks, so after every rank took `o`
+    instances the first `o x W` of the permutation are used, whatever W was. On another world size W'
+    a rank therefore continues at offset `o x W / W'` (exact when it divides).
+    """
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def __iter__(self) -> Iterator[Batch]:
+        return iter(self.loader)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        world = self.loader.world_size
+        saved_world = state.get("world_size", world)
+        if saved_world != world:
+            state = {**state, "offset": state["offset"] * saved_world // world, "world_size": world,
+                     "rank": self.loader.rank}
+        self.loader.load_state_dict(state)
+
+
+class PhasedBatches:
+    """BERT's schedule of sequence lengths: `first` for `switch_at` micro-batches, then `second`."""
+
+    def __init__(self, first: Any, second: Any, switch_at: int) -> None:
+        self.first, self.second, self.switch_at = first, second, switch_at
+        self.fetched = 0
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self.fetched < self.switch_at:
+            for batch in self.first:
+                self.fetched += 1
+                yield batch
+                if self.fetched >= self.switch_at:
+                    return  # the loop asks again, and gets the second phase
+        else:
+            for batch in self.second:
+                self.fetched += 1
+                yield batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"fetched": self.fetched, "first": self.first.state_dict(), "second": self.second.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.fetched = state["fetched"]
+        self.first.load_state_dict(state["first"])
+        self.second.load_state_dict(state["second"])
+
+
+def read_dataset_info(data_dir: Path) -> dict[str, Any]:
+    path = data_dir / "dataset.json"
+    if not path.is_file():
+        raise ValueError(f"{data_dir}: no dataset.json; make shards with `bertforge prepare` first")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def training_batches(data_dir: Path, recipe: Recipe, ctx: distributed.DistContext) -> ShardBatches | PhasedBatches:
+    from bertforge.data.loader import PretrainingLoader
+
+    def loader(directory: Path) -> ShardBatches:
+        # even + drop_last: every rank gets as many batches of the same size, so ranks stay in step
+        return ShardBatches(PretrainingLoader(
+            directory, recipe.data.batch_size, split="train", seed=recipe.train.seed, rank=ctx.rank,
+            world_size=ctx.world_size, drop_last=True, even=True, num_workers=recipe.data.num_workers,
+            pad_to_multiple_of=recipe.data.pad_to_multiple_of, pin_memory=ctx.device.type == "cuda"))
+
+    first = loader(data_dir)
+    if not recipe.data.long_data or recipe.data.long_fraction <= 0:
+        return first
+    long_dir = _beside(data_dir, recipe.data.long_data)
+    switch_step = round((1 - recipe.data.long_fraction) * recipe.train.max_steps)
+    return PhasedBatches(first, loader(long_dir), switch_step * recipe.train.grad_accum)
+
+
+def _beside(data_dir: Path, other: str) -> Path:
+    path = Path(other)
+    return path if path.is_absolute() else data_dir.parent / path
+
+
+# ------------------------------------------------------------------------------------------------
+# evaluation
+# ------------------------------------------------------------------------------------------------
+def pretraining_metrics(model: nn.Module, batches: Any, max_batches: int = 0, objective: str = "nsp") -> dict[str, float]:
+    """MLM loss and accuracy over all predicted tokens (not a mean of batch means); NSP/SOP loss and accuracy."""
+    device = next(model.parameters()).device
+    mlm = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, count
+    sentence = torch.zeros(3, dtype=torch.float64)
+    for number, cpu_batch in enumerate(batches):
+        if max_batches and number >= max_batches:
+            break
+        batch = to_device(cpu_batch, device)
+        out = model(**batch)
+        targets = batch["labels"][batch["labels"] != IGNORE_INDEX]  # (N,) in the order of out.mlm_logits
+        mlm += _sums(out.mlm_logits.float(), targets)  # logits (N, V)
+        if "next_sentence_label" in batch and out.nsp_logits is not None:
+            sentence += _sums(out.nsp_logits.float(), batch["next_sentence_label"])  # logits (B, 2)
+    metrics = {"mlm_loss": (mlm[0] / mlm[2].clamp(min=1)).item(), "mlm_accuracy": (mlm[1] / mlm[2].clamp(min=1)).item()}
+    if sentence[2] > 0:
+        metrics[f"{objective}_loss"] = (sentence[0] / sentence[2]).item()
+        metrics[f"{objective}_accuracy"] = (sentence[1] / sentence[2]).item()
+    return metrics
+
+
+def _sums(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """(loss sum, correct, count) of one batch, as float64 on the CPU."""
+    return torch.tensor([F.cross_entropy(logits, targets, reduction="sum").item(),
+                         (logits.argmax(-1) == targets).sum().item(), targets.numel()], dtype=torch.float64)
+
+
+def validation_evaluator(data_dir: Path, options: DataOptions, objective: str) -> EvalFn | None:
+    """Metrics on the fixed, statically masked validation split (None when the data has none)."""
+    from bertforge.data.loader import PretrainingLoader
+
+    loader = PretrainingLoader(data_dir, options.eval_batch_size, split="valid", shuffle=False,
+                               pad_to_multiple_of=options.pad_to_multiple_of)
+    if len(loader.dataset) == 0:
+        return None
+
+    def evaluate(model: nn.Module) -> dict[str, float]:
+        loader.set_epoch(0)  # the same batches every time
+        return pretraining_metrics(model, loader, options.eval_max_batches, objective)
+
+    return evaluate
+
+
+# ------------------------------------------------------------------------------------------------
+# the entry point
+# ------------------------------------------------------------------------------------------------
+def pretrain(
+    config: str | os.PathLike[str] | Recipe,
+    data_dir: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    max_steps: int | None = None,
+    resume: bool = False,
+    **overrides: Any,
+) -> PretrainResult:
+    """Pre-train a BERT on prepared shards; the run directory gets checkpoints, metrics and `final/`.
+
+    `config` is a recipe file, a preset name, a config.json or a checkpoint directory; `overrides`
+    name recipe fields (see the module docstring). Under torchrun every rank calls this.
+    """
+    recipe = with_overrides(load_recipe(config), max_steps=max_steps, **overrides)
+    data_dir, out_dir = Path(data_dir), Path(out_dir)
+    info = read_dataset_info(data_dir)
+    options = info["options"]
+    max_len = options["max_seq_length"]
+    if recipe.data.long_data and recipe.data.long_fraction > 0:
+        max_len = max(max_len, read_dataset_info(_beside(data_dir, recipe.data.long_data))["options"]["max_seq_length"])
+    bert_config = model_config(recipe, info["tokenizer"], max_len)
+
+    ctx = distributed.init_distributed(recipe.train.device, recipe.train.dist_timeout_s)
+    if ctx.is_main:
+        record = {**recipe.to_dict(), "model": bert_config.to_dict(), "data_dir": str(data_dir.resolve()),
+                  "dataset_options": options, "world_size": ctx.world_size}
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out_dir / "run_config.json", json.dumps(record, indent=1) + "\n")
+
+    from bertforge.model import BertForMaskedLM, BertForPreTraining
+
+    torch.manual_seed(recipe.train.seed)  # the same initial weights on every rank (DDP also broadcasts)
+    model_cls = BertForMaskedLM if options["objective"] == "none" else BertForPreTraining
+    model = model_cls(bert_config)
+    batches = training_batches(data_dir, recipe, ctx)
+    evaluate = validation_evaluator(data_dir, recipe.data, options["objective"])
+    result = train(model, batches, out_dir, recipe.train, recipe.optim, evaluate=evaluate, resume=resume)
+
+    final = None
+    if ctx.is_main:
+        final = export_final(model, out_dir / "final", find_tokenizer(data_dir, info, recipe.data.tokenizer))
+    distributed.barrier("exporting the final model")
+    return PretrainResult(final=final, train=result)
+
+
+def export_final(model: nn.Module, directory: Path, tokenizer_dir: Path | None) -> Path:
+    """The model in Hugging Face layout (config.json + model.safetensors), with the tokenizer's files."""
+    tokenizer = None
+    if tokenizer_dir is not None:
+        from bertforge.tokenizer import BertTokenizer
+
+        tokenizer = BertTokenizer.from_pretrained(tokenizer_dir)
+    model.save_pretrained(directory, tokenizer=tokenizer)  # each file written atomically
+    return directory
+
+
+def find_tokenizer(data_dir: Path, info: dict[str, Any], explicit: str | None) -> Path | None:
+    """The tokenizer the shards were made with: given, recorded in dataset.json, or DATA/tokenizer.
+
+    A candidate whose vocabulary differs from the one the data records (by SHA-1) is refused.
+    """
+    candidates = [explicit, info.get("tokenizer_dir"), info.get("tokenizer", {}).get("directory"),
+                  str(data_dir / "tokenizer")]
+    for candidate in candidates:
+        if candidate and (Path(candidate) / "vocab.txt").is_file():
+            path = Path(candidate)
+            recorded = info.get("tokenizer", {}).get("vocab_sha1")
+            if recorded and _vocab_sha1(path) != recorded:
+                if candidate == explicit:
+                    raise ValueError(f"{path}: its vocab.txt is not the vocabulary the data in {data_dir} was made with")
+                continue
+            return path
+    return None
+
+
+def _vocab_sha1(directory: Path) -> str:
+    """The digest `prepare` records: the tokens in id order, joined by newlines."""
+    from bertforge.tokenizer import BertTokenizer
+
+    vocab = BertTokenizer.from_pretrained(directory).vocab
+    return hashlib.sha1("\n".join(sorted(vocab, key=vocab.__getitem__)).encode("utf-8")).hexdigest()
