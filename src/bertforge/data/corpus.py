@@ -42,6 +42,7 @@ BAD_BYTES_POLICIES = ("skip", "replace", "error")
 _READ_CHUNK = 1 << 20  # bytes per read when scanning for newlines or cut points
 _MAX_PARAGRAPH_CHARS = 200_000  # a "paragraph" longer than this (no blank line for pages) is flushed early
 _MAX_LOCATIONS = 5  # how many file:line examples each warning keeps
+_MAX_LINE_BYTES = 1 << 20  # a longer line is read in pieces (cut at spaces), so memory stays bounded
 
 
 class DataError(ValueError):
@@ -124,10 +125,10 @@ def _hard_split(text: str, max_chars: int) -> list[str]:
 # Project Gutenberg headers and footers
 # ---------------------------------------------------------------------------------------------------
 
-_GUTENBERG_START = re.compile(rb"^\s*\*{3}\s*START OF (?:THE|THIS) PROJECT GUTENBERG[^\n]*\n", re.I | re.M)
-_GUTENBERG_END = re.compile(rb"^\s*\*{3}\s*END OF (?:THE|THIS) PROJECT GUTENBERG", re.I | re.M)
+_GUTENBERG_START = re.compile(rb"^[ \t]*\*{3}[ \t]*START OF (?:THE|THIS) PROJECT GUTENBERG[^\n]*\n", re.I | re.M)
+_GUTENBERG_END = re.compile(rb"^[ \t]*\*{3}[ \t]*END OF (?:THE|THIS) PROJECT GUTENBERG", re.I | re.M)
 # The line "End of the Project Gutenberg EBook of ..." that many books carry just before the marker.
-_GUTENBERG_END_NOTE = re.compile(rb"^\s*End of (?:the )?Project Gutenberg", re.I | re.M)
+_GUTENBERG_END_NOTE = re.compile(rb"^[ \t]*End of (?:the )?Project Gutenberg", re.I | re.M)
 _GUTENBERG_SCAN = 1 << 20  # the markers sit in the first and last few kilobytes; look in the first/last MiB
 
 
@@ -471,9 +472,8 @@ def read_blocks(
             paragraph, paragraph_chars = [], 0
             yield from add(split_sentences(text), paragraph_line)
 
-    max_line_bytes = max(4 * max_line_chars, 4096)
     overlong_line_no = bad_line_no = -1
-    for raw, line_no, offset, part in _iter_lines(rng, max_line_bytes):
+    for raw, line_no, offset, part in _iter_lines(rng, _MAX_LINE_BYTES):
         nbytes += len(raw)
         stats.bytes += len(raw)
         try:
