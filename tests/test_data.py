@@ -132,6 +132,36 @@ def test_read_blocks_bert_layout_documents_and_blocks(tmp_path) -> None:
     assert (stats.documents, stats.sentences) == (3, 8)
 
 
+def test_plain_text_sections_are_documents(tmp_path) -> None:
+    path = tmp_path / "book.txt"
+    path.write_text("CHAPTER I.\n\nIt was a\ndark night. It rained.\n\nThen it stopped.\n\n\n\n"
+                    "CHAPTER II.\n\nMorning came.\n", encoding="utf-8")
+    stats = ReadStats()
+    blocks = list(read_blocks(InputRange(str(path), 0, 0, path.stat().st_size, 1), plain_text=True, stats=stats))
+    assert [b.sentences for b in blocks] == [
+        ["CHAPTER I.", "It was a dark night.", "It rained.", "Then it stopped."], ["CHAPTER II.", "Morning came."]]
+    assert blocks[1].doc_key == (0, path.read_bytes().index(b"CHAPTER II")) and stats.documents == 2
+    with open(path, "rb") as handle:  # where prepare's NotNext prefill finds the same document
+        assert corpus.next_document_start(handle, 12, path.stat().st_size, blank_lines=3) == blocks[1].doc_key[1]
+
+
+def test_document_pool_prefers_other_files_and_keeps_them() -> None:
+    rng = np.random.default_rng(0)
+    pool = DocumentPool(rng, max_documents=8)
+    block = _synthetic_blocks(1)[0]
+    for d in range(3):
+        pool.add(block._replace(doc_key=(1, d)))
+    for d in range(20):  # a long file with many documents does not push file 1 out
+        pool.add(block._replace(doc_key=(0, d)))
+    assert len(pool) == 8 and sum(k[0] == 1 for k in pool._docs) >= 2
+    assert {pool.draw((0, 19), rng).doc_key[0] for _ in range(50)} == {1}  # another file first
+    alone = DocumentPool(rng)
+    for d in range(3):
+        alone.add(block._replace(doc_key=(5, d)))
+    assert {alone.draw((5, 1), rng).doc_key for _ in range(50)} == {(5, 0), (5, 2)}
+    assert DocumentPool(rng).draw((0, 0), rng) is None
+
+
 def test_plan_cuts_at_blank_lines_and_is_complete(corpus_dir) -> None:
     files = sorted(corpus_dir.glob("*.txt"))
     plan, _ = plan_shards(files, 5)
@@ -484,8 +514,18 @@ def test_prepare_plain_text_gutenberg_and_bad_input(tokenizer_dir, tmp_path) -> 
                         dupe_factor=1, progress=False)
     assert stats["documents"] == 3 and stats["skipped"]["empty_files"] == 1
     assert stats["sentences"] == n_sentences and stats["instances"] > 50
+    assert stats["skipped"]["random_next_fallbacks"] == 0 and abs(stats["is_next_fraction"] - 0.5) < 0.15
     for shard in list_shards(tmp_path / "out" / "train"):  # header and licence words would be [UNK]
         assert not (shard.array("tokens") == UNK).any() and not (shard.array("mask_targets") == UNK).any()
+    # one real book (chapters set apart by blank lines): NotNext partners from other chapters
+    book = Path(__file__).parent / "fixtures" / "gutenberg_sample.txt"
+    if book.is_file():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DataWarning)  # a one-sentence section or two
+            stats = prepare([book], tokenizer_dir, tmp_path / "book", plain_text=True, dupe_factor=1,
+                            progress=False)
+        assert stats["documents"] >= 10 and stats["skipped"]["random_next_fallbacks"] == 0
+        assert abs(stats["is_next_fraction"] - 0.5) < 0.1
 
     bad = tmp_path / "bad"
     bad.mkdir()

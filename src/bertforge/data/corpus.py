@@ -5,8 +5,10 @@ Two input layouts:
 * **BERT layout** (the default): one sentence per line, a blank line between documents, as the
   paper's pre-training data was prepared.
 * **plain text** (`plain_text=True`): running prose. Lines are joined into paragraphs (a blank line
-  ends a paragraph) and paragraphs are split into sentences by :func:`split_sentences`. A whole file
-  is one document (a book, an article).
+  ends a paragraph) and paragraphs are split into sentences by :func:`split_sentences`. A run of
+  `SECTION_BLANK_LINES` (3) or more blank lines ends a *document*: books set chapters and sections
+  apart that way (Project Gutenberg's layout), so a single book still has documents to draw NotNext
+  partners from; a file without such breaks is one document.
 
 Everything streams: a file is read line by line and handed on in *blocks* of at most
 `block_sentences` sentences, so memory stays bounded by the block size whatever the size of a file
@@ -33,6 +35,7 @@ __all__ = [
     "expand_inputs",
     "find_gutenberg_body",
     "next_blank_line",
+    "next_document_start",
     "plan_shards",
     "read_blocks",
     "split_sentences",
@@ -40,6 +43,7 @@ __all__ = [
 
 BAD_BYTES_POLICIES = ("skip", "replace", "error")
 _READ_CHUNK = 1 << 20  # bytes per read when scanning for newlines or cut points
+SECTION_BLANK_LINES = 3  # plain text: this many blank lines in a row start a new document
 _MAX_PARAGRAPH_CHARS = 200_000  # a "paragraph" longer than this (no blank line for pages) is flushed early
 _MAX_LOCATIONS = 5  # how many file:line examples each warning keeps
 _MAX_LINE_BYTES = 1 << 20  # a longer line is read in pieces (cut at spaces), so memory stays bounded
@@ -255,6 +259,33 @@ def next_blank_line(handle, offset: int, start: int, end: int) -> int:
         if not line.strip():
             return min(offset, end)
     return end
+
+
+def next_document_start(handle, offset: int, end: int, *, blank_lines: int = 1) -> int | None:
+    """Offset of the first line of the next document at or after `offset`, or None before `end`.
+
+    A document starts at a non-blank line that follows `blank_lines` or more blank lines (1 in the BERT
+    layout, SECTION_BLANK_LINES in plain text): the same offset `read_blocks` uses in a document's key.
+    """
+    pos = offset
+    if offset > 0:
+        handle.seek(offset - 1)
+        if handle.read(1) != b"\n":  # mid-line: the line is not a candidate
+            pos += len(handle.readline())
+    handle.seek(pos)
+    run = 0
+    while pos < end:
+        line = handle.readline()
+        if not line:
+            return None
+        if not line.strip():
+            run += 1
+        elif run >= blank_lines:
+            return pos
+        else:
+            run = 0
+        pos += len(line)
+    return None
 
 
 def plan_shards(
@@ -473,6 +504,7 @@ def read_blocks(
             yield from add(split_sentences(text), paragraph_line)
 
     overlong_line_no = bad_line_no = -1
+    blank_run = 0  # blank lines in a row just before this line
     for raw, line_no, offset, part in _iter_lines(rng, _MAX_LINE_BYTES):
         nbytes += len(raw)
         stats.bytes += len(raw)
@@ -505,9 +537,17 @@ def read_blocks(
                 stats.overlong_locations.append(f"{rng.path}:{line_no}")
 
         if plain_text:
-            if not text:  # a blank line ends a paragraph; the document is the whole range
+            if not text:  # a blank line ends a paragraph; several in a row end a document
                 yield from flush_paragraph()
+                blank_run += 1
                 continue
+            if blank_run >= SECTION_BLANK_LINES and doc_has_text:
+                if sentences:
+                    yield emit()
+                doc_has_text = False
+                new_document = True
+                doc_key = (rng.file_index, offset)
+            blank_run = 0
             if not paragraph:
                 paragraph_line = line_no
             paragraph.append(text)

@@ -127,12 +127,12 @@ class DocumentPool:
     """Recent blocks of recent documents, where NotNext segments are drawn from.
 
     A streaming worker cannot pick "a random document of the corpus" as the original implementation
-    does with the whole corpus in memory. Instead it keeps up to `max_documents` documents (the most
-    recently seen), each with up to `blocks_per_document` of its blocks (a random one replaced when
-    full). A draw picks a document uniformly among those whose key differs from the current one, then
-    one of its blocks, then a random starting sentence, as in the paper's implementation. The pool is
-    filled with blocks spread over the shard before the first instance is made (see `prepare`), so
-    the first documents of a shard have partners too.
+    does with the whole corpus in memory. Instead it keeps up to `max_documents` documents, each with up
+    to `blocks_per_document` of its blocks (a random one replaced when full). When full, the oldest
+    document of the file with the most documents in the pool leaves, so a long file does not push the
+    other files out. A draw picks a document uniformly among those of *other files* (`doc_key[0]`
+    names the file) or, when there are none, among the other documents of the same file; then one of
+    its blocks, then a random starting sentence, as in the paper's implementation.
     """
 
     def __init__(self, rng: np.random.Generator, max_documents: int = 64, blocks_per_document: int = 2):
@@ -140,6 +140,7 @@ class DocumentPool:
         self.max_documents = max_documents
         self.blocks_per_document = blocks_per_document
         self._docs: OrderedDict[tuple, list[SentenceBlock]] = OrderedDict()
+        self._per_file: dict = {}
 
     def __len__(self) -> int:
         return len(self._docs)
@@ -147,29 +148,34 @@ class DocumentPool:
     def add(self, block: SentenceBlock) -> None:
         if block.num_sentences == 0:
             return
-        blocks = self._docs.get(block.doc_key)
-        if blocks is None:
-            self._docs[block.doc_key] = [block]
-            if len(self._docs) > self.max_documents:
-                self._docs.popitem(last=False)
-        elif len(blocks) < self.blocks_per_document:
-            blocks.append(block)
-        else:
-            blocks[int(self.rng.integers(len(blocks)))] = block
+        key = block.doc_key
+        blocks = self._docs.get(key)
+        if blocks is not None:
+            if len(blocks) < self.blocks_per_document:
+                blocks.append(block)
+            else:
+                blocks[int(self.rng.integers(len(blocks)))] = block
+            return
+        if len(self._docs) >= self.max_documents:
+            crowded = max(self._per_file, key=self._per_file.__getitem__)
+            oldest = next(k for k in self._docs if k[0] == crowded)
+            del self._docs[oldest]
+            self._per_file[crowded] -= 1
+            if not self._per_file[crowded]:
+                del self._per_file[crowded]
+        self._docs[key] = [block]
+        self._per_file[key[0]] = self._per_file.get(key[0], 0) + 1
 
     def draw(self, exclude: tuple, rng: np.random.Generator) -> SentenceBlock | None:
-        """A block of a document other than `exclude`, or None when the pool has no other document."""
-        keys = list(self._docs)
-        if not keys or (len(keys) == 1 and keys[0] == exclude):
-            return None
-        for _ in range(10):
-            key = keys[int(rng.integers(len(keys)))]
-            if key != exclude:
-                break
+        """A block of a document other than `exclude` (of another file if possible), or None."""
+        other_files = len(self._per_file) - (exclude[0] in self._per_file)
+        if other_files > 0:
+            keys = [k for k in self._docs if k[0] != exclude[0]]
         else:
-            others = [k for k in keys if k != exclude]
-            key = others[int(rng.integers(len(others)))]
-        blocks = self._docs[key]
+            keys = [k for k in self._docs if k != exclude]
+        if not keys:
+            return None
+        blocks = self._docs[keys[int(rng.integers(len(keys)))]]
         return blocks[int(rng.integers(len(blocks)))]
 
 

@@ -8,11 +8,12 @@ output depends only on the inputs, the options, the seed and the number of shard
 again with the same arguments, redoes only the shards that have no record.
 
 NotNext partners: every shard keeps a :class:`~bertforge.data.instances.DocumentPool` of recent
-documents of its own range and draws NotNext segments from documents other than the current one. So
-that the first documents of a shard have partners too (a shard may start with a whole book), the
-pool is first filled with blocks read at 16 places spread over the shard's range. A shard whose range
-holds a single document (one book cut across shards) has no partner at all: it falls back to the
-actual next segment and counts `random_next_fallbacks`, reported as a warning.
+documents of its own range and draws NotNext segments from documents other than the current one,
+from another file when the pool holds one. So that the first documents of a shard have partners too
+(a shard may start with a long book), the pool is first filled with the first document of each file
+and the documents found at 16 places spread over the shard's range. A shard whose range holds a single document has no partner at all: it
+falls back to the actual next segment and counts `random_next_fallbacks`, reported as a warning.
+(In plain text a document is a section: chapters set apart by 3+ blank lines, so one book is enough.)
 
 Validation: a fraction of the blocks (chosen by a hash of their token ids, so independent of the
 seed) goes to `valid/` instead of `train/`; it is made with fixed random streams and always masked
@@ -37,11 +38,12 @@ import numpy as np
 
 from bertforge.data.corpus import (
     BAD_BYTES_POLICIES,
+    SECTION_BLANK_LINES,
     DataError,
     InputRange,
     ReadStats,
     expand_inputs,
-    next_blank_line,
+    next_document_start,
     plan_shards,
     read_blocks,
 )
@@ -430,30 +432,32 @@ def _is_validation(block: SentenceBlock, fraction: float) -> bool:
 
 
 def _prefill(pool: DocumentPool, ranges: list[InputRange], o: dict, tokenizer) -> None:
-    """Fill the NotNext pool with one block from each of `_PREFILL_PROBES` places spread over the shard."""
+    """Fill the NotNext pool with the first block of documents spread over the shard: the first
+    document of each file piece, and the next document after each of `_PREFILL_PROBES` evenly spaced
+    places. A probe starts where a document starts, so its key is the key the main pass gives it."""
     total = sum(r.end - r.start for r in ranges)
-    for k in range(_PREFILL_PROBES):
+    blank_lines = SECTION_BLANK_LINES if o["plain_text"] else 1
+    starts: dict[tuple[str, int], InputRange] = {}
+    for r in ranges[:_PREFILL_PROBES]:
+        starts[(r.path, r.start)] = r
+    for k in range(1, _PREFILL_PROBES):
         target = total * k // _PREFILL_PROBES
         for r in ranges:
-            size = r.end - r.start
-            if target < size:
+            if target < r.end - r.start:
                 break
-            target -= size
+            target -= r.end - r.start
         else:
             continue
-        probe = InputRange(r.path, r.file_index, r.start + target, r.end, 0)
-        if target:
-            with open(r.path, "rb") as handle:
-                start = next_blank_line(handle, probe.start, r.start, r.end)
-            if start >= r.end:
-                continue
-            probe = InputRange(r.path, r.file_index, start, r.end, 0)
+        with open(r.path, "rb") as handle:
+            start = next_document_start(handle, r.start + target, r.end, blank_lines=blank_lines)
+        if start is not None:
+            starts.setdefault((r.path, start), r)
+    for (_, start), r in sorted(starts.items(), key=lambda item: (item[1].file_index, item[0][1])):
+        probe = InputRange(r.path, r.file_index, start, r.end, 0)
         blocks = read_blocks(probe, plain_text=o["plain_text"], block_sentences=o["block_sentences"],
                              max_line_chars=o["max_line_chars"], bad_bytes="skip", stats=ReadStats())
         for text in itertools.islice(blocks, 1):
-            # in plain text the document is the whole range: use the key the main pass will use
-            key = (r.file_index, r.start) if o["plain_text"] else text.doc_key
-            pool.add(_tokenize(tokenizer, key, text.sentences, True))
+            pool.add(_tokenize(tokenizer, text.doc_key, text.sentences, True))
 
 
 def _build_shard(job: dict, callback: Callable[[int, int], None] | None = None) -> dict:
