@@ -18,7 +18,7 @@ import pytest
 from bertforge.data import corpus
 from bertforge.data import prepare as prepare_module
 from bertforge.data.corpus import DataError, InputRange, ReadStats, plan_shards, read_blocks, split_sentences
-from bertforge.data.instances import DocumentPool, InstanceMaker, SentenceBlock, truncate_pair
+from bertforge.data.instances import BufferedDraws, DocumentPool, InstanceMaker, SentenceBlock, truncate_pair
 from bertforge.data.masking import IGNORE_INDEX, Masker, span_length_distribution
 from bertforge.data.prepare import DataWarning, prepare
 from bertforge.data.shards import Shard, ShardWriter, list_shards
@@ -307,9 +307,13 @@ def test_truncation_trims_the_longer_segment_first() -> None:
         fa, ba, fb, bb = truncate_pair(la, lb, limit, rng)
         assert (la - fa - ba, lb - fb - bb) == (one_at_a_time(la, lb, limit) if la + lb > limit else (la, lb))
         assert min(fa, ba, fb, bb) >= 0
-    # front or back at random: about half the cut tokens come from each end
-    cuts = np.array([truncate_pair(300, 10, 100, rng)[:2] for _ in range(2000)])
-    assert abs(cuts[:, 0].mean() / 210 - 0.5) < 0.02
+    # front or back at random: about half the cut tokens come from each end (also with prepare's draws)
+    for draws in (rng, BufferedDraws(np.random.default_rng(1))):
+        cuts = np.array([truncate_pair(300, 10, 100, draws)[:2] for _ in range(2000)])
+        assert abs(cuts[:, 0].mean() / 210 - 0.5) < 0.01 and abs(cuts[:, 0].std() - np.sqrt(210 / 4)) < 0.5
+    draws = BufferedDraws(np.random.default_rng(2), size=100)
+    values = np.array([draws.integers(3, 7) for _ in range(4000)])
+    assert set(values.tolist()) == {3, 4, 5, 6} and abs(values.mean() - 4.5) < 0.05
 
 
 def test_none_objective_packs_full_sentences() -> None:

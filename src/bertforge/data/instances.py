@@ -35,6 +35,7 @@ import numpy as np
 
 __all__ = [
     "OBJECTIVES",
+    "BufferedDraws",
     "DocumentPool",
     "Instance",
     "InstanceCounters",
@@ -98,6 +99,41 @@ class InstanceCounters:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 
+class BufferedDraws:
+    """Scalar random draws served from a buffer of uniforms: numpy's per-call overhead (~1 us per
+    `Generator.random()`) is most of the cost of making an instance otherwise. Deterministic for a
+    given Generator; offers the few methods instance making needs, with Generator's meaning."""
+
+    def __init__(self, rng: np.random.Generator, size: int = 4096):
+        self.rng = rng
+        self.size = size
+        self._buffer: list[float] = []
+        self._next = 0
+
+    def random(self) -> float:
+        if self._next >= len(self._buffer):
+            self._buffer = self.rng.random(self.size).tolist()
+            self._next = 0
+        self._next += 1
+        return self._buffer[self._next - 1]
+
+    def integers(self, low: int, high: int | None = None) -> int:
+        """Uniform in [low, high), or in [0, low) with one argument."""
+        if high is None:
+            low, high = 0, low
+        return low + min(int(self.random() * (high - low)), high - low - 1)
+
+    def binomial(self, n: int, p: float) -> int:
+        if p != 0.5:
+            raise ValueError("BufferedDraws.binomial only does p=0.5")
+        count = 0
+        while n > 0:  # 52 fair bits per uniform
+            take = min(n, 52)
+            count += (int(self.random() * (1 << 52)) & ((1 << take) - 1)).bit_count()
+            n -= take
+        return count
+
+
 def truncate_pair(len_a: int, len_b: int, max_tokens: int, rng: np.random.Generator) -> tuple[int, int, int, int]:
     """How many tokens to cut from (front of A, back of A, front of B, back of B) to fit `max_tokens`.
 
@@ -141,6 +177,7 @@ class DocumentPool:
         self.blocks_per_document = blocks_per_document
         self._docs: OrderedDict[tuple, list[SentenceBlock]] = OrderedDict()
         self._per_file: dict = {}
+        self._candidates: dict = {}  # excluded file -> keys of the other files (cleared when docs change)
 
     def __len__(self) -> int:
         return len(self._docs)
@@ -156,6 +193,7 @@ class DocumentPool:
             else:
                 blocks[int(self.rng.integers(len(blocks)))] = block
             return
+        self._candidates.clear()
         if len(self._docs) >= self.max_documents:
             crowded = max(self._per_file, key=self._per_file.__getitem__)
             oldest = next(k for k in self._docs if k[0] == crowded)
@@ -168,10 +206,10 @@ class DocumentPool:
 
     def draw(self, exclude: tuple, rng: np.random.Generator) -> SentenceBlock | None:
         """A block of a document other than `exclude` (of another file if possible), or None."""
-        other_files = len(self._per_file) - (exclude[0] in self._per_file)
-        if other_files > 0:
-            keys = [k for k in self._docs if k[0] != exclude[0]]
-        else:
+        keys = self._candidates.get(exclude[0])
+        if keys is None:
+            keys = self._candidates[exclude[0]] = [k for k in self._docs if k[0] != exclude[0]]
+        if not keys:  # no other file: another document of this one
             keys = [k for k in self._docs if k != exclude]
         if not keys:
             return None
@@ -201,8 +239,12 @@ class InstanceMaker:
 
     # -- pairs (nsp / sop) -----------------------------------------------------------------------------
 
-    def pairs(self, block: SentenceBlock, rng: np.random.Generator, pool: DocumentPool | None = None) -> list[Instance]:
-        """All instances of one pass over `block` (call it `dupe_factor` times for static masking)."""
+    def pairs(self, block: SentenceBlock, rng: np.random.Generator | BufferedDraws,
+              pool: DocumentPool | None = None) -> list[Instance]:
+        """All instances of one pass over `block` (call it `dupe_factor` times for static masking).
+
+        `rng`: a Generator, or for speed a BufferedDraws over one (what `prepare` passes).
+        """
         max_tokens = self.max_seq_length - 3
         ids, offsets = block.ids, block.offsets
         lengths = np.diff(offsets).tolist()

@@ -161,8 +161,11 @@ class Masker:
         """Choose whole units in random order up to each row's budget. Returns (chosen, per-token unit draw)."""
         B, T = maskable.shape
         rows = np.arange(B)[:, None]
-        if units is None:  # every token is its own unit
-            units = np.broadcast_to(np.arange(1, T + 1), (B, T))
+        if units is None:  # every token is its own unit: the first `budget` tokens of a random order
+            key = np.where(maskable, rng.random((B, T)), 2.0)
+            ranks = np.empty((B, T), dtype=np.int64)
+            np.put_along_axis(ranks, np.argsort(key, axis=1), np.arange(T)[None, :], axis=1)
+            return ranks < budget[:, None], rng.random((B, T))
         # one random key per unit; tokens of a unit share it, non-maskable tokens sort last
         unit_key = rng.random((B, T + 1))
         unit_u = rng.random((B, T + 1))

@@ -47,7 +47,14 @@ from bertforge.data.corpus import (
     plan_shards,
     read_blocks,
 )
-from bertforge.data.instances import OBJECTIVES, DocumentPool, InstanceCounters, InstanceMaker, SentenceBlock
+from bertforge.data.instances import (
+    OBJECTIVES,
+    BufferedDraws,
+    DocumentPool,
+    InstanceCounters,
+    InstanceMaker,
+    SentenceBlock,
+)
 from bertforge.data.masking import IGNORE_INDEX, Masker
 from bertforge.data.shards import ShardWriter, read_json, shard_name, token_dtype
 from bertforge.fileio import atomic_path, write_text_atomic
@@ -349,7 +356,8 @@ class _Split:
         self.maker = InstanceMaker(o["max_seq_length"], facts["cls_id"], facts["sep_id"], o["objective"],
                                    o["short_seq_prob"])
         streams = np.random.SeedSequence([seed, shard]).spawn(2)
-        self.rng, self.mask_rng = np.random.default_rng(streams[0]), np.random.default_rng(streams[1])
+        self.rng = BufferedDraws(np.random.default_rng(streams[0]))
+        self.mask_rng = np.random.default_rng(streams[1])
         self.masker = masker
         self.pad_id = facts["pad_id"]
         self.dupe = dupe
@@ -383,24 +391,25 @@ class _Split:
         if not self.buffer:
             return
         instances, self.buffer = self.buffer, []
-        tokens = [inst.tokens for inst in instances]
-        positions = targets = None
-        if self.masker is not None:
-            lengths = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
-            batch = np.full((len(tokens), int(lengths.max())), self.pad_id, dtype=np.int64)
-            for row, t in enumerate(tokens):
-                batch[row, :len(t)] = t
-            result = self.masker(batch, self.mask_rng)
-            chosen = result.labels != IGNORE_INDEX
-            self.masked += int(chosen.sum())
-            self.maskable += int(self.masker.maskable(batch).sum())
-            rows, cols = np.nonzero(chosen)
-            splits = np.cumsum(np.bincount(rows, minlength=len(tokens)))[:-1]
-            positions = np.split(cols, splits)
-            targets = np.split(result.labels[rows, cols], splits)
-            tokens = [result.input_ids[row, :n] for row, n in enumerate(lengths.tolist())]
-        self.writer.add(tokens, [inst.segment_b_start for inst in instances], [inst.label for inst in instances],
-                        positions, targets)
+        n = len(instances)
+        lengths = np.fromiter((len(inst.tokens) for inst in instances), dtype=np.int64, count=n)
+        flat = np.concatenate([inst.tokens for inst in instances])
+        segment_b = np.fromiter((inst.segment_b_start for inst in instances), dtype=np.int64, count=n)
+        labels = np.fromiter((inst.label for inst in instances), dtype=np.int64, count=n)
+        if self.masker is None:
+            self.writer.add_flat(flat, lengths, segment_b, labels)
+            return
+        # (n, T) padded batch -> mask -> back to the flat layout (row-major order = instance order)
+        inside = np.arange(int(lengths.max()))[None, :] < lengths[:, None]
+        batch = np.full(inside.shape, self.pad_id, dtype=np.int64)
+        batch[inside] = flat
+        result = self.masker(batch, self.mask_rng)
+        chosen = result.labels != IGNORE_INDEX
+        rows, cols = np.nonzero(chosen)
+        self.masked += len(rows)
+        self.maskable += int(self.masker.maskable(batch).sum())
+        self.writer.add_flat(result.input_ids[inside], lengths, segment_b, labels, cols, result.labels[rows, cols],
+                             np.bincount(rows, minlength=n))
 
     def abort(self) -> None:
         self.writer.abort()

@@ -100,23 +100,35 @@ class ShardWriter:
         """Append instances; for a static shard also the positions and original tokens of each mask."""
         if not tokens:
             return
+        lengths = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
+        counts = flat_positions = flat_targets = None
+        if mask_positions is not None and mask_targets is not None:
+            counts = np.fromiter((len(p) for p in mask_positions), dtype=np.int64, count=len(mask_positions))
+            flat_positions, flat_targets = np.concatenate(mask_positions), np.concatenate(mask_targets)
+        self.add_flat(np.concatenate(tokens), lengths, np.asarray(segment_b), np.asarray(labels),
+                      flat_positions, flat_targets, counts)
+
+    def add_flat(self, tokens: np.ndarray, lengths: np.ndarray, segment_b: np.ndarray, labels: np.ndarray,
+                 mask_positions: np.ndarray | None = None, mask_targets: np.ndarray | None = None,
+                 mask_counts: np.ndarray | None = None) -> None:
+        """`add` for instances already laid end to end: `lengths[i]` tokens and `mask_counts[i]` masks each."""
+        if not len(lengths):
+            return
         if not self._handles:
             self._open()
-        lengths = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
-        self._write("tokens", np.concatenate(tokens))
+        self._write("tokens", tokens)
         self._write("offsets", self.tokens + np.cumsum(lengths))
-        self._write("segment_b", np.asarray(segment_b))
-        self._write("nsp_labels", np.asarray(labels))
+        self._write("segment_b", segment_b)
+        self._write("nsp_labels", labels)
         self.tokens += int(lengths.sum())
         if self.static:
-            if mask_positions is None or mask_targets is None:
-                raise ValueError("a static shard needs mask_positions and mask_targets")
-            counts = np.fromiter((len(p) for p in mask_positions), dtype=np.int64, count=len(mask_positions))
-            self._write("mask_positions", np.concatenate(mask_positions))
-            self._write("mask_targets", np.concatenate(mask_targets))
-            self._write("mask_offsets", self.predictions + np.cumsum(counts))
-            self.predictions += int(counts.sum())
-        self.instances += len(tokens)
+            if mask_positions is None or mask_targets is None or mask_counts is None:
+                raise ValueError("a static shard needs mask_positions, mask_targets and mask_counts")
+            self._write("mask_positions", mask_positions)
+            self._write("mask_targets", mask_targets)
+            self._write("mask_offsets", self.predictions + np.cumsum(mask_counts))
+            self.predictions += int(mask_counts.sum())
+        self.instances += len(lengths)
 
     def close(self, extra: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """Finish the shard: rename the arrays into place, then write the index. None if it holds nothing.
