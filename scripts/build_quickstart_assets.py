@@ -1,7 +1,7 @@
 """Rebuild the quickstart's bundled data in src/bertforge/assets/ from ../shared/data (run once; output committed).
 
 - gutenberg/*.txt: five public-domain novels, Project Gutenberg header, footer and licence removed.
-- sst2_sample/{train,dev}.tsv: GLUE SST-2 in GLUE layout, 4,000 training sentences drawn with a fixed
+- glue_sample/SST-2/{train,dev}.tsv: GLUE SST-2 in GLUE layout, 4,000 training sentences drawn with a fixed
   seed, and the full dev set (872).
 """
 
@@ -33,7 +33,7 @@ def main(shared: Path, assets: Path) -> None:
     for book in BOOKS:
         text = (shared / "pretrain_text/gutenberg" / f"{book}.txt").read_text(encoding="utf-8-sig")
         (assets / "gutenberg" / f"{book}.txt").write_text(strip_gutenberg(text), encoding="utf-8")
-    sst = assets / "sst2_sample"
+    sst = assets / "glue_sample" / "SST-2"
     sst.mkdir(parents=True, exist_ok=True)
     header, *rows = (shared / "glue/SST-2/train.tsv").read_text(encoding="utf-8").splitlines()
     sample = random.Random(2019).sample(rows, 4000)
