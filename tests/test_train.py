@@ -90,6 +90,7 @@ class SyntheticBatches:
         self.epoch, self.consumed = state["epoch"], state["consumed"]
 
     def __iter__(self):
+        torch.randint(0, 2**62, ())  # as a DataLoader does (its base seed): the loop must not let this shift dropout
         order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed * 1000 + self.epoch))
         while self.consumed + self.rank < self.batches_per_epoch():
             j = self.consumed + self.rank
@@ -201,6 +202,19 @@ def test_accumulating_k_micro_batches_equals_one_batch_of_k_times_the_size(tmp_p
     half = grads_of_first_step(tmp_path / "half", batch_size=2, grad_accum=1)
     qkv = "bert.encoder.layers.0.attention.qkv.weight"
     assert not torch.allclose(half[qkv], one[qkv], atol=1e-6)
+
+
+def test_bf16_autocast_trains_on_cpu_and_fp16_asks_for_a_gpu(tmp_path: Path) -> None:
+    model = tiny_model()
+    before = params(model)["bert.encoder.layers.0.attention.qkv.weight"]
+    result = train(model, SyntheticBatches(), tmp_path / "bf16", run_config(max_steps=3, precision="bf16"),
+                   OptimConfig(lr=1e-3))
+    assert result.skipped_steps == 0 and math.isfinite(result.train_loss)
+    assert model.bert.encoder.layers[0].attention.qkv.weight.dtype == torch.float32  # weights stay fp32
+    assert not torch.equal(before, params(model)["bert.encoder.layers.0.attention.qkv.weight"])
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="fp16 needs a GPU"):
+            train(tiny_model(), SyntheticBatches(), tmp_path / "fp16", run_config(precision="fp16"), OptimConfig())
 
 
 # ------------------------------------------------------------------------------------------------

@@ -235,11 +235,11 @@ class _Stepper:
             loss_sum += loss.detach().float()
         # one collective for both numbers; a NaN on any rank makes the sum NaN on all, so every rank
         # takes the same skip decision
-        totals = distributed.all_reduce_sum(torch.stack([loss_sum, torch.tensor(float(tokens), device=loss_sum.device)]),
-                                            "averaging the loss")
-        mean_loss = totals[0].item() / (accum * self.ctx.world_size)
+        totals = torch.stack([loss_sum, torch.tensor(float(tokens), device=loss_sum.device)])
+        loss_total, token_total = distributed.all_reduce_sum(totals, "averaging the loss").tolist()  # one sync
+        mean_loss = loss_total / (accum * self.ctx.world_size)
         lr = self.optimizer.param_groups[0]["lr"]
-        outcome = StepOutcome(loss=mean_loss, lr=lr, grad_norm=math.nan, tokens=int(totals[1].item()),
+        outcome = StepOutcome(loss=mean_loss, lr=lr, grad_norm=math.nan, tokens=int(token_total),
                               skipped=not math.isfinite(mean_loss))
         if not outcome.skipped:
             self._update(outcome)
@@ -310,17 +310,30 @@ class _Window:
 # helpers
 # ------------------------------------------------------------------------------------------------
 def _forever(batches: ResumableBatches) -> Iterator[Batch]:
-    """Epoch after epoch. One empty pass is normal (a resume exactly at an epoch's end); two are not."""
+    """Epoch after epoch. One empty pass is normal (a resume exactly at an epoch's end); two are not.
+
+    Fetching leaves torch's RNG as it was: a DataLoader draws a base seed from it whenever an epoch's
+    iterator starts, and a resumed run starts one at another moment than an uninterrupted run, which
+    would shift every later dropout mask. Sources that need randomness must seed their own generators.
+    """
     empty_passes = 0
     while True:
-        produced = False
-        for batch in batches:
+        iterator, produced = iter(batches), False
+        while (batch := _next_keeping_rng(iterator)) is not None:
             produced = True
             yield batch
         empty_passes = 0 if produced else empty_passes + 1
         if empty_passes >= 2:
             raise ValueError("the data source yields no batches (is the data directory empty, or the "
                              "batch size larger than this rank's share with drop_last?)")
+
+
+def _next_keeping_rng(iterator: Iterator[Batch]) -> Batch | None:
+    state = torch.get_rng_state()
+    try:
+        return next(iterator, None)
+    finally:
+        torch.set_rng_state(state)
 
 
 def count_tokens(batch: Batch) -> int:

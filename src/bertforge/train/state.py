@@ -10,7 +10,8 @@ One checkpoint is a directory `RUN/checkpoints/step-000123/`:
 The directory is filled under a temporary name and renamed into place only when every rank has
 written its part, so a crash (even SIGKILL mid-write) leaves the previous checkpoints untouched and
 never a half one under a real name. Nothing is unpickled on load: safetensors, `torch.load(...,
-weights_only=True)` and JSON only.
+weights_only=True)` and JSON only. With several nodes the run directory must be on a filesystem they
+share, since every rank writes its own file into the same directory.
 """
 
 from __future__ import annotations
