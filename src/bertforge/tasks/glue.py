@@ -14,51 +14,29 @@ read alike. Test files have no label column; their examples carry `label=None`.
 Labels stay as the strings in the file ("0"/"1", "entailment", ...), checked against the task's label
 list; `GLUE_TASKS[task].labels` gives the order to map them to class ids. STS-B labels are floats.
 
-This module also holds `DataFormatError`, the error every task reader raises for bad input.
+For fine-tuning, `Glue(task)` declares the rest (`tasks.base.Task`): sentence (pair) features truncated
+BERT's way, the class-id or score label, argmax / the score as the prediction, GLUE's metrics, and the
+leaderboard files (`CoLA.tsv`, `SST-2.tsv`, ..., `MNLI-m.tsv`, `MNLI-mm.tsv`, `AX.tsv`: a header
+`index<TAB>prediction`, then label names, or STS-B scores).
+
+`DataFormatError` and `read_text_lines` live in `tasks.base`; they are re-exported here.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from bertforge.tasks.metrics import canonical_glue_task
+import numpy as np
 
+from bertforge.tasks.base import DataFormatError, Feature, Task, read_text_lines
+from bertforge.tasks.metrics import canonical_glue_task, glue_metrics
 
-class DataFormatError(ValueError):
-    """Input that a reader cannot use, located as `file:line: field: what is wrong`.
-
-    `line` is 1-based (None when the problem is not on one line); `field` names the column, key or
-    JSON path concerned (None when the whole line is at fault).
-    """
-
-    def __init__(self, path: str | Path, line: int | None, field: str | None, message: str) -> None:
-        self.path, self.line, self.field, self.message = str(path), line, field, message
-        where = self.path if line is None else f"{self.path}:{line}"
-        super().__init__(f"{where}: {field}: {message}" if field else f"{where}: {message}")
-
-
-def read_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
-    """(1-based line number, text) for each line of a UTF-8 file, without its line ending.
-
-    Lines are split on "\\n" only (a stray \\x1c or \\u2028 inside a sentence stays in it); a UTF-8 BOM
-    at the start is dropped; bytes that are not UTF-8 raise `DataFormatError` with their line.
-    """
-    data = Path(path).read_bytes()
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    raw_lines = data.split(b"\n")
-    if raw_lines and raw_lines[-1] == b"":
-        raw_lines.pop()
-    for number, raw in enumerate(raw_lines, start=1):
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise DataFormatError(path, number, None, f"not UTF-8 text (byte {exc.start}: "
-                                                      f"{raw[exc.start:exc.start + 1]!r})") from None
-        yield number, text.removesuffix("\r")
+if TYPE_CHECKING:
+    from bertforge.tokenizer import BertTokenizer
 
 
 @dataclass
@@ -202,3 +180,114 @@ def _parse_label(spec: GlueTask, value: str, path: Path, line: int) -> str | flo
         raise DataFormatError(path, line, spec.label,
                               f"unknown label {value!r} for {spec.name}; expected one of {', '.join(spec.labels)}")
     return value
+
+
+# ------------------------------------------------------------------------------------------------
+# fine-tuning: what a GLUE task declares
+# ------------------------------------------------------------------------------------------------
+# canonical task -> the file name stem the GLUE leaderboard expects
+LEADERBOARD_FILES = {
+    "cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP", "qnli": "QNLI",
+    "rte": "RTE", "wnli": "WNLI", "test_matched": "MNLI-m", "test_mismatched": "MNLI-mm", "ax": "AX",
+}
+
+
+@dataclass
+class Glue(Task):
+    """A GLUE task: `[CLS] a [SEP] (b [SEP])` -> a class (or STS-B's score) from the pooled [CLS].
+
+    Labels map to class ids in `GLUE_TASKS[task].labels` order, which is also the head's id2label.
+    An MNLI model is scored on dev_matched and dev_mismatched, and predicts test_matched,
+    test_mismatched and the AX diagnostic (split "ax").
+    """
+
+    family: ClassVar[str] = "glue"
+    default_max_length: ClassVar[int] = 128
+
+    def __post_init__(self) -> None:
+        key = canonical_glue_task(self.name)
+        self.name = "mnli" if key.startswith("mnli") else key
+        if self.name == "ax":
+            raise ValueError("AX is not trained on: fine-tune MNLI, whose predict() also writes AX.tsv")
+        self.spec = GLUE_TASKS[self.name]
+
+    @property
+    def head(self) -> type:  # type: ignore[override]
+        from bertforge.model.heads import BertForSequenceClassification
+
+        return BertForSequenceClassification
+
+    def read(self, data_dir: str | Path, split: str) -> list[GlueExample]:
+        if split == "ax":
+            return read_glue(data_dir, "ax", "test")
+        return read_glue(data_dir, self.name, split)
+
+    def eval_splits(self) -> tuple[str, ...]:
+        return ("dev_matched", "dev_mismatched") if self.name == "mnli" else ("dev",)
+
+    def test_splits(self) -> tuple[str, ...]:
+        return ("test_matched", "test_mismatched", "ax") if self.name == "mnli" else ("test",)
+
+    def label_names(self, train_examples: Sequence[Any]) -> list[str] | int:
+        return 1 if self.spec.labels is None else list(self.spec.labels)
+
+    def featurize(self, examples: Sequence[GlueExample], tokenizer: BertTokenizer, max_length: int, *,
+                  label_names: Sequence[str] | None = None) -> list[Feature]:
+        texts: list[Any] = [e.text_a if e.text_b is None else (e.text_a, e.text_b) for e in examples]
+        encoded = tokenizer.encode_batch(texts, max_length=max_length, truncation=True)
+        features = []
+        for i, example in enumerate(examples):
+            inputs: dict[str, Any] = {"input_ids": encoded["input_ids"][i],
+                                      "token_type_ids": encoded["token_type_ids"][i]}
+            if example.label is not None:
+                inputs["labels"] = (float(example.label) if self.spec.labels is None
+                                    else self.spec.labels.index(str(example.label)))
+            features.append(Feature(inputs, i))
+        return features
+
+    def postprocess(self, examples: Sequence[GlueExample], features: Sequence[Feature],
+                    outputs: Sequence[dict[str, np.ndarray]], *,
+                    label_names: Sequence[str] | None = None) -> list[int | float]:
+        """A class id (argmax) per example, or STS-B's predicted score."""
+        if self.spec.labels is None:
+            return [float(out["logits"].reshape(-1)[0]) for out in outputs]
+        return [int(np.argmax(out["logits"])) for out in outputs]
+
+    def gold(self, examples: Sequence[GlueExample]) -> list[int | float]:
+        if self.spec.labels is None:
+            return [float(e.label) for e in examples]  # type: ignore[arg-type]
+        return [self.spec.labels.index(str(e.label)) for e in examples]
+
+    def metric(self, examples: Sequence[GlueExample], predictions: Sequence[int | float]) -> dict[str, float]:
+        return glue_metrics(self.name, list(predictions), self.gold(examples))
+
+    def write_predictions(self, examples: Sequence[GlueExample], predictions: Sequence[int | float],
+                          out_dir: Path, split: str) -> list[Path]:
+        """The leaderboard's .tsv: `index<TAB>prediction`, label names, STS-B scores clipped to 0..5.
+
+        Test splits get the leaderboard's file names (SST-2.tsv, MNLI-m.tsv, AX.tsv, ...); other
+        splits are written as `<Task>-<split>.tsv`.
+        """
+        from bertforge.fileio import write_text_atomic
+
+        if split.startswith("test") or split == "ax":
+            stem = LEADERBOARD_FILES[split if self.name == "mnli" else self.name]
+        else:
+            stem = f"{self.spec.name}-{split}"
+        lines = ["index\tprediction"]
+        for example, prediction in zip(examples, predictions, strict=True):
+            index = example.guid.rsplit("-", 1)[-1]
+            if self.spec.labels is None:
+                value = f"{min(5.0, max(0.0, float(prediction))):.3f}"
+            else:
+                value = self.spec.labels[int(prediction)]
+            lines.append(f"{index}\t{value}")
+        path = Path(out_dir) / f"{stem}.tsv"
+        write_text_atomic(path, "\n".join(lines) + "\n")
+        return [path]
+
+
+__all__ = [
+    "GLUE_TASKS", "LEADERBOARD_FILES", "DataFormatError", "Glue", "GlueExample", "GlueTask", "glue_task",
+    "read_glue", "read_glue_file", "read_text_lines",
+]

@@ -9,6 +9,14 @@ The NER column is IOB1: `I-X` opens an entity unless it directly follows another
 `B-X` marks the boundary between the two. The reader converts it to IOB2 (every entity starts with
 `B-`), the scheme a token classifier is trained on. `metrics.conll_f1` scores either scheme the way
 conlleval does.
+
+For fine-tuning, `Ner()` declares the rest (`tasks.base.Task`). Each word is split into WordPiece
+pieces; its label goes on its first piece and the other pieces get -100 (not scored), as in the BERT
+paper. A word that the tokenizer drops entirely (a lone zero-width or control character) becomes
+[UNK], so every word gets a prediction. A sentence longer than the window is cut into windows that
+start and end on word boundaries and overlap by about half a window (`stride` pieces between window
+starts); each word is predicted in the window where it has the most context on both sides
+(`base.max_context_score`), and predictions are mapped back to the words of the sentence.
 """
 
 from __future__ import annotations
@@ -17,9 +25,22 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from bertforge.tasks.glue import DataFormatError, read_text_lines
+import numpy as np
+
+from bertforge.tasks.base import (
+    IGNORE_INDEX,
+    DataFormatError,
+    Feature,
+    Task,
+    max_context_score,
+    read_text_lines,
+)
+from bertforge.tasks.metrics import conll_f1
+
+if TYPE_CHECKING:
+    from bertforge.tokenizer import BertTokenizer
 
 # the label order of the Hugging Face `conll2003` dataset, used for class ids
 CONLL2003_LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
@@ -112,3 +133,170 @@ def label_list(sentences: Sequence[NerSentence]) -> list[str]:
     if used <= set(CONLL2003_LABELS):
         return list(CONLL2003_LABELS)
     return ["O"] + sorted(used - {"O"})
+
+
+# ------------------------------------------------------------------------------------------------
+# fine-tuning: what the NER task declares
+# ------------------------------------------------------------------------------------------------
+# split -> file names tried in the data directory (CoNLL-2003's own names first)
+NER_FILES = {
+    "train": ("eng.train", "train.txt", "train"),
+    "dev": ("eng.testa", "dev.txt", "valid.txt", "testa"),
+    "test": ("eng.testb", "test.txt", "testb"),
+}
+
+
+def word_windows(piece_counts: Sequence[int], budget: int, stride: int) -> list[tuple[int, int]]:
+    """Cut a sentence into windows of whole words, each at most `budget` pieces: [(first, end), ...].
+
+    A window takes as many words as fit. The next one starts at the first word at least `stride`
+    pieces after the current start (always at least one word later, never after the current end, so
+    no word is skipped); the last window ends at the sentence's end. A single word longer than
+    `budget` makes a window of its own (its pieces are then cut to the budget).
+    """
+    if budget < 1 or stride < 1:
+        raise ValueError(f"budget and stride must be positive, got {budget} and {stride}")
+    n = len(piece_counts)
+    offsets = np.concatenate([[0], np.cumsum(piece_counts)]).tolist()  # piece offset of each word
+    if offsets[-1] <= budget:
+        return [(0, n)]
+    windows = []
+    start = 0
+    while True:
+        end = start
+        while end < n and offsets[end + 1] - offsets[start] <= budget:
+            end += 1
+        end = max(end, start + 1)
+        windows.append((start, end))
+        if end >= n:
+            return windows
+        following = start + 1
+        while following < end and offsets[following] < offsets[start] + stride:
+            following += 1
+        start = following
+
+
+@dataclass
+class NerWindow:
+    """Which words a feature holds and where: what post-processing needs to map tokens back to words."""
+
+    first_word: int             # index in the sentence of the window's first word
+    token_of_word: list[int]    # token position of each window word's first piece
+    max_context: list[bool]     # whether this window is where the word is predicted
+
+
+@dataclass
+class Ner(Task):
+    """Token classification (CoNLL-2003 by default): one IOB2 tag per word, from its first piece."""
+
+    name: str = "conll2003"
+    family: ClassVar[str] = "ner"
+    default_lr: ClassVar[float] = 5e-5
+    token_outputs: ClassVar[tuple[str, ...]] = ("logits",)
+
+    @property
+    def head(self) -> type:  # type: ignore[override]
+        from bertforge.model.heads import BertForTokenClassification
+
+        return BertForTokenClassification
+
+    def read(self, data_dir: str | Path, split: str) -> list[NerSentence]:
+        root = Path(data_dir)
+        names = NER_FILES.get(split, (split,))
+        for name in names:
+            if (root / name).is_file():
+                return read_conll(root / name)
+        raise FileNotFoundError(f"{root}: no {split} file (looked for {', '.join(names)})")
+
+    def has_labels(self, examples: Sequence[Any]) -> bool:
+        return bool(examples)
+
+    def label_names(self, train_examples: Sequence[NerSentence]) -> list[str]:
+        return label_list(train_examples)
+
+    def featurize(self, examples: Sequence[NerSentence], tokenizer: BertTokenizer, max_length: int, *,
+                  label_names: Sequence[str] | None = None) -> list[Feature]:
+        budget = max_length - 2
+        stride = int(self.settings.get("stride") or max(1, budget // 2))
+        label_ids = {name: i for i, name in enumerate(label_names or [])}
+        encoded = tokenizer.backend.encode_batch([list(s.words) for s in examples], is_pretokenized=True,
+                                                 add_special_tokens=False) if examples else []
+        cls_id, sep_id, unk_id = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.unk_token_id
+        features = []
+        for index, (sentence, encoding) in enumerate(zip(examples, encoded, strict=True)):
+            pieces: list[list[int]] = [[] for _ in sentence.words]
+            for token_id, word in zip(encoding.ids, encoding.word_ids, strict=True):
+                if word is not None:
+                    pieces[word].append(token_id)
+            pieces = [(p or [unk_id])[:budget] for p in pieces]
+            windows = word_windows([len(p) for p in pieces], budget, stride)
+            best = self._best_windows(windows, [len(p) for p in pieces])
+            for k, (first, end) in enumerate(windows):
+                ids, labels, token_of_word = [cls_id], [IGNORE_INDEX], []
+                for w in range(first, end):
+                    token_of_word.append(len(ids))
+                    ids += pieces[w]
+                    if label_names is not None:
+                        tag = sentence.labels[w]
+                        if tag not in label_ids:
+                            raise ValueError(f"{sentence.guid}: label {tag!r} of word {w} is not one of the "
+                                             f"model's labels ({', '.join(label_names)})")
+                        labels += [label_ids[tag]] + [IGNORE_INDEX] * (len(pieces[w]) - 1)
+                ids.append(sep_id)
+                labels.append(IGNORE_INDEX)
+                inputs: dict[str, Any] = {"input_ids": ids, "token_type_ids": [0] * len(ids)}
+                if label_names is not None:
+                    inputs["labels"] = labels
+                meta = NerWindow(first, token_of_word, [best[w] == k for w in range(first, end)])
+                features.append(Feature(inputs, index, meta))
+        return features
+
+    @staticmethod
+    def _best_windows(windows: list[tuple[int, int]], piece_counts: list[int]) -> list[int]:
+        """For each word, the window (index) where its first piece has the most context."""
+        offsets = np.concatenate([[0], np.cumsum(piece_counts)]).tolist()
+        best = [-1] * len(piece_counts)
+        best_score = [-np.inf] * len(piece_counts)
+        for k, (first, end) in enumerate(windows):
+            length = offsets[end] - offsets[first]
+            for w in range(first, end):
+                score = max_context_score(offsets[w] - offsets[first], 0, length)
+                if score > best_score[w]:
+                    best[w], best_score[w] = k, score
+        return best
+
+    def postprocess(self, examples: Sequence[NerSentence], features: Sequence[Feature],
+                    outputs: Sequence[dict[str, np.ndarray]], *,
+                    label_names: Sequence[str] | None = None) -> list[list[str]]:
+        """One tag per word of each sentence, each from the window where the word has the most context."""
+        if label_names is None:
+            raise ValueError("NER post-processing needs the model's label names")
+        tags: list[list[str]] = [["O"] * len(e.words) for e in examples]
+        for feature, output in zip(features, outputs, strict=True):
+            window: NerWindow = feature.meta
+            logits = output["logits"]  # (T, num_labels)
+            for offset, (position, chosen) in enumerate(zip(window.token_of_word, window.max_context,
+                                                             strict=True)):
+                if chosen:
+                    tags[feature.example][window.first_word + offset] = label_names[int(np.argmax(logits[position]))]
+        return tags
+
+    def metric(self, examples: Sequence[NerSentence], predictions: Sequence[list[str]]) -> dict[str, float]:
+        """Entity-level precision, recall and F1 (conlleval), and token accuracy."""
+        result = conll_f1([e.labels for e in examples], list(predictions))
+        return {key: float(result[key]) for key in ("precision", "recall", "f1", "accuracy")}
+
+    def write_predictions(self, examples: Sequence[NerSentence], predictions: Sequence[list[str]],
+                          out_dir: Path, split: str) -> list[Path]:
+        """`predictions-<split>.txt`: `word gold predicted` per line (conlleval's input), a blank line
+        between sentences."""
+        from bertforge.fileio import write_text_atomic
+
+        lines = []
+        for example, tags in zip(examples, predictions, strict=True):
+            for word, gold, tag in zip(example.words, example.labels, tags, strict=True):
+                lines.append(f"{word} {gold} {tag}")
+            lines.append("")
+        path = Path(out_dir) / f"predictions-{split}.txt"
+        write_text_atomic(path, "\n".join(lines))
+        return [path]

@@ -14,19 +14,44 @@ The version is detected as `metrics.squad_evaluate` detects it (the `version` fi
 `is_impossible` key). Each answer must sit in its context where it says: `context[answer_start:
 answer_start + len(text)] == text`. A mismatch is reported with the article, the question id and the
 line of that id in the file; `on_misaligned="skip"` drops such answers instead and reports how many.
+
+For fine-tuning, `Squad()` declares the rest (`tasks.base.Task`), following the BERT paper:
+
+- Windows. A feature is `[CLS] question [SEP] window [SEP]`: the question cut to `max_query_length`
+  (64) pieces, the window a run of context pieces filling the rest of `max_length` (384). A context
+  that does not fit is covered by overlapping windows whose starts are `doc_stride` (128) pieces
+  apart, so every piece is seen with at least some context around it. For training, a window that
+  holds the whole first answer points at it; any other window (and an unanswerable question) points
+  at [CLS], position 0.
+- Max context. A piece in several windows is only allowed to start an answer in the window where it
+  has the most context on both sides (`base.max_context_score`).
+- Spans. Per window, the 20 best start and 20 best end pieces (`n_best`) inside the context form
+  candidate spans (end >= start, at most `max_answer_length` = 30 pieces, start in its max-context
+  window), scored start logit + end logit. The answer text is cut from the original context with the
+  tokenizer's character offsets, so accents, case and punctuation come out as written.
+- No answer (v2.0). The null score is the lowest [CLS] start + end logit over the windows; the
+  question is answered "" when null score - best span score exceeds `null_threshold`. That difference
+  is written to `null_odds.json`; the threshold that maximises dev F1 (the official script's sweep)
+  is tuned after fine-tuning and saved with the model.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from bertforge.tasks.glue import DataFormatError
-from bertforge.tasks.metrics import detect_squad_version
+import numpy as np
+
+from bertforge.tasks.base import DataFormatError, Feature, Task, max_context_score
+from bertforge.tasks.metrics import detect_squad_version, squad_evaluate
+
+if TYPE_CHECKING:
+    from bertforge.tokenizer import BertTokenizer
 
 
 @dataclass
@@ -43,6 +68,7 @@ class SquadExample:
     context: str
     answers: list[SquadAnswer] = field(default_factory=list)  # empty when unanswerable
     is_impossible: bool = False
+    article: int = 0  # index of its article in the file's `data` list
 
 
 class _Locator:
@@ -159,8 +185,310 @@ def read_squad(path: str | Path, *, on_misaligned: Literal["raise", "skip"] = "r
                     raise DataFormatError(path, line, f"{where_q}.answers",
                                           f"question {qid} has no answers and is not marked is_impossible"
                                           + ("" if version == "2.0" else " (SQuAD v1.1 has no such questions)"))
-                examples.append(SquadExample(qid, title, question, context, answers, impossible))
+                examples.append(SquadExample(qid, title, question, context, answers, impossible, a))
     if skipped_answers:
         warnings.warn(f"{path}: skipped {skipped_answers} answers not found at their answer_start; "
                       f"{dropped_questions} questions were left without answers and dropped", stacklevel=2)
     return examples
+
+
+# ------------------------------------------------------------------------------------------------
+# fine-tuning: what the SQuAD task declares
+# ------------------------------------------------------------------------------------------------
+SQUAD_DEFAULTS: dict[str, Any] = {
+    "doc_stride": 128,         # pieces between the starts of two consecutive windows of a context
+    "max_query_length": 64,    # question pieces kept
+    "n_best": 20,              # start and end candidates per window, and answers kept per question
+    "max_answer_length": 30,   # pieces in an answer, at most
+    "null_threshold": 0.0,     # v2.0: answer "" when null score - best span score is above this
+}
+
+
+@dataclass
+class SquadWindow:
+    """Where a feature's window sits in its example's context."""
+
+    context_start: int                  # token position of the window's first context piece
+    first_piece: int                    # index of that piece among the context's pieces
+    length: int                         # context pieces in the window
+    offsets: list[tuple[int, int]]      # (start, end) characters of every context piece (shared)
+    max_context: list[bool]             # per window piece: may an answer start here?
+
+
+@dataclass
+class SquadPrediction:
+    text: str                           # the answer ("" = no answer)
+    null_odds: float | None             # v2.0: null score - best span score; None for v1.1
+    best_span: str                      # the best non-empty span, whatever the null score says
+    nbest: list[dict[str, Any]] = field(default_factory=list)  # text, score, probability, char start/end
+
+
+def context_windows(n_pieces: int, budget: int, doc_stride: int) -> list[tuple[int, int]]:
+    """(first piece, length) of each window over a context of `n_pieces` pieces, `budget` per window.
+
+    Windows start 0, doc_stride, 2 doc_stride, ... (a stride longer than a window is cut to the
+    window, so no piece is skipped) until one reaches the end of the context.
+    """
+    if budget < 1 or doc_stride < 1:
+        raise ValueError(f"window budget and doc_stride must be positive, got {budget} and {doc_stride}")
+    windows, start = [], 0
+    while True:
+        length = min(budget, n_pieces - start)
+        windows.append((start, length))
+        if start + length >= n_pieces:
+            return windows
+        start += min(length, doc_stride)
+
+
+def char_span_to_pieces(offsets: Sequence[tuple[int, int]], start: int, end: int) -> tuple[int, int] | None:
+    """The first and last piece overlapping characters [start, end) of the context; None if none do."""
+    first = next((i for i, (_, e) in enumerate(offsets) if e > start), None)
+    last = next((i for i in range(len(offsets) - 1, -1, -1) if offsets[i][0] < end), None)
+    if first is None or last is None or last < first:
+        return None
+    return first, last
+
+
+@dataclass
+class Squad(Task):
+    """Extractive QA (SQuAD v1.1 / v2.0): start and end logits over the context pieces of each window.
+
+    `name` is "squad" (version read from the data), "v1.1" or "v2.0". `settings` may hold
+    `doc_stride`, `max_query_length`, `n_best`, `max_answer_length`, `null_threshold` (defaults in
+    `SQUAD_DEFAULTS`) and `train_articles`: N splits one file (or the directory's dev file) by
+    article, the first N for training and the rest for evaluation (there is no public test set).
+    """
+
+    name: str = "squad"
+    family: ClassVar[str] = "squad"
+    default_max_length: ClassVar[int] = 384
+    default_lr: ClassVar[float] = 5e-5
+    output_names: ClassVar[tuple[str, ...]] = ("start_logits", "end_logits")
+    token_outputs: ClassVar[tuple[str, ...]] = ("start_logits", "end_logits")
+
+    def __post_init__(self) -> None:
+        versions = {"squad": None, "v1.1": "1.1", "1.1": "1.1", "v2.0": "2.0", "2.0": "2.0",
+                    "squad1.1": "1.1", "squad2.0": "2.0", "squad_v2": "2.0"}
+        key = self.name.lower().replace("-", "")
+        if key not in versions:
+            raise ValueError(f"unknown SQuAD task {self.name!r}; use squad (auto), v1.1 or v2.0")
+        self.settings = {**SQUAD_DEFAULTS, **self.settings}
+        if versions[key] and not self.settings.get("version"):
+            self.settings["version"] = versions[key]
+
+    @property
+    def head(self) -> type:  # type: ignore[override]
+        from bertforge.model.heads import BertForQuestionAnswering
+
+        return BertForQuestionAnswering
+
+    @property
+    def version(self) -> str:
+        return self.settings.get("version") or "1.1"
+
+    # ---- reader
+    def data_file(self, data_dir: str | Path, split: str) -> Path:
+        """The json file of `split`: `data_dir` itself if it is a file, else `<split>*.json` in it
+        (`<split>-v<version>*.json` when the version is known, e.g. dev-v1.1.json)."""
+        root = Path(data_dir)
+        if root.is_file():
+            return root
+        if self.settings.get("train_articles"):
+            split = "dev"
+        version = self.settings.get("version")
+        pattern = f"{split}-v{version}*.json" if version else f"{split}*.json"
+        found = sorted(root.glob(pattern))
+        if len(found) != 1:
+            what = "no file" if not found else f"{len(found)} files ({', '.join(p.name for p in found)})"
+            raise FileNotFoundError(f"{root}: {what} matching {pattern}; name the file, or the version "
+                                    f"(task v1.1 / v2.0)")
+        return found[0]
+
+    def read(self, data_dir: str | Path, split: str) -> list[SquadExample]:
+        path = self.data_file(data_dir, split)
+        examples = read_squad(path)
+        if not self.settings.get("version"):
+            self.settings["version"] = detect_squad_version(load_squad_json(path))
+        n_train = self.settings.get("train_articles")
+        if n_train:
+            keep = (lambda a: a < n_train) if split == "train" else (lambda a: a >= n_train)
+            examples = [e for e in examples if keep(e.article)]
+            if not examples:
+                raise ValueError(f"{path}: no questions left for {split} with train_articles={n_train}")
+        return examples
+
+    def has_labels(self, examples: Sequence[Any]) -> bool:
+        return bool(examples) and all(e.answers or e.is_impossible for e in examples)
+
+    # ---- features
+    def featurize(self, examples: Sequence[SquadExample], tokenizer: BertTokenizer, max_length: int, *,
+                  label_names: Sequence[str] | None = None) -> list[Feature]:
+        """Windows of every example; `meta` is a `SquadWindow`. Answers whose characters no piece
+        covers (whitespace only) are skipped for training, with a count in a warning."""
+        if not examples:
+            return []
+        doc_stride, max_query = int(self.settings["doc_stride"]), int(self.settings["max_query_length"])
+        unlimited = 10**9  # the context is windowed here, so no tokenizer length limit applies
+        questions = tokenizer.encode_batch([e.question for e in examples], add_special_tokens=False,
+                                           max_length=unlimited)["input_ids"]
+        contexts = list(dict.fromkeys(e.context for e in examples))
+        encoded = tokenizer.encode_batch(contexts, add_special_tokens=False, max_length=unlimited)["encodings"]
+        by_context = dict(zip(contexts, encoded, strict=True))
+        cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
+        features, unaligned = [], 0
+        for index, example in enumerate(examples):
+            query = questions[index][:max_query]
+            context = by_context[example.context]
+            offsets = [tuple(o) for o in context.offsets]
+            budget = max_length - len(query) - 3
+            if budget < 1:
+                raise ValueError(f"max_length {max_length} leaves no room for the context after a "
+                                 f"{len(query)}-piece question; raise max_length or lower max_query_length")
+            windows = context_windows(len(context.input_ids), budget, doc_stride)
+            best = _best_window_per_piece(windows, len(context.input_ids))
+            answer = None
+            if example.answers:
+                first = example.answers[0]
+                answer = char_span_to_pieces(offsets, first.answer_start, first.answer_start + len(first.text))
+                unaligned += answer is None
+            for k, (first_piece, length) in enumerate(windows):
+                ids = [cls_id, *query, sep_id, *context.input_ids[first_piece:first_piece + length], sep_id]
+                context_start = len(query) + 2
+                inputs: dict[str, Any] = {"input_ids": ids,
+                                          "token_type_ids": [0] * context_start + [1] * (length + 1)}
+                if example.is_impossible or answer is not None:
+                    start = end = 0
+                    if answer is not None and first_piece <= answer[0] and answer[1] < first_piece + length:
+                        start = context_start + answer[0] - first_piece
+                        end = context_start + answer[1] - first_piece
+                    inputs["start_positions"], inputs["end_positions"] = start, end
+                window = SquadWindow(context_start, first_piece, length, offsets,  # type: ignore[arg-type]
+                                     [best[first_piece + i] == k for i in range(length)])
+                features.append(Feature(inputs, index, window))
+        if unaligned:
+            warnings.warn(f"{unaligned} answers cover no context piece (whitespace only?) and are not "
+                          f"trained on", stacklevel=2)
+        return features
+
+    # ---- post-processing
+    def postprocess(self, examples: Sequence[SquadExample], features: Sequence[Feature],
+                    outputs: Sequence[dict[str, np.ndarray]], *,
+                    label_names: Sequence[str] | None = None) -> list[SquadPrediction]:
+        n_best, max_answer = int(self.settings["n_best"]), int(self.settings["max_answer_length"])
+        threshold = float(self.settings["null_threshold"])
+        per_example: list[list[tuple[Feature, dict[str, np.ndarray]]]] = [[] for _ in examples]
+        for feature, output in zip(features, outputs, strict=True):
+            per_example[feature.example].append((feature, output))
+
+        predictions = []
+        for example, pairs in zip(examples, per_example, strict=True):
+            candidates: dict[tuple[int, int], float] = {}  # (first piece, last piece) -> best score
+            null_score = math.inf
+            for feature, output in pairs:
+                window: SquadWindow = feature.meta
+                starts, ends = output["start_logits"], output["end_logits"]
+                null_score = min(null_score, float(starts[0] + ends[0]))
+                lo, hi = window.context_start, window.context_start + window.length
+                start_scores, end_scores = starts[lo:hi], ends[lo:hi]
+                top_starts = np.argsort(-start_scores, kind="stable")[:n_best]
+                top_ends = np.argsort(-end_scores, kind="stable")[:n_best]
+                for a in top_starts.tolist():
+                    if not window.max_context[a]:
+                        continue
+                    for b in top_ends.tolist():
+                        if b < a or b - a + 1 > max_answer:
+                            continue
+                        span = (window.first_piece + a, window.first_piece + b)
+                        score = float(start_scores[a] + end_scores[b])
+                        if score > candidates.get(span, -math.inf):
+                            candidates[span] = score
+            offsets = pairs[0][0].meta.offsets if pairs else []
+            predictions.append(self._answer(example, offsets, candidates, null_score, n_best, threshold))
+        return predictions
+
+    def _answer(self, example: SquadExample, offsets: Sequence[tuple[int, int]],
+                candidates: dict[tuple[int, int], float], null_score: float, n_best: int,
+                threshold: float) -> SquadPrediction:
+        ranked = sorted(candidates.items(), key=lambda item: -item[1])
+        nbest: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        for (first, last), score in ranked:
+            start, end = offsets[first][0], offsets[last][1]
+            text = example.context[start:end]
+            if text in seen:  # two piece spans with the same text (e.g. around a dropped character)
+                continue
+            seen.add(text)
+            nbest.append({"text": text, "score": score, "start": start, "end": end})
+            if len(nbest) == n_best:
+                break
+        if nbest:
+            scores = np.array([c["score"] for c in nbest])
+            probabilities = np.exp(scores - scores.max())
+            probabilities /= probabilities.sum()
+            for candidate, probability in zip(nbest, probabilities.tolist(), strict=True):
+                candidate["probability"] = probability
+        best_text = nbest[0]["text"] if nbest else ""
+        best_score = nbest[0]["score"] if nbest else -math.inf
+        if self.version != "2.0":
+            return SquadPrediction(best_text, None, best_text, nbest)
+        odds = null_score - best_score if nbest else math.inf
+        odds = min(odds, 1e9)  # JSON has no infinity; no span at all is as sure a "no answer" as it gets
+        return SquadPrediction("" if odds > threshold else best_text, float(odds), best_text, nbest)
+
+    # ---- metrics and files
+    def dataset_json(self, examples: Sequence[SquadExample]) -> dict[str, Any]:
+        """The gold answers of `examples` in the SQuAD layout that `squad_evaluate` reads."""
+        qas = [{"id": e.id, "answers": [{"text": a.text} for a in e.answers],
+                **({"is_impossible": e.is_impossible} if self.version == "2.0" else {})} for e in examples]
+        return {"version": "v2.0" if self.version == "2.0" else "1.1", "data": [{"paragraphs": [{"qas": qas}]}]}
+
+    def metric(self, examples: Sequence[SquadExample], predictions: Sequence[SquadPrediction]) -> dict[str, float]:
+        """The official script's numbers. v1.1: exact_match, f1. v2.0: exact, f1, HasAns_*, NoAns_* for
+        the predictions as made (threshold `null_threshold`), and best_exact / best_f1 with their
+        thresholds from the official sweep over null_odds on the best non-empty spans."""
+        dataset = self.dataset_json(examples)
+        answers = {e.id: p.text for e, p in zip(examples, predictions, strict=True)}
+        result = squad_evaluate(dataset, answers)
+        if self.version == "2.0":
+            spans = {e.id: p.best_span for e, p in zip(examples, predictions, strict=True)}
+            odds = {e.id: float(p.null_odds) for e, p in zip(examples, predictions, strict=True)}  # type: ignore[arg-type]
+            swept = squad_evaluate(dataset, spans, odds, na_prob_thresh=math.inf)
+            result.update({k: v for k, v in swept.items() if k.startswith("best_")})
+        return {k: float(v) for k, v in result.items()}
+
+    def tune(self, examples: Sequence[SquadExample], predictions: Sequence[SquadPrediction]) -> dict[str, Any]:
+        """v2.0: the null threshold that maximises F1 on these (dev) examples."""
+        if self.version != "2.0":
+            return {}
+        return {"null_threshold": self.metric(examples, predictions)["best_f1_thresh"]}
+
+    def write_predictions(self, examples: Sequence[SquadExample], predictions: Sequence[SquadPrediction],
+                          out_dir: Path, split: str) -> list[Path]:
+        """`predictions.json` (id -> answer, the official scripts' input), `nbest_predictions.json`, and
+        for v2.0 `null_odds.json` (id -> null score - best span score, the scripts' --na-prob-file).
+        Splits other than test get their name in the file names (`predictions-dev.json`)."""
+        from bertforge.fileio import write_text_atomic
+
+        suffix = "" if split == "test" else f"-{split}"
+        out_dir = Path(out_dir)
+        files = {f"predictions{suffix}.json": {e.id: p.text for e, p in zip(examples, predictions, strict=True)},
+                 f"nbest_predictions{suffix}.json": {e.id: p.nbest for e, p in zip(examples, predictions,
+                                                                                  strict=True)}}
+        if self.version == "2.0":
+            files[f"null_odds{suffix}.json"] = {e.id: p.null_odds for e, p in zip(examples, predictions, strict=True)}
+        paths = []
+        for name, content in files.items():
+            write_text_atomic(out_dir / name, json.dumps(content, indent=1, ensure_ascii=False) + "\n")
+            paths.append(out_dir / name)
+        return paths
+
+
+def _best_window_per_piece(windows: list[tuple[int, int]], n_pieces: int) -> list[int]:
+    """For each context piece, the window (index) where it has the most context."""
+    best, best_score = [0] * n_pieces, [-math.inf] * n_pieces
+    for k, (first, length) in enumerate(windows):
+        for piece in range(first, first + length):
+            score = max_context_score(piece, first, length)
+            if score > best_score[piece]:
+                best[piece], best_score[piece] = k, score
+    return best

@@ -10,6 +10,10 @@ candidate endings; the label says which ending really follows. Two file formats:
   0..3), the layout of the `transformers` SWAG test fixture.
 
 The format is chosen by the extension (.csv, or .jsonl/.json), else by the first character.
+
+For fine-tuning, `Swag()` declares the rest (`tasks.base.Task`): each of the four endings makes the
+pair `[CLS] sent1 [SEP] sent2 ending [SEP]` (truncated BERT's way), the four rows go through the
+encoder together ((B, 4, T)), and a softmax over their [CLS] scores picks the ending.
 """
 
 from __future__ import annotations
@@ -17,12 +21,18 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from bertforge.tasks.glue import DataFormatError
+import numpy as np
+
+from bertforge.tasks.base import DataFormatError, Feature, Task
+from bertforge.tasks.metrics import multiple_choice_accuracy
+
+if TYPE_CHECKING:
+    from bertforge.tokenizer import BertTokenizer
 
 NUM_CHOICES = 4
 _ENDINGS = tuple(f"ending{i}" for i in range(NUM_CHOICES))
@@ -120,3 +130,68 @@ def _example(record: Mapping[str, Any], path: Path, line: int, default_id: str) 
         endings=[record[name] for name in _ENDINGS],
         label=label,
     )
+
+
+# ------------------------------------------------------------------------------------------------
+# fine-tuning: what the SWAG task declares
+# ------------------------------------------------------------------------------------------------
+# split -> file names tried in the data directory (the official release's names first)
+SWAG_FILES = {
+    "train": ("train.csv", "train.jsonl"),
+    "dev": ("val.csv", "dev.csv", "val.jsonl", "dev.jsonl"),
+    "test": ("test.csv", "test.jsonl"),
+}
+
+
+@dataclass
+class Swag(Task):
+    """Multiple choice over SWAG's four endings."""
+
+    name: str = "swag"
+    family: ClassVar[str] = "swag"
+
+    @property
+    def head(self) -> type:  # type: ignore[override]
+        from bertforge.model.heads import BertForMultipleChoice
+
+        return BertForMultipleChoice
+
+    def read(self, data_dir: str | Path, split: str) -> list[SwagExample]:
+        root = Path(data_dir)
+        names = SWAG_FILES.get(split, (split,))
+        for name in names:
+            if (root / name).is_file():
+                return read_swag(root / name)
+        raise FileNotFoundError(f"{root}: no {split} file (looked for {', '.join(names)})")
+
+    def featurize(self, examples: Sequence[SwagExample], tokenizer: BertTokenizer, max_length: int, *,
+                  label_names: Sequence[str] | None = None) -> list[Feature]:
+        pairs = [(e.context, f"{e.start_ending} {ending}".strip()) for e in examples for ending in e.endings]
+        encoded = tokenizer.encode_batch(pairs, max_length=max_length, truncation=True) if pairs else {}
+        features = []
+        for i, example in enumerate(examples):
+            rows = slice(i * NUM_CHOICES, (i + 1) * NUM_CHOICES)
+            inputs: dict[str, Any] = {"input_ids": encoded["input_ids"][rows],
+                                      "token_type_ids": encoded["token_type_ids"][rows]}
+            if example.label is not None:
+                inputs["labels"] = example.label
+            features.append(Feature(inputs, i))
+        return features
+
+    def postprocess(self, examples: Sequence[SwagExample], features: Sequence[Feature],
+                    outputs: Sequence[dict[str, np.ndarray]], *,
+                    label_names: Sequence[str] | None = None) -> list[int]:
+        return [int(np.argmax(out["logits"])) for out in outputs]
+
+    def metric(self, examples: Sequence[SwagExample], predictions: Sequence[int]) -> dict[str, float]:
+        return multiple_choice_accuracy(list(predictions), [e.label for e in examples])  # type: ignore[misc]
+
+    def write_predictions(self, examples: Sequence[SwagExample], predictions: Sequence[int],
+                          out_dir: Path, split: str) -> list[Path]:
+        """`predictions-<split>.csv`: `id,label` rows, the chosen ending's index."""
+        from bertforge.fileio import write_text_atomic
+
+        lines = ["id,label"] + [f"{e.guid},{p}" for e, p in zip(examples, predictions, strict=True)]
+        path = Path(out_dir) / f"predictions-{split}.csv"
+        write_text_atomic(path, "\n".join(lines) + "\n")
+        return [path]

@@ -1,0 +1,311 @@
+"""What a fine-tuning task declares, and the pieces every task shares.
+
+A task is five declarations (DESIGN.md): reader ▸ head ▸ collate ▸ metric ▸ post-process. Everything
+else (the optimiser, the schedule, checkpoints, logging) is the one training loop in `bertforge.train`,
+driven by `bertforge.finetune`. A `Task` subclass says:
+
+    read(data_dir, split)            -> examples          the reader (file:line errors: DataFormatError)
+    head, label_names(examples)      -> model class, its output labels (None: no label list)
+    featurize(examples, tokenizer)   -> [Feature]         model inputs + labels + what post-processing needs
+    collate(features)                -> batch dict        dynamic padding (shared default below)
+    postprocess(examples, features, outputs) -> predictions, one per example
+    metric(examples, predictions)    -> {name: value}     the official definitions (`tasks.metrics`)
+    write_predictions(...)           -> files             leaderboard / official formats
+
+Shared here: `DataFormatError`, `read_text_lines`, `Feature`, `collate` (padding to the longest row of
+the batch), `TaskBatches` (shuffled, length-bucketed, resumable batches for the loop), `run_model`
+(inference in length-sorted batches, outputs back in feature order) and `max_context_score` (which of
+several overlapping windows sees a token with the most context on both sides).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+    from bertforge.tokenizer import BertTokenizer
+
+IGNORE_INDEX = -100  # label of a position that is not scored (sub-word continuations, specials, padding)
+
+
+class DataFormatError(ValueError):
+    """Input that a reader cannot use, located as `file:line: field: what is wrong`.
+
+    `line` is 1-based (None when the problem is not on one line); `field` names the column, key or
+    JSON path concerned (None when the whole line is at fault).
+    """
+
+    def __init__(self, path: str | Path, line: int | None, field: str | None, message: str) -> None:
+        self.path, self.line, self.field, self.message = str(path), line, field, message
+        where = self.path if line is None else f"{self.path}:{line}"
+        super().__init__(f"{where}: {field}: {message}" if field else f"{where}: {message}")
+
+
+def read_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text) for each line of a UTF-8 file, without its line ending.
+
+    Lines are split on "\\n" only (a stray \\x1c or \\u2028 inside a sentence stays in it); a UTF-8 BOM
+    at the start is dropped; bytes that are not UTF-8 raise `DataFormatError` with their line.
+    """
+    data = Path(path).read_bytes()
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    raw_lines = data.split(b"\n")
+    if raw_lines and raw_lines[-1] == b"":
+        raw_lines.pop()
+    for number, raw in enumerate(raw_lines, start=1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataFormatError(path, number, None, f"not UTF-8 text (byte {exc.start}: "
+                                                      f"{raw[exc.start:exc.start + 1]!r})") from None
+        yield number, text.removesuffix("\r")
+
+
+# ------------------------------------------------------------------------------------------------
+# features and batches
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class Feature:
+    """One model input row made from an example (an example may give several: windows).
+
+    `inputs` holds exactly what the head's forward takes: `input_ids` and `token_type_ids` as int
+    lists ((C, T) lists of lists for multiple choice), plus the label keys when known (`labels`: an int,
+    a float or a per-token list; `start_positions` / `end_positions`). `example` is the index of the
+    source example; `meta` is whatever the task's post-processing needs (offsets, word map, ...).
+    """
+
+    inputs: dict[str, Any]
+    example: int
+    meta: Any = None
+
+    @property
+    def length(self) -> int:
+        ids = self.inputs["input_ids"]
+        return max(map(len, ids)) if ids and isinstance(ids[0], list) else len(ids)
+
+
+LABEL_KEYS = ("labels", "start_positions", "end_positions")
+
+
+def collate(features: Sequence[Feature], pad_id: int = 0, *, with_labels: bool = True) -> dict[str, torch.Tensor]:
+    """Stack features into a batch padded to its longest row (dynamic padding).
+
+    input_ids are padded with `pad_id`, token_type_ids with 0, per-token labels with -100;
+    `attention_mask` is 1 on real tokens. Multiple-choice rows (C, T) give (B, C, T) tensors.
+    """
+    import torch
+
+    length = max(f.length for f in features)
+    first = features[0].inputs
+
+    def pad(rows: list[list[int]], value: int) -> list[list[int]]:
+        return [row + [value] * (length - len(row)) for row in rows]
+
+    def stack(key: str, value: int) -> torch.Tensor:
+        if isinstance(first["input_ids"][0], list):  # (B, C, T)
+            return torch.tensor([pad(f.inputs[key], value) for f in features], dtype=torch.long)
+        return torch.tensor(pad([f.inputs[key] for f in features], value), dtype=torch.long)
+
+    batch = {"input_ids": stack("input_ids", pad_id), "token_type_ids": stack("token_type_ids", 0)}
+    if isinstance(first["input_ids"][0], list):
+        batch["attention_mask"] = torch.tensor(
+            [pad([[1] * len(row) for row in f.inputs["input_ids"]], 0) for f in features], dtype=torch.long)
+    else:
+        batch["attention_mask"] = torch.tensor(pad([[1] * len(f.inputs["input_ids"]) for f in features], 0),
+                                               dtype=torch.long)
+    if with_labels:
+        for key in LABEL_KEYS:
+            if key not in first or first[key] is None:
+                continue
+            values = [f.inputs[key] for f in features]
+            if isinstance(values[0], list):  # per-token labels
+                batch[key] = torch.tensor(pad(values, IGNORE_INDEX), dtype=torch.long)
+            elif isinstance(values[0], float):  # regression targets
+                batch[key] = torch.tensor(values, dtype=torch.float32)
+            else:
+                batch[key] = torch.tensor(values, dtype=torch.long)
+    return batch
+
+
+class TaskBatches:
+    """Training batches for the loop: shuffled each epoch, bucketed by length, padded per batch.
+
+    Per epoch (seeded by `seed` and the epoch number) the features are shuffled, cut into groups of
+    `bucket_batches` batches, each group sorted by length and cut into batches, and the batch order
+    shuffled again. Rows of similar length share a batch, so little of it is padding, while every
+    batch still comes from a random part of the data. Only the last batch of an epoch can be short;
+    there are `ceil(len / batch_size)` batches per epoch. The position is (epoch, batch index):
+    `state_dict` / `load_state_dict` resume exactly, as `bertforge.train.ResumableBatches` asks.
+    """
+
+    def __init__(self, features: Sequence[Feature], batch_size: int, *, seed: int = 0, pad_id: int = 0,
+                 bucket_batches: int = 50) -> None:
+        if not features:
+            raise ValueError("no training features")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        self.features, self.batch_size, self.seed, self.pad_id = list(features), batch_size, seed, pad_id
+        self.bucket_batches = max(1, bucket_batches)
+        self.lengths = np.array([f.length for f in self.features])
+        self.epoch, self.position = 0, 0
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.features) / self.batch_size)
+
+    def order(self, epoch: int) -> list[np.ndarray]:
+        """The batches of `epoch` as arrays of feature indices."""
+        rng = np.random.default_rng([self.seed, epoch])
+        shuffled = rng.permutation(len(self.features))
+        group = self.batch_size * self.bucket_batches
+        batches = []
+        for start in range(0, len(shuffled), group):
+            chunk = shuffled[start:start + group]
+            chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
+            batches += [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
+        return [batches[i] for i in rng.permutation(len(batches))]
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        batches = self.order(self.epoch)
+        while self.position < len(batches):
+            indices = batches[self.position]
+            self.position += 1  # the position after this batch: what state_dict() must report now
+            yield collate([self.features[i] for i in indices], self.pad_id)
+        self.epoch, self.position = self.epoch + 1, 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "position": self.position, "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+
+
+def run_model(model: torch.nn.Module, features: Sequence[Feature], output_names: Sequence[str], *,
+              token_outputs: Sequence[str] = (), batch_size: int = 64,
+              pad_id: int = 0) -> list[dict[str, np.ndarray]]:
+    """The head's outputs for every feature, in feature order.
+
+    Batches are formed in length order (little padding) and run without labels or gradients, in eval
+    mode; the caller's train/eval mode is restored. Outputs named in `token_outputs` are one value per
+    token and come back trimmed to the feature's own length T ((T,) or (T, num_labels)); the others as
+    the head gives them per row ((num_labels,), (C,)).
+    """
+    import torch
+
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    order = sorted(range(len(features)), key=lambda i: features[i].length)
+    results: list[dict[str, np.ndarray]] = [{} for _ in features]
+    try:
+        with torch.no_grad():
+            for start in range(0, len(order), batch_size):
+                indices = order[start:start + batch_size]
+                batch = collate([features[i] for i in indices], pad_id, with_labels=False)
+                output = model(**{k: v.to(device) for k, v in batch.items()})
+                for name in output_names:
+                    values = getattr(output, name).float().cpu().numpy()
+                    for row, i in enumerate(indices):
+                        value = values[row]
+                        results[i][name] = value[:features[i].length] if name in token_outputs else value
+    finally:
+        model.train(was_training)
+    return results
+
+
+def max_context_score(position: int, window_start: int, window_length: int) -> float:
+    """How well a window of `window_length` tokens starting at `window_start` surrounds `position`.
+
+    A token seen in several overlapping windows is predicted from the one where it has the most
+    context on its poorer side: score = min(tokens to its left, tokens to its right) in the window,
+    plus a hundredth of the window length to prefer longer windows on ties (the rule of the original
+    BERT SQuAD code). Positions outside the window score -inf.
+    """
+    end = window_start + window_length - 1
+    if not window_start <= position <= end:
+        return -math.inf
+    return min(position - window_start, end - position) + 0.01 * window_length
+
+
+# ------------------------------------------------------------------------------------------------
+# the declaration
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class Task(ABC):
+    """One fine-tuning task. Subclasses fill in the class attributes and the abstract methods."""
+
+    name: str  # the task within its family: "sst2", "conll2003", "squad-v1.1", "swag"
+    settings: dict[str, Any] = field(default_factory=dict)  # task options (doc_stride, ...), saved in task.json
+
+    family: ClassVar[str]
+    head: ClassVar[type]  # the BertFor* class: the pre-trained encoder plus one new output layer
+    output_names: ClassVar[tuple[str, ...]] = ("logits",)  # the head outputs post-processing reads
+    token_outputs: ClassVar[tuple[str, ...]] = ()  # those of them with one value per token
+    default_max_length: ClassVar[int] = 128
+    default_lr: ClassVar[float] = 2e-5
+    train_split: ClassVar[str] = "train"
+
+    # ---- reader
+    @abstractmethod
+    def read(self, data_dir: str | Path, split: str) -> list[Any]:
+        """Examples of `split` ("train", an eval split, a test split) from the task's data layout."""
+
+    def eval_splits(self) -> tuple[str, ...]:
+        """The labelled splits scored during and after fine-tuning (MNLI has two)."""
+        return ("dev",)
+
+    def test_splits(self) -> tuple[str, ...]:
+        """The splits `predict` writes by default."""
+        return ("test",)
+
+    # ---- head
+    def label_names(self, train_examples: Sequence[Any]) -> list[str] | int | None:
+        """The head's output labels (stored as id2label), an int for unnamed outputs, None for none."""
+        return None
+
+    # ---- collate
+    @abstractmethod
+    def featurize(self, examples: Sequence[Any], tokenizer: BertTokenizer, max_length: int, *,
+                  label_names: Sequence[str] | None = None) -> list[Feature]:
+        """Model inputs for `examples`; labels included when the examples have them."""
+
+    def collate(self, features: Sequence[Feature], pad_id: int = 0) -> dict[str, torch.Tensor]:
+        return collate(features, pad_id)
+
+    # ---- post-process and metric
+    @abstractmethod
+    def postprocess(self, examples: Sequence[Any], features: Sequence[Feature],
+                    outputs: Sequence[dict[str, np.ndarray]], *,
+                    label_names: Sequence[str] | None = None) -> list[Any]:
+        """One prediction per example from the head's outputs per feature."""
+
+    @abstractmethod
+    def metric(self, examples: Sequence[Any], predictions: Sequence[Any]) -> dict[str, float]:
+        """Scores with the official definitions (`tasks.metrics`)."""
+
+    def has_labels(self, examples: Sequence[Any]) -> bool:
+        return bool(examples) and all(getattr(e, "label", None) is not None for e in examples)
+
+    @abstractmethod
+    def write_predictions(self, examples: Sequence[Any], predictions: Sequence[Any], out_dir: Path,
+                          split: str) -> list[Path]:
+        """Write the predictions of `split` in the task's submission format; returns the files."""
+
+    def tune(self, examples: Sequence[Any], predictions: Sequence[Any]) -> dict[str, Any]:
+        """Settings learnt on the dev set and saved with the model (SQuAD v2.0's null threshold)."""
+        return {}
+
+
+__all__ = [
+    "IGNORE_INDEX", "LABEL_KEYS", "DataFormatError", "Feature", "Task", "TaskBatches", "collate",
+    "max_context_score", "read_text_lines", "run_model",
+]
