@@ -394,5 +394,207 @@ def plot_command(
     typer.echo(f"wrote {path}")
 
 
+# ---------------------------------------------------------------------------------------------------
+# fine-tuning and prediction (issue 6)
+# ---------------------------------------------------------------------------------------------------
+
+finetune_app = typer.Typer(
+    help="Fine-tune a pre-trained checkpoint on a task (GLUE, CoNLL-2003 NER, SQuAD, SWAG) with the paper's "
+    "recipe: AdamW, 10% warm-up then linear decay, batch 32, 3 epochs. Writes OUT/seed-N/ (a Hugging Face "
+    "model) and OUT/results.json (mean / std / median across seeds).",
+    no_args_is_help=True,
+)
+app.add_typer(finetune_app, name="finetune")
+
+_FtModel = Annotated[Path, typer.Option("--model", help="The pre-trained checkpoint (Hugging Face layout).")]
+_FtData = Annotated[Path, typer.Option("--data", help="The task's data directory (or file, for SQuAD).")]
+_FtOut = Annotated[Path, typer.Option("--out", help="Run directory: seed-N/ models and results.json.")]
+_FtSeeds = Annotated[str, typer.Option("--seeds", help="Comma-separated seeds, one fine-tuning run each.")]
+_FtEpochs = Annotated[float, typer.Option("--epochs", help="Passes over the training set (fractions allowed).")]
+_FtBatch = Annotated[int, typer.Option("--batch-size", help="Training batch size.")]
+_FtWarmup = Annotated[float, typer.Option("--warmup", help="Fraction of the steps spent warming up.")]
+_FtTrainN = Annotated[int | None, typer.Option(
+    "--max-train-examples", help="Train on a fixed random sub-sample of this many examples.")]
+_FtEvalN = Annotated[int | None, typer.Option("--max-eval-examples", help="Score only the first N dev examples.")]
+_FtPrecision = Annotated[str, typer.Option("--precision", help="fp32, bf16 (CPU or GPU) or fp16 (GPU).")]
+
+
+def _finetune_run(family: str, task: str, model: Path, data: Path, out: Path, seeds: str, *,
+                  settings: dict | None = None, **options: object) -> None:
+    """Shared by the `finetune` sub-commands: parse, call `bertforge.finetune.finetune`, print the summary."""
+    from bertforge.checkpoint import CheckpointError
+    from bertforge.finetune import finetune
+    from bertforge.tasks.base import DataFormatError
+
+    try:
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError as exc:
+        raise _fail(f"--seeds must be comma-separated integers, got {seeds!r}") from exc
+    if not seed_list:
+        raise _fail("--seeds names no seed")
+    try:
+        results = finetune(family, task, model, data, out, seeds=seed_list, task_settings=settings,
+                           **options)  # type: ignore[arg-type]
+    except (CheckpointError, DataFormatError, FileNotFoundError, ValueError) as exc:
+        raise _fail(str(exc)) from exc
+    typer.echo(f"{results['family']} {results['task']}: {len(results['seeds'])} seed(s), "
+               f"{results['train_examples']} training examples, {results['wall_s']:.0f} s")
+    for name, row in results["summary"].items():
+        typer.echo(f"  {name:>24}: mean {row['mean']:.4f}  std {row['std']:.4f}  median {row['median']:.4f}")
+    typer.echo(f"wrote {out / 'results.json'}")
+
+
+@finetune_app.command("glue")
+def finetune_glue(
+    task: Annotated[str, typer.Option("--task", help="CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE or WNLI.")],
+    model: _FtModel,
+    data: _FtData,
+    out: _FtOut,
+    seeds: _FtSeeds = "1",
+    lr: Annotated[float, typer.Option("--lr", help="Peak learning rate.")] = 2e-5,
+    epochs: _FtEpochs = 3.0,
+    batch_size: _FtBatch = 32,
+    max_length: Annotated[int, typer.Option("--max-length", help="Pieces per input, specials included.")] = 128,
+    warmup: _FtWarmup = 0.1,
+    max_train_examples: _FtTrainN = None,
+    max_eval_examples: _FtEvalN = None,
+    precision: _FtPrecision = "fp32",
+) -> None:
+    """Fine-tune on a GLUE task (sequence classification; STS-B regression) and score its dev set.
+
+    Example: `bertforge finetune glue --task RTE --model models/minilm --data data/glue --out runs/rte --seeds 1,2,3`
+    """
+    _finetune_run("glue", task, model, data, out, seeds, lr=lr, epochs=epochs, batch_size=batch_size,
+                  max_length=max_length, warmup=warmup, max_train_examples=max_train_examples,
+                  max_eval_examples=max_eval_examples, precision=precision)
+
+
+@finetune_app.command("ner")
+def finetune_ner(
+    model: _FtModel,
+    data: Annotated[Path, typer.Option("--data", help="Directory with eng.train / eng.testa / eng.testb "
+                                                      "(or train.txt / dev.txt / test.txt).")],
+    out: _FtOut,
+    task: Annotated[str, typer.Option("--task", help="A name for the data set.")] = "conll2003",
+    seeds: _FtSeeds = "1",
+    lr: Annotated[float, typer.Option("--lr", help="Peak learning rate.")] = 5e-5,
+    epochs: _FtEpochs = 3.0,
+    batch_size: _FtBatch = 32,
+    max_length: Annotated[int, typer.Option("--max-length", help="Pieces per window; longer sentences "
+                                                                 "are split into windows.")] = 128,
+    warmup: _FtWarmup = 0.1,
+    max_train_examples: _FtTrainN = None,
+    max_eval_examples: _FtEvalN = None,
+    precision: _FtPrecision = "fp32",
+) -> None:
+    """Fine-tune token classification on CoNLL-2003 (IOB2 tags, first sub-token labelled) and report
+    conlleval's entity-level F1 on the dev set.
+
+    Example: `bertforge finetune ner --model models/minilm --data data/conll2003 --out runs/ner`
+    """
+    _finetune_run("ner", task, model, data, out, seeds, lr=lr, epochs=epochs, batch_size=batch_size,
+                  max_length=max_length, warmup=warmup, max_train_examples=max_train_examples,
+                  max_eval_examples=max_eval_examples, precision=precision)
+
+
+@finetune_app.command("squad")
+def finetune_squad(
+    model: _FtModel,
+    data: Annotated[Path, typer.Option("--data", help="Directory with train-*.json and dev-*.json, or one "
+                                                      "SQuAD file split with --train-articles.")],
+    out: _FtOut,
+    task: Annotated[str, typer.Option("--task", help="squad (version from the file), v1.1 or v2.0.")] = "squad",
+    seeds: _FtSeeds = "1",
+    lr: Annotated[float, typer.Option("--lr", help="Peak learning rate.")] = 5e-5,
+    epochs: _FtEpochs = 3.0,
+    batch_size: _FtBatch = 32,
+    max_length: Annotated[int, typer.Option("--max-length", help="Pieces per window, question included.")] = 384,
+    doc_stride: Annotated[int, typer.Option("--doc-stride", help="Pieces between window starts.")] = 128,
+    max_query_length: Annotated[int, typer.Option("--max-query-length", help="Question pieces kept.")] = 64,
+    train_articles: Annotated[int | None, typer.Option(
+        "--train-articles", help="Train on the first N articles of the (dev) file, evaluate on the rest.")] = None,
+    warmup: _FtWarmup = 0.1,
+    max_train_examples: _FtTrainN = None,
+    max_eval_examples: _FtEvalN = None,
+    precision: _FtPrecision = "fp32",
+) -> None:
+    """Fine-tune span QA on SQuAD v1.1 or v2.0 and report the official EM / F1 (v2.0: also the tuned
+    no-answer threshold, saved with the model).
+
+    Example: `bertforge finetune squad --model models/minilm --data data/squad/dev-v1.1.json --train-articles 38 --out runs/squad`
+    """
+    if train_articles is not None and train_articles < 1:
+        raise _fail("--train-articles must be at least 1")
+    settings = {"doc_stride": doc_stride, "max_query_length": max_query_length, "train_articles": train_articles}
+    _finetune_run("squad", task, model, data, out, seeds, settings=settings, lr=lr, epochs=epochs,
+                  batch_size=batch_size, max_length=max_length, warmup=warmup,
+                  max_train_examples=max_train_examples, max_eval_examples=max_eval_examples, precision=precision)
+
+
+@finetune_app.command("swag")
+def finetune_swag(
+    model: _FtModel,
+    data: Annotated[Path, typer.Option("--data", help="Directory with train.csv / val.csv (or .jsonl).")],
+    out: _FtOut,
+    seeds: _FtSeeds = "1",
+    lr: Annotated[float, typer.Option("--lr", help="Peak learning rate.")] = 2e-5,
+    epochs: _FtEpochs = 3.0,
+    batch_size: _FtBatch = 16,
+    max_length: Annotated[int, typer.Option("--max-length", help="Pieces per (context, ending) pair.")] = 128,
+    warmup: _FtWarmup = 0.1,
+    max_train_examples: _FtTrainN = None,
+    max_eval_examples: _FtEvalN = None,
+    precision: _FtPrecision = "fp32",
+) -> None:
+    """Fine-tune multiple choice on SWAG (four endings, softmax over their [CLS] scores); reports accuracy.
+
+    Example: `bertforge finetune swag --model models/minilm --data data/swag --out runs/swag`
+    """
+    _finetune_run("swag", "swag", model, data, out, seeds, lr=lr, epochs=epochs, batch_size=batch_size,
+                  max_length=max_length, warmup=warmup, max_train_examples=max_train_examples,
+                  max_eval_examples=max_eval_examples, precision=precision)
+
+
+@app.command("predict")
+def predict_command(
+    family: Annotated[str, typer.Argument(help="glue, ner, squad or swag.")],
+    model: Annotated[Path, typer.Option("--model", help="A fine-tuned model (a seed-N directory).")],
+    data: Annotated[Path, typer.Option("--data", help="The task's data directory (or SQuAD file).")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for the prediction files.")],
+    task: Annotated[str | None, typer.Option("--task", help="The task (default: the one the model was "
+                                                           "fine-tuned for, from its task.json).")] = None,
+    split: Annotated[list[str] | None, typer.Option(
+        "--split", help="Split(s) to predict; default the test split(s) (MNLI: test_matched, "
+                        "test_mismatched and ax).")] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Rows per forward pass.")] = 64,
+) -> None:
+    """Write a fine-tuned model's predictions: GLUE leaderboard .tsv files (label names, STS-B scores,
+    MNLI-m / MNLI-mm / AX), SQuAD predictions.json (+ null_odds.json for v2.0), CoNLL lines, SWAG csv.
+
+    Example: `bertforge predict glue --model runs/sst2/seed-1 --data data/glue --out submission/`
+    """
+    import json
+
+    from bertforge.checkpoint import CheckpointError
+    from bertforge.finetune import FAMILIES, TASK_FILE, predict
+    from bertforge.tasks.base import DataFormatError
+
+    if family not in FAMILIES:
+        raise _fail(f"unknown task family {family!r}; choose one of {', '.join(FAMILIES)}")
+    if task is None:
+        try:
+            task = json.loads((model / TASK_FILE).read_text(encoding="utf-8"))["task"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise _fail(f"{model}: no readable {TASK_FILE} to take the task from; pass --task") from exc
+    try:
+        done = predict(family, task, model, data, out, splits=split or None, batch_size=batch_size)
+    except (CheckpointError, DataFormatError, FileNotFoundError, ValueError) as exc:
+        raise _fail(str(exc)) from exc
+    for name, result in done.items():
+        scores = "  ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
+        typer.echo(f"{name}: {result['examples']} examples -> {', '.join(result['files'])}"
+                   + (f"  ({scores})" if scores else ""))
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()
