@@ -208,3 +208,18 @@ def test_phased_batches_switch_sources_after_a_number_of_micro_batches_and_resum
     resumed = PhasedBatches(Counted("short", 3), Counted("long", 2), switch_at=5)
     resumed.load_state_dict(phased.state_dict())
     assert next(_forever(resumed)) == {"source": "long", "number": 2}
+
+
+def test_roberta_style_data_trains_a_masked_lm_without_nsp(shards, tmp_path: Path) -> None:
+    from bertforge.data.prepare import prepare
+
+    _, tokenizer = shards
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prepare([FIXTURE], tokenizer, tmp_path / "data", max_seq_length=64, plain_text=True, objective="none",
+                masking="dynamic", validation_fraction=0.1, block_sentences=16, progress=False)
+    result = pretrain("tiny", tmp_path / "data", tmp_path / "run", max_steps=2, max_position_embeddings=64,
+                      tokenizer=str(tokenizer), **SMALL)
+    assert json.loads((result.final / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
+    assert set(result.train.metrics) == {"mlm_loss", "mlm_accuracy"}
+    transformers.BertForMaskedLM.from_pretrained(result.final)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from bertforge.train import OptimConfig, TrainConfig, TrainResult, distributed, 
 from bertforge.train.loop import Batch, EvalFn, to_device
 
 IGNORE_INDEX = -100
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -354,7 +356,11 @@ def pretrain(
 
     final = None
     if ctx.is_main:
-        final = export_final(model, out_dir / "final", find_tokenizer(data_dir, info, recipe.data.tokenizer))
+        tokenizer = find_tokenizer(data_dir, info, recipe.data.tokenizer)
+        if tokenizer is None:
+            log.warning("no tokenizer found for %s (neither data.tokenizer / --tokenizer nor %s): final/ gets "
+                        "no vocab.txt", data_dir, data_dir / "tokenizer")
+        final = export_final(model, out_dir / "final", tokenizer)
     distributed.barrier("exporting the final model")
     return PretrainResult(final=final, train=result)
 

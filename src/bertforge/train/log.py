@@ -65,7 +65,7 @@ class RunLogger:
         record = {"step": step, "split": split, "time": round(time.time(), 3), **metrics}
         with open(self.path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record, default=_jsonable) + "\n")
-        if self.writer is not None:
+        if self.writer is not None and split != "run":  # one-off facts are no curves
             for key, value in metrics.items():
                 if isinstance(value, (int, float)) and math.isfinite(value):
                     self.writer.add_scalar(f"{split}/{key}", value, step)
