@@ -19,6 +19,7 @@ Three layers, in order of a request:
 Every error is JSON: `{"error": "<code>", "message": "<what to fix>"}` (+ `details` for 422).
 """
 
+import asyncio
 import logging
 import math
 from collections.abc import Sequence
@@ -419,7 +420,7 @@ class ModelService:
                                f"this endpoint takes at most {limit}") from exc
             return self.tokenizer.encode(text, pair, max_length=limit, truncation=True), True
 
-    def _text_item(self, text: str, pair: str | None = None, *, limit: int | None = None,
+    def prepare_text(self, text: str, pair: str | None = None, *, limit: int | None = None,
                    truncate: bool = True, **options: Any) -> _TextItem:
         enc, truncated = self._encode(text, pair, limit=limit, truncate=truncate)
         return _TextItem(text, _Encoded(enc.input_ids, enc.token_type_ids), list(enc.offsets), list(enc.tokens),
@@ -753,9 +754,13 @@ def create_app(
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return _error(exc.status_code, code, str(exc.detail))
 
-    async def gather(task: str, items: list[Any]) -> list[Any]:
-        import asyncio
+    @app.exception_handler(Exception)
+    async def crashed(request: Request, exc: Exception) -> JSONResponse:  # a bug, not bad input
+        log.exception("%s %s failed", request.method, request.url.path)
+        return _error(500, "internal_error", f"the server failed on this request ({type(exc).__name__}); "
+                      "see its log")
 
+    async def gather(task: str, items: list[Any]) -> list[Any]:
         batcher = service.require(task)
         return list(await asyncio.gather(*(batcher.submit(item) for item in items)))
 
@@ -798,7 +803,7 @@ def create_app(
     async def classify(req: ClassifyRequest) -> Any:
         """Label probabilities (or the regression value) for a text or text pair; long input is truncated."""
         service.require("classify")
-        items = [service._text_item(t, p) for t, p in zip(req.inputs(), req.pairs(), strict=True)]
+        items = [service.prepare_text(t, p) for t, p in zip(req.inputs(), req.pairs(), strict=True)]
         return answer(await gather("classify", items), req.batched)
 
     @app.post("/qa", response_model=QAResult | Batch[QAResult])
@@ -812,7 +817,7 @@ def create_app(
     async def ner(req: NerRequest) -> Any:
         """Entities (label, text, characters, score) and every token's label; long input is truncated."""
         service.require("ner")
-        items = [service._text_item(text) for text in req.inputs()]
+        items = [service.prepare_text(text) for text in req.inputs()]
         return answer(await gather("ner", items), req.batched)
 
     @app.post("/embed", response_model=EmbedResult | Batch[EmbedResult])
@@ -820,7 +825,7 @@ def create_app(
         """A sentence vector from the encoder; works with every model. Long input is truncated."""
         if req.pooling == "pooler" and service.backbone.pooler is None:
             raise ApiError(422, "no_pooler", f"this {service.kind} has no pooler; use pooling 'mean' or 'cls'")
-        items = [service._text_item(text, pooling=req.pooling, normalize=req.normalize) for text in req.inputs()]
+        items = [service.prepare_text(text, pooling=req.pooling, normalize=req.normalize) for text in req.inputs()]
         return answer(await gather("embed", items), req.batched)
 
     @app.post("/attention", response_model=AttentionResult)
@@ -833,7 +838,7 @@ def create_app(
         if req.head is not None and req.head >= config.num_attention_heads:
             raise ApiError(422, "bad_head", f"head {req.head} does not exist; this model has heads "
                            f"0..{config.num_attention_heads - 1}")
-        item = service._text_item(req.text, req.text_pair, limit=MAX_ATTENTION_TOKENS, truncate=False,
+        item = service.prepare_text(req.text, req.text_pair, limit=MAX_ATTENTION_TOKENS, truncate=False,
                                   layer=req.layer, head=req.head)
         return (await gather("attention", [item]))[0]
 
