@@ -491,6 +491,8 @@ def test_prepare_resumes_after_an_interruption(corpus_dir, tokenizer_dir, tmp_pa
     assert {p: done.joinpath(p).stat().st_mtime_ns for p in before} == before
     assert _files(tmp_path / "run") == _files(tmp_path / "clean")
     assert resumed["instances"] == clean["instances"]
+    again = prepare([corpus_dir], tokenizer_dir, tmp_path / "run", **{**options, "workers": 2})  # same plan
+    assert again["run"]["shards_made"] == 0 and _stable_stats(tmp_path / "run") == _stable_stats(tmp_path / "clean")
     # other arguments on the same directory: refused, not mixed
     with pytest.raises(DataError, match="other options"):
         prepare([corpus_dir], tokenizer_dir, tmp_path / "run", **{**options, "seed": 4})

@@ -127,6 +127,7 @@ def prepare(
         plain_text=plain_text, strip_gutenberg=strip_gutenberg, validation_fraction=validation_fraction,
         shard_mb=shard_mb, block_sentences=block_sentences, max_line_chars=max_line_chars, bad_bytes=bad_bytes,
     )
+    options.pop("workers")  # not part of the job: the plan below says what the output depends on
     out = Path(out_dir)
     files = expand_inputs(inputs)
     tokenizer = _load_tokenizer(str(tokenizer_dir))
@@ -242,8 +243,9 @@ def _start_output(out: Path, dataset: dict[str, Any], overwrite: bool) -> None:
         if not same:
             changed = [k for k in ("options", "tokenizer", "inputs", "shards") if old.get(k) != dataset[k]]
             raise DataError(
-                f"{out} holds data prepared with other {' and '.join(changed)}; resume needs the same arguments. "
-                "Use a new output directory or overwrite=True (--overwrite)"
+                f"{out} holds data prepared with other {' and '.join(changed)}"
+                f"{' (another number of workers or shard_mb?)' if changed == ['shards'] else ''}; resuming needs "
+                "the same arguments. Use a new output directory or overwrite=True (--overwrite)"
             )
         return
     if not record.exists() and out.exists() and any(out.iterdir()) and not overwrite:
@@ -318,8 +320,7 @@ def _run_jobs(jobs: list[dict], workers: int, total_bytes: int, progress: bool) 
                     for future in done:
                         future.result()  # re-raises a worker's error (a DataError names file and line)
             except BaseException:
-                for future in pending:
-                    future.cancel()
+                pool.shutdown(wait=False, cancel_futures=True)  # shards already running still finish
                 raise
         drain()
     finally:
