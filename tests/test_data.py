@@ -480,6 +480,7 @@ def test_prepare_resumes_after_an_interruption(corpus_dir, tokenizer_dir, tmp_pa
     assert sorted(p.name for p in done.iterdir()) == ["shard_00000.json", "shard_00001.json"]
     # a hard kill could also leave a renamed array without its index: it must be rewritten
     (tmp_path / "run" / "train" / "shard_00003.tokens.bin").write_bytes(b"junk")
+    (tmp_path / "run" / "valid" / "shard_00003.offsets.bin.tmp").write_bytes(b"junk")
     before = {p.name: p.stat().st_mtime_ns for p in done.iterdir()}
 
     built = []
@@ -490,6 +491,7 @@ def test_prepare_resumes_after_an_interruption(corpus_dir, tokenizer_dir, tmp_pa
     assert built == list(range(2, len(clean["per_shard"])))  # only the unfinished shards
     assert {p: done.joinpath(p).stat().st_mtime_ns for p in before} == before
     assert _files(tmp_path / "run") == _files(tmp_path / "clean")
+    assert not list((tmp_path / "run").rglob("*.tmp"))
     assert resumed["instances"] == clean["instances"]
     again = prepare([corpus_dir], tokenizer_dir, tmp_path / "run", **{**options, "workers": 2})  # same plan
     assert again["run"]["shards_made"] == 0 and _stable_stats(tmp_path / "run") == _stable_stats(tmp_path / "clean")

@@ -501,7 +501,8 @@ def read_blocks(
         if paragraph:
             text = " ".join(paragraph)
             paragraph, paragraph_chars = [], 0
-            yield from add(split_sentences(text), paragraph_line)
+            yield from add([p for sent in split_sentences(text) for p in _hard_split(sent, max_line_chars)],
+                           paragraph_line)
 
     overlong_line_no = bad_line_no = -1
     blank_run = 0  # blank lines in a row just before this line

@@ -479,7 +479,9 @@ def _build_shard(job: dict, callback: Callable[[int, int], None] | None = None) 
     ranges = [InputRange.from_json(r) for r in job["ranges"]]
     report = _report_progress(callback)
     name = shard_name(shard)
-    (out / "valid" / f"{name}.json").unlink(missing_ok=True)  # a stale one from an interrupted run
+    for split in ("train", "valid"):  # what an interrupted run of this shard left: start clean
+        for stale in (out / split).glob(f"{name}.*"):
+            stale.unlink()
 
     def masker() -> Masker:  # capped masks are counted and reported in stats.json, not warned per process
         return Masker.from_tokenizer(tokenizer, prob=o["masked_lm_prob"], max_predictions=o["max_predictions_per_seq"],
