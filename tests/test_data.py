@@ -480,7 +480,7 @@ def test_prepare_resumes_after_an_interruption(corpus_dir, tokenizer_dir, tmp_pa
     assert sorted(p.name for p in done.iterdir()) == ["shard_00000.json", "shard_00001.json"]
     # a hard kill could also leave a renamed array without its index: it must be rewritten
     (tmp_path / "run" / "train" / "shard_00003.tokens.bin").write_bytes(b"junk")
-    (tmp_path / "run" / "valid" / "shard_00003.offsets.bin.tmp").write_bytes(b"junk")
+    (tmp_path / "run" / "train" / "shard_00004.offsets.bin.tmp").write_bytes(b"junk")
     before = {p.name: p.stat().st_mtime_ns for p in done.iterdir()}
 
     built = []
