@@ -4,10 +4,13 @@ An output directory::
 
     dataset.json            options, tokenizer facts, the shard plan (written first)
     continuation.npy        bool over the vocabulary: which pieces continue a word (for dynamic masking)
-    train/shard_00000.json  the index of shard 0 (written last: a shard is finished when it exists)
+    train/shard_00000.json  the index of shard 0's training instances (after its arrays)
     train/shard_00000.tokens.bin ...
-    valid/shard_00000.json  (when the shard holds validation instances)
+    valid/shard_00000.json  the same for its validation instances, when it has any
+    done/shard_00000.json   shard 0's counts, written after both: a shard is finished when it exists
     stats.json              totals over all shards (written at the end)
+
+A part with no instance writes no file at all, so there are no empty shards on disk.
 
 A shard's arrays (N instances, dtype in the index):
 
