@@ -541,7 +541,7 @@ def test_prepare_plain_text_gutenberg_and_bad_input(tokenizer_dir, tmp_path) -> 
     (bad / "latin1.txt").write_bytes(b"Kalo mi.\nSu \xe9ta.\nRipo.\n\nVe du.\nXa zo.\n")
     (bad / "single.txt").write_text("Ka lo.\n\nMi ne.\n\nSu ta.\n", encoding="utf-8")
     with pytest.warns(DataWarning) as caught:
-        stats = prepare([bad], tokenizer_dir, tmp_path / "out2", dupe_factor=1, progress=False)
+        stats = prepare([bad], tokenizer_dir, tmp_path / "out2", dupe_factor=3, progress=False)
     messages = "\n".join(str(w.message) for w in caught)
     assert f"{bad / 'latin1.txt'}:2" in messages and "not UTF-8" in messages
     assert "3 document(s) of a single sentence" in messages

@@ -88,7 +88,7 @@ class InstanceCounters:
     is_next: int = 0
     truncated: int = 0
     one_sentence_documents: int = 0
-    dropped_sentences: int = 0
+    dropped_sentences: int = 0  # a lone last sentence of a block, counted in every dupe_factor pass
     random_next_fallbacks: int = 0
 
     def merge(self, other: InstanceCounters) -> None:
@@ -240,10 +240,11 @@ class InstanceMaker:
     # -- pairs (nsp / sop) -----------------------------------------------------------------------------
 
     def pairs(self, block: SentenceBlock, rng: np.random.Generator | BufferedDraws,
-              pool: DocumentPool | None = None) -> list[Instance]:
+              pool: DocumentPool | None = None, *, first_pass: bool = True) -> list[Instance]:
         """All instances of one pass over `block` (call it `dupe_factor` times for static masking).
 
         `rng`: a Generator, or for speed a BufferedDraws over one (what `prepare` passes).
+        `first_pass=False` for the repeats, so that a skipped document is counted once.
         """
         max_tokens = self.max_seq_length - 3
         ids, offsets = block.ids, block.offsets
@@ -252,7 +253,7 @@ class InstanceMaker:
         counters = self.counters
         out: list[Instance] = []
         if n < 2:
-            if n == 1 and block.new_document:
+            if n == 1 and block.new_document and first_pass:
                 counters.one_sentence_documents += 1
             counters.dropped_sentences += n
             return out

@@ -376,8 +376,8 @@ class _Split:
             pool = self.pool
             if pool is not None and self.fallback_pool is not None and len(pool) < 2:
                 pool = self.fallback_pool
-            for _ in range(self.dupe):
-                self.buffer.extend(maker.pairs(block, self.rng, pool))
+            for copy in range(self.dupe):
+                self.buffer.extend(maker.pairs(block, self.rng, pool, first_pass=copy == 0))
         if len(self.buffer) >= _BATCH:
             self.flush()
 
