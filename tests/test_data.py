@@ -544,7 +544,7 @@ def test_prepare_plain_text_gutenberg_and_bad_input(tokenizer_dir, tmp_path) -> 
         stats = prepare([bad], tokenizer_dir, tmp_path / "out2", dupe_factor=3, progress=False)
     messages = "\n".join(str(w.message) for w in caught)
     assert f"{bad / 'latin1.txt'}:2" in messages and "not UTF-8" in messages
-    assert "3 document(s) of a single sentence" in messages
+    assert f"3 document(s) of a single sentence (a pair needs two), first at {bad / 'single.txt'}:1, " in messages
     assert stats["skipped"]["bad_lines"] == 1 and stats["skipped"]["one_sentence_documents"] == 3
     with pytest.raises(DataError, match=r"latin1.txt:2: bytes that are not UTF-8"):
         prepare([bad], tokenizer_dir, tmp_path / "out3", dupe_factor=1, bad_bytes="error", progress=False)

@@ -498,6 +498,7 @@ def _build_shard(job: dict, callback: Callable[[int, int], None] | None = None) 
     valid = _Split("valid", shard, o, facts, masker(), VALIDATION_SEED, out, 1, pools["valid"], pools["train"])
     read = ReadStats()
     tokens = 0
+    one_sentence: list[str] = []  # where the first one-sentence documents are, for the warning
     try:
         for r in ranges:
             for text in read_blocks(r, plain_text=o["plain_text"], block_sentences=o["block_sentences"],
@@ -508,6 +509,8 @@ def _build_shard(job: dict, callback: Callable[[int, int], None] | None = None) 
                 if pools["train"] is not None:
                     pools["valid" if split is valid else "train"].add(block)
                 split.add(block)
+                if block.new_document and block.num_sentences == 1 and len(one_sentence) < 5:
+                    one_sentence.append(text.location)
                 report(text.nbytes, int(text.new_document))
         valid_index = valid.finish()
         train_index = train.finish()
@@ -520,6 +523,7 @@ def _build_shard(job: dict, callback: Callable[[int, int], None] | None = None) 
         "shard": shard, "name": name, "ranges": job["ranges"], "read": read.to_json(), "tokens": tokens,
         "train": train.record(), "valid": valid.record(),
         "train_index": train_index is not None, "valid_index": valid_index is not None,
+        "one_sentence_locations": one_sentence,
         "wall_s": round(time.time() - started, 3),
     }
     write_text_atomic(out / "done" / f"{name}.json", json.dumps(record, indent=1) + "\n")
@@ -562,7 +566,9 @@ def _collect_stats(out: Path, dataset: dict, plan_warnings: list[str]) -> dict[s
             warnings_.append(f"{entry['path']}: no sentences found (only blank lines?)")
     one = train.one_sentence_documents + valid.one_sentence_documents
     if one and o["objective"] != "none":
-        warnings_.append(f"skipped {one} document(s) of a single sentence (a pair needs two)")
+        where = [loc for rec in records for loc in rec.get("one_sentence_locations", [])][:5]
+        warnings_.append(f"skipped {one} document(s) of a single sentence (a pair needs two), first at "
+                         f"{', '.join(where)}")
     fallbacks = train.random_next_fallbacks + valid.random_next_fallbacks
     if fallbacks:
         warnings_.append(f"{fallbacks} NotNext draw(s) found no other document in their shard and used the actual "
