@@ -596,5 +596,244 @@ def predict_command(
                    + (f"  ({scores})" if scores else ""))
 
 
+# ---------------------------------------------------------------------------------------------------
+# feature-based BERT and attention analysis (issue 7)
+# ---------------------------------------------------------------------------------------------------
+
+
+def _parse_layers(text: str | None) -> list[int] | None:
+    """"-1,-2,-3,-4" -> [-1, -2, -3, -4] (Google's --layers spelling); None stays None."""
+    if text is None:
+        return None
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise _fail(f"--layers must be comma-separated integers such as -1,-2 or 0,6, got {text!r}") from exc
+
+
+def _text_lines(path: Path, pairs: bool) -> list[str | tuple[str, str]]:
+    """Every line of a UTF-8 file (blank ones too, to keep line numbers); "a ||| b" as a pair with `pairs`."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise _fail(f"{path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise _fail(f"{path}: not UTF-8 text ({exc})") from exc
+    if not pairs:
+        return list(lines)
+    out: list[str | tuple[str, str]] = []
+    for line in lines:
+        first, sep, second = line.partition(" ||| ")
+        out.append((first, second) if sep else line)
+    return out
+
+
+@app.command("extract")
+def extract_command(
+    model: Annotated[Path, typer.Option("--model", help="A Hugging Face-format BERT directory (any head).")],
+    input_file: Annotated[Path, typer.Option("--input", help="UTF-8 text, one input per line.")],
+    out: Annotated[Path, typer.Option("--out", help="Output: .npy or .safetensors (+ .index.json), or .jsonl.")],
+    strategy: Annotated[str | None, typer.Option(
+        help="embeddings, last, second_to_last, sum_last_four, concat_last_four or sum_all "
+             "(default last, unless --layers is given).")] = None,
+    layers: Annotated[str | None, typer.Option(
+        help="Explicit hidden states instead of a strategy: 0 = embeddings, 1..L the layers, -1 the last "
+             "(e.g. -1,-2,-3,-4).")] = None,
+    combine: Annotated[str, typer.Option(help="With --layers: none (one vector per layer), sum, mean or "
+                                              "concat.")] = "none",
+    align: Annotated[str, typer.Option(help="first or mean (one vector per input word, from its first piece or "
+                                            "the mean of its pieces) or token (one per WordPiece token).")] = "first",
+    pool: Annotated[str | None, typer.Option(help="One vector per line instead: cls, mean or max "
+                                                  "(over real tokens only).")] = None,
+    pairs: Annotated[bool, typer.Option("--pairs", help="Lines hold text pairs as 'text_a ||| text_b'.")] = False,
+    batch_size: Annotated[int, typer.Option(help="Lines per forward pass.")] = 32,
+    max_length: Annotated[int | None, typer.Option(help="Pieces per line, specials included (longer lines are "
+                                                        "truncated; their cut words get zeros).")] = None,
+    fp16: Annotated[bool, typer.Option("--fp16", help="Store float16 instead of float32.")] = False,
+    device: Annotated[str | None, typer.Option(help="torch device (default cpu).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+) -> None:
+    """Features of a frozen encoder for each line of a file: per word, per token or pooled per line.
+
+    Words are the whitespace-separated words of a line, so "U.S." and "don't" get one vector each.
+
+    Example: `bertforge extract --model models/minilm --input sentences.txt --strategy sum_last_four --out feats.npy`
+    (Google's JSONL: `--layers -1,-2,-3,-4 --align token --out feats.jsonl`)
+    """
+    from tqdm.auto import tqdm
+
+    from bertforge.checkpoint import CheckpointError
+    from bertforge.features import FeatureExtractor, write_features
+
+    if align not in ("first", "mean", "token"):
+        raise _fail(f"--align must be first, mean or token, got {align!r}")
+    if not input_file.is_file():
+        raise _fail(f"--input {input_file}: no such file")
+    if batch_size < 1:
+        raise _fail(f"--batch-size must be at least 1, got {batch_size}")
+    chosen = _parse_layers(layers)
+    if strategy is not None and chosen is not None:
+        raise _fail("give --strategy or --layers, not both")
+    try:
+        extractor = FeatureExtractor.from_pretrained(
+            model, strategy=strategy, layers=chosen, combine=combine if chosen is not None else None,
+            align=None if align == "token" else align, pool=pool, batch_size=batch_size, max_length=max_length,
+            dtype="float16" if fp16 else "float32", device=device)
+    except (CheckpointError, FileNotFoundError, ValueError) as exc:
+        raise _fail(str(exc)) from exc
+    inputs = _text_lines(input_file, pairs)
+    try:
+        with tqdm(total=len(inputs), unit="line", disable=quiet) as bar:
+            summary = write_features(extractor, inputs, out, progress=bar)
+    except ValueError as exc:
+        raise _fail(str(exc)) from exc
+    typer.echo(f"{extractor.selection.describe()}; {summary['inputs']} lines -> {out} "
+               f"({summary.get('rows', summary['inputs'])} {summary['unit']} rows of {summary['row_shape']})")
+    if summary["truncated_inputs"]:
+        typer.secho(f"warning: {summary['truncated_inputs']} lines were truncated to the length limit",
+                    err=True, fg=typer.colors.YELLOW)
+
+
+@app.command("attention")
+def attention_command(
+    model: Annotated[Path, typer.Option("--model", help="A Hugging Face-format BERT directory.")],
+    text: Annotated[str, typer.Option("--text", help="The text to look at.")],
+    png: Annotated[Path, typer.Option("--png", help="The PNG to write.")],
+    pair: Annotated[str | None, typer.Option(help="Optional second segment.")] = None,
+    layer: Annotated[int | None, typer.Option(help="Layer, from 1 (default: every layer).")] = None,
+    head: Annotated[int | None, typer.Option(help="Head, from 1 (default: every head).")] = None,
+    max_length: Annotated[int, typer.Option(help="Pieces kept, specials included.")] = 64,
+) -> None:
+    """Heat map of attention: one head (--layer and --head), one layer's heads, or the layers x heads grid.
+
+    Example: `bertforge attention --model models/minilm --text "The cat sat on the mat." --layer 2 --head 9 --png att.png`
+    """
+    from bertforge.analysis import attention_maps, plot_attention
+    from bertforge.checkpoint import CheckpointError
+    from bertforge.model.bert import BertModel
+    from bertforge.tokenizer import BertTokenizer
+
+    try:
+        encoder = BertModel.from_pretrained(model)
+        tokens, maps = attention_maps(encoder, BertTokenizer.from_pretrained(model), text, pair, max_length=max_length)
+        path = plot_attention(tokens, maps, png, layer=layer, head=head)
+    except (CheckpointError, FileNotFoundError, ValueError) as exc:
+        raise _fail(str(exc)) from exc
+    typer.echo(f"{len(tokens)} tokens, {maps.shape[0]} layers x {maps.shape[1]} heads -> {path}")
+
+
+@app.command("attention-stats")
+def attention_stats_command(
+    model: Annotated[Path, typer.Option("--model", help="A Hugging Face-format BERT directory.")],
+    input_file: Annotated[Path, typer.Option("--input", help="UTF-8 text, one text per line (blank lines "
+                                                             "skipped; 'a ||| b' with --pairs).")],
+    png: Annotated[Path | None, typer.Option(help="The layers x heads grid (default INPUT-stem.attention.png "
+                                                  "next to --table, or ./attention_stats.png).")] = None,
+    table: Annotated[Path | None, typer.Option(help="Markdown table: per layer, then per head.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="The averages as JSON.")] = None,
+    max_texts: Annotated[int | None, typer.Option(help="Use only the first N texts.")] = None,
+    max_length: Annotated[int, typer.Option(help="Pieces per text, specials included.")] = 128,
+    batch_size: Annotated[int, typer.Option(help="Texts per forward pass.")] = 16,
+    pairs: Annotated[bool, typer.Option("--pairs", help="Lines hold text pairs as 'text_a ||| text_b'.")] = False,
+    title: Annotated[str | None, typer.Option(help="Title of the PNG (default: the model folder's name).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+) -> None:
+    """Per head, over a corpus: average attention to [CLS], [SEP], punctuation, the next and previous
+    token, and attention entropy (Clark et al. 2019), as a table and a layers x heads PNG grid.
+
+    Example: `bertforge attention-stats --model models/minilm --input sentences.txt --png stats.png --table stats.md`
+    """
+    import json
+
+    from tqdm.auto import tqdm
+
+    from bertforge.analysis import STATS, attention_stats, plot_head_stats
+    from bertforge.checkpoint import CheckpointError
+    from bertforge.fileio import write_text_atomic
+    from bertforge.model.bert import BertModel
+    from bertforge.tokenizer import BertTokenizer
+
+    if not input_file.is_file():
+        raise _fail(f"--input {input_file}: no such file")
+    texts = [t for t in _text_lines(input_file, pairs) if (t if isinstance(t, str) else t[0]).strip()]
+    texts = texts[:max_texts] if max_texts else texts
+    if not texts:
+        raise _fail(f"{input_file}: no text")
+    try:
+        encoder = BertModel.from_pretrained(model)
+        tokenizer = BertTokenizer.from_pretrained(model)
+        with tqdm(total=len(texts), unit="text", disable=quiet) as bar:
+            stats = attention_stats(encoder, tokenizer, texts, batch_size=batch_size, max_length=max_length,
+                                    progress=bar)
+    except (CheckpointError, FileNotFoundError, ValueError) as exc:
+        raise _fail(str(exc)) from exc
+    png = png or (table.with_suffix(".png") if table is not None else Path("attention_stats.png"))
+    plot_head_stats(stats, png, title=f"{title or model.name}: per-head attention over {stats.texts} texts")
+    if table is not None:
+        write_text_atomic(table, stats.layer_table() + "\n" + stats.table())
+    if json_out is not None:
+        write_text_atomic(json_out, json.dumps(stats.to_dict()) + "\n")
+    typer.echo(stats.layer_table())
+    for stat in STATS:
+        tops = ", ".join(f"L{layer}-H{head} {value:.2f}" for layer, head, value in stats.top(stat, 3))
+        typer.echo(f"highest {stat}: {tops}")
+    typer.echo(f"wrote {png}" + (f", {table}" if table else "") + (f", {json_out}" if json_out else ""))
+
+
+@app.command("ablate-features")
+def ablate_features_command(
+    model: Annotated[Path, typer.Option("--model", help="The checkpoint whose frozen layers are compared.")],
+    data: Annotated[Path, typer.Option("--data", help="CoNLL-2003 directory (eng.train and eng.testa).")],
+    out: Annotated[Path, typer.Option("--out", help="Directory: cache/, runs/<strategy>/, ablation.md, "
+                                                    "ablation.png, results.json.")],
+    strategy: Annotated[list[str] | None, typer.Option(
+        "--strategy", help="Strategy to run (repeat; default all six). One strategy = the frozen tagger alone.")]
+    = None,
+    train_sentences: Annotated[int | None, typer.Option(
+        help="Train on a fixed random sub-sample of N sentences (the one `finetune ner "
+             "--max-train-examples N` uses).")] = None,
+    epochs: Annotated[int, typer.Option(help="Passes over the training sentences.")] = 4,
+    batch_size: Annotated[int, typer.Option(help="Sentences per step.")] = 32,
+    lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW, 5% warm-up, linear decay).")] = 2e-3,
+    lstm_size: Annotated[int, typer.Option(help="BiLSTM units per direction (the paper: 768).")] = 256,
+    seed: Annotated[int, typer.Option(help="Seed of the tagger's initialisation and batch order.")] = 0,
+    finetune_f1: Annotated[float | None, typer.Option(
+        help="Dev F1 (%) of the whole model fine-tuned (`bertforge finetune ner`), for the table's last row.")]
+    = None,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's choice).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars.")] = False,
+) -> None:
+    """The paper's feature-based NER ablation: cache every layer of a frozen encoder once, train a
+    two-layer BiLSTM tagger per layer strategy, score CoNLL-2003 dev entity F1 (conlleval), write a
+    markdown table beside the paper's BERT-base numbers and a bar chart.
+
+    Example: `bertforge ablate-features --model models/minilm --data data/conll2003 --out runs/ablation --train-sentences 4000`
+    """
+    import torch
+
+    from bertforge.checkpoint import CheckpointError
+    from bertforge.features import STRATEGIES
+    from bertforge.tasks.base import DataFormatError
+    from bertforge.tasks.frozen_ner import FrozenNerConfig, ablate
+
+    if threads is not None:
+        if threads < 1:
+            raise _fail(f"--threads must be at least 1, got {threads}")
+        torch.set_num_threads(threads)
+    if epochs < 1 or batch_size < 1 or lstm_size < 1 or lr <= 0:
+        raise _fail("--epochs, --batch-size and --lstm-size must be at least 1 and --lr positive")
+    config = FrozenNerConfig(epochs=epochs, batch_size=batch_size, lr=lr, lstm_size=lstm_size, seed=seed,
+                             progress=not quiet)
+    try:
+        results = ablate(model, data, out, strategies=tuple(strategy) if strategy else STRATEGIES,
+                         train_sentences=train_sentences, config=config, finetune_f1=finetune_f1)
+    except (CheckpointError, DataFormatError, FileNotFoundError, ValueError) as exc:
+        raise _fail(str(exc)) from exc
+    for row in results:
+        typer.echo(f"{row['strategy']:>17}: hidden states {row['layers']} ({row['combine']}) -> dev F1 "
+                   f"{100 * row['dev_f1']:.2f}  ({row['seconds']:.0f} s)")
+    typer.echo(f"wrote {out / 'ablation.md'}, {out / 'ablation.png'}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()
