@@ -293,6 +293,7 @@ def test_cli_extract_and_ablate_features(model, tokenizer, tmp_path):
                                  "--epochs", "2", "--lstm-size", "8", "--threads", "1", "--quiet"])
     assert result.exit_code == 0, result.output
     table = (tmp_path / "ablation" / "ablation.md").read_text()
-    assert "| Last hidden | 5 | 94.9 |" in table and "| Weighted sum all 12 layers | 1-5 (sum) | 95.5 |" in table
-    assert "| Fine-tune all (BERT-base) | all, fine-tuned | 96.4 | not run |" in table
+    assert "| last | Last hidden | 5 | 94.9 |" in table
+    assert "| sum_all | Weighted sum all 12 layers | 1-5 (sum) | 95.5 |" in table
+    assert "| finetune_all | Fine-tune all | all, fine-tuned | 96.4 | not run |" in table
     assert (tmp_path / "ablation" / "ablation.png").read_bytes().startswith(b"\x89PNG")

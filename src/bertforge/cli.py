@@ -801,6 +801,8 @@ def ablate_features_command(
         help="Dev F1 (%) of the whole model fine-tuned (`bertforge finetune ner`), for the table's last row.")]
     = None,
     threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's choice).")] = None,
+    name: Annotated[str | None, typer.Option(help="The model's name in the table and chart (default: the "
+                                                  "folder's name).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars.")] = False,
 ) -> None:
     """The paper's feature-based NER ablation: cache every layer of a frozen encoder once, train a
@@ -826,7 +828,7 @@ def ablate_features_command(
                              progress=not quiet)
     try:
         results = ablate(model, data, out, strategies=tuple(strategy) if strategy else STRATEGIES,
-                         train_sentences=train_sentences, config=config, finetune_f1=finetune_f1)
+                         train_sentences=train_sentences, config=config, finetune_f1=finetune_f1, model_name=name)
     except (CheckpointError, DataFormatError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from exc
     for row in results:

@@ -52,7 +52,7 @@ PAPER_DEV_F1 = {
 PAPER_ROWS = {
     "embeddings": "Embeddings", "second_to_last": "Second-to-last hidden", "last": "Last hidden",
     "sum_last_four": "Weighted sum last four hidden", "concat_last_four": "Concat last four hidden",
-    "sum_all": "Weighted sum all 12 layers", "finetune_all": "Fine-tune all (BERT-base)",
+    "sum_all": "Weighted sum all 12 layers", "finetune_all": "Fine-tune all",
 }
 
 
@@ -337,17 +337,19 @@ def _layers_text(layers: Sequence[int], num_layers: int) -> str:
 
 
 def ablation_table(results: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
-    """Markdown: strategy, hidden states used, the paper's BERT-base dev F1, ours."""
+    """Markdown: our strategy, the paper's row, the hidden states used, the paper's BERT-base dev F1, ours."""
     num_layers = meta["num_hidden_layers"]
-    lines = [f"| strategy | {meta['model']} hidden states used | paper: BERT-base dev F1 | ours: {meta['model']} dev F1 |",
-             "|---|---|---|---|"]
+    model = meta["model"]
+    lines = [f"| strategy | paper's row | {model} hidden states used | paper: BERT-base dev F1 | ours: {model} dev F1 |",
+             "|---|---|---|---|---|"]
     for r in results:
         how = "" if len(r["layers"]) == 1 else f" ({r['combine']})"
-        lines.append(f"| {PAPER_ROWS.get(r['strategy'], r['strategy'])} | {_layers_text(r['layers'], num_layers)}{how} "
-                     f"| {PAPER_DEV_F1.get(r['strategy'], math.nan):.1f} | {100 * r['dev_f1']:.1f} |")
+        lines.append(f"| {r['strategy']} | {PAPER_ROWS.get(r['strategy'], '')} | "
+                     f"{_layers_text(r['layers'], num_layers)}{how} | {PAPER_DEV_F1.get(r['strategy'], math.nan):.1f} "
+                     f"| {100 * r['dev_f1']:.1f} |")
     finetune = meta.get("finetune_f1")
-    lines.append(f"| {PAPER_ROWS['finetune_all']} | all, fine-tuned | {PAPER_DEV_F1['finetune_all']:.1f} | "
-                 f"{'not run' if finetune is None else f'{finetune:.1f}'} |")
+    lines.append(f"| finetune_all | {PAPER_ROWS['finetune_all']} | all, fine-tuned | {PAPER_DEV_F1['finetune_all']:.1f} "
+                 f"| {'not run' if finetune is None else f'{finetune:.1f}'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -377,7 +379,7 @@ def plot_ablation(results: Sequence[dict[str, Any]], out: str | os.PathLike[str]
     ax.set_ylabel("CoNLL-2003 dev entity F1")
     ax.set_title(f"feature-based NER: frozen encoder + BiLSTM ({meta['train_sentences']} training sentences)",
                  fontsize=9)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # outside: no bar is hidden
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     path = Path(out)
