@@ -199,9 +199,10 @@ def serve(
     try:
         import uvicorn
 
-        from bertforge.serve import create_app
+        from bertforge.serve import bound_kernel_cache, create_app
     except ImportError as exc:
         raise _fail(f"serving needs the 'serve' extra (pip install 'bertforge[serve]'): {exc}") from exc
+    bound_kernel_cache()  # memory stays flat however many batch shapes arrive
     try:
         api = create_app(model, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, device=device)
     except (CheckpointError, FileNotFoundError, ValueError) as exc:

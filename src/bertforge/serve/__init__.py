@@ -8,13 +8,29 @@ Needs the `serve` extra (fastapi, uvicorn). Example:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from fastapi import FastAPI
 
-__all__ = ["create_app", "serve"]
+__all__ = ["create_app", "serve", "bound_kernel_cache"]
+
+# oneDNN keeps compiled kernels per input shape (1024 by default). A server sees a new shape with
+# almost every batch (batch size x real tokens), so its memory grows for a long time before that
+# cache fills: all-MiniLM-L6-v2, 600 random batches of 1-16 sentences, RSS 373 -> 494 MB and still
+# rising with the default, 371 -> 439 MB and level with 64, 370 -> 391 MB with 0. The cost, a kernel
+# built again for a shape that left the cache, was lost in the noise of our timings.
+KERNEL_CACHE_CAPACITY = "64"
+
+
+def bound_kernel_cache() -> None:
+    """Bound oneDNN's per-shape kernel cache, unless the user set ONEDNN_PRIMITIVE_CACHE_CAPACITY.
+
+    Takes effect only if called before the process runs its first model call.
+    """
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", KERNEL_CACHE_CAPACITY)
 
 
 def create_app(model_dir: str | Path | None = None, **kwargs: Any) -> FastAPI:
@@ -33,9 +49,11 @@ def serve(
     max_wait_ms: float = 5.0,
     device: str = "cpu",
     log_level: str = "info",
+    access_log: bool = True,
 ) -> None:
     """Load the checkpoint and serve the API and demo page with uvicorn until interrupted."""
     import uvicorn
 
+    bound_kernel_cache()
     app = create_app(model_dir, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, device=device)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=access_log)
