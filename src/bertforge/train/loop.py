@@ -53,6 +53,8 @@ class ResumableBatches(Protocol):
     exhausted the source moves on by itself, so the next `iter()` starts the next one (reshuffled,
     re-masked: the source's business). `state_dict()` is the position after the last batch yielded,
     in JSON types; `load_state_dict()` must seek there without producing the skipped batches.
+    The loop restores torch's global RNG after every fetch, so a source that wants randomness seeds
+    its own generators (a DataLoader's per-epoch draw from the global RNG is thereby harmless).
     """
 
     def __iter__(self) -> Iterator[Batch]: ...
