@@ -297,7 +297,8 @@ arrive, then levels off: `bertforge serve` caps oneDNN's per-shape kernel cache 
 ONEDNN_PRIMITIVE_CACHE_CAPACITY=64). The {args.clients}-client rows ran one
 server at a time, back to back; in the one-client rows both servers were up and the client
 alternated between them (so each row's req/s is half the client's), so that both saw the same
-conditions and the latency difference is the cost of the batching wait. The machine was shared
+conditions and the latency difference is the cost of the batching wait (on a crowded CPU a worker
+that sleeps 5 ms may wait longer for a core when it wakes; on a quieter run it cost 4.8 ms). The machine was shared
 with other work: its 1-minute load average was {info['load_average_1m'][0]} at the start and
 {info['load_average_1m'][1]} at the end (2 cores), so absolute figures are rough.
 
