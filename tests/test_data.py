@@ -665,3 +665,18 @@ def test_cli_prepare(corpus_dir, tokenizer_dir, tmp_path) -> None:
     result = runner.invoke(app, ["prepare", "--input", str(corpus_dir), "--tokenizer", str(tokenizer_dir),
                                  "--out", str(tmp_path / "q"), "--objective", "mlm", "--quiet"])
     assert result.exit_code == 2 and "objective must be one of" in result.output
+
+
+def test_prepared_data_carries_its_tokenizer(tmp_path) -> None:
+    """The data directory is self-contained: pretrain finds DATA/tokenizer and exports it with final/."""
+    from bertforge.pretrain import find_tokenizer, read_dataset_info
+    from bertforge.tokenizer import BertTokenizer
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"Sentence number {i} of document {d} is here.\n" + ("\n" if i == 5 else "")
+                              for d in range(6) for i in range(6)))
+    BertTokenizer.train([corpus], vocab_size=120, min_frequency=1, show_progress=False).save_pretrained(tmp_path / "tok")
+    prepare([corpus], tmp_path / "tok", tmp_path / "data", max_seq_length=32, progress=False, dupe_factor=1)
+    assert (tmp_path / "data" / "tokenizer" / "vocab.txt").read_text() == (tmp_path / "tok" / "vocab.txt").read_text()
+    data = tmp_path / "data"
+    assert find_tokenizer(data, read_dataset_info(data), None) == data / "tokenizer"

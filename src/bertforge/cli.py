@@ -59,6 +59,31 @@ def inspect(
     typer.echo(report.summary())
 
 
+@app.command()
+def quickstart(
+    out: Annotated[Path, typer.Option(help="Run directory (stages, models, report.md).")] = Path("runs/quickstart"),
+    budget: Annotated[str, typer.Option(help="full: the real thing (<= 15 min on 2 CPU cores); smoke: ~1 min.")] = "full",
+    stage: Annotated[list[str] | None, typer.Option(help="Run only this stage (repeat); see the list above.")] = None,
+    force: Annotated[bool, typer.Option(help="Rerun the chosen stages even if they completed.")] = False,
+) -> None:
+    """Raw text to scores on bundled data: WordPiece -> shards -> pre-train a tiny BERT -> held-out MLM/NSP and
+    fill-mask -> fine-tune on SST-2, from it and from the real all-MiniLM-L6 -> report.md.
+
+    Stages: tokenizer, data, pretrain, pretrain_eval, finetune_scratch, finetune_minilm, report. A second run
+    reuses completed stages.
+
+    Example: `bertforge quickstart --out runs/quickstart` (then read runs/quickstart/report.md)
+    """
+    from bertforge.quickstart import quickstart as run_quickstart
+
+    try:
+        run_quickstart(out, budget=budget, stages=stage, force=force, echo=typer.echo)
+    except ValueError as exc:
+        raise _fail(str(exc)) from exc
+    typer.echo(f"\nreport: {out / 'report.md'}")
+    typer.echo((out / "report.md").read_text(encoding="utf-8"))
+
+
 tokenizer_app = typer.Typer(help="WordPiece vocabularies: train one from text, try one on a sentence.",
                              no_args_is_help=True)
 app.add_typer(tokenizer_app, name="tokenizer")

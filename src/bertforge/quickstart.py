@@ -115,8 +115,7 @@ def stage_pretrain(run: Path, budget: Budget) -> dict[str, Any]:
     result = pretrain("tiny", run / "data", run / "pretrain", max_steps=budget.pretrain_steps, resume=True,
                       batch_size=budget.pretrain_batch_size, lr=budget.pretrain_lr,
                       warmup_steps=max(1, budget.pretrain_steps // 10), eval_every=budget.eval_every,
-                      save_every=budget.eval_every, keep_last=1, eval_max_batches=0,
-                      tokenizer=str(run / "tokenizer"))
+                      save_every=budget.eval_every, keep_last=1, eval_max_batches=0)
     return {"final": str(result.final), "steps": budget.pretrain_steps}
 
 

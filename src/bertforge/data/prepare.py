@@ -150,6 +150,9 @@ def prepare(
         continuation[index] = token.startswith("##")
     with atomic_path(out / "continuation.npy") as tmp, open(tmp, "wb") as handle:
         np.save(handle, continuation)
+    # The shards are ids of this vocabulary: keep a copy beside them, so the data directory is
+    # self-contained and pre-training exports a final model with the right vocab.txt.
+    tokenizer.save_pretrained(out / "tokenizer")
 
     todo = [i for i in range(len(plan)) if not (out / "done" / f"{shard_name(i)}.json").exists()]
     todo_bytes = sum(r.end - r.start for i in todo for r in plan[i])
