@@ -410,18 +410,19 @@ class ModelService:
         """Tokenise; over the limit, either truncate (and say so) or raise a 422 that gives the numbers."""
         limit = limit or self.max_tokens
         try:
-            return self.tokenizer.encode(text, pair, max_length=limit), False
-        except ValueError as exc:
-            if "tokens long" not in str(exc):  # not a length problem (a lone surrogate, say)
-                raise ApiError(422, "bad_text", f"{what}: {exc}") from exc
-            if not truncate:
-                n = len(self.tokenizer.encode(text, pair, max_length=10**9))
-                raise ApiError(422, "too_long", f"{what} is {n} tokens (special tokens included); "
-                               f"this endpoint takes at most {limit}") from exc
-            return self.tokenizer.encode(text, pair, max_length=limit, truncation=True), True
+            encoding = self.tokenizer.encode(text, pair, max_length=10**9)  # no limit yet: measure first
+        except ValueError as exc:  # text the tokenizer refuses (a lone surrogate, say)
+            raise ApiError(422, "bad_text", f"{what}: {exc}") from exc
+        if len(encoding) <= limit:
+            return encoding, False
+        if not truncate:
+            raise ApiError(422, "too_long", f"{what} is {len(encoding)} tokens (special tokens included); "
+                           f"this endpoint takes at most {limit}")
+        return self.tokenizer.encode(text, pair, max_length=limit, truncation=True), True
 
     def prepare_text(self, text: str, pair: str | None = None, *, limit: int | None = None,
-                   truncate: bool = True, **options: Any) -> _TextItem:
+                     truncate: bool = True, **options: Any) -> _TextItem:
+        """One text (or pair) for classify, ner, embed or attention; `options` ride along to the runner."""
         enc, truncated = self._encode(text, pair, limit=limit, truncate=truncate)
         return _TextItem(text, _Encoded(enc.input_ids, enc.token_type_ids), list(enc.offsets), list(enc.tokens),
                          list(enc.word_ids), list(enc.sequence_ids), truncated, options)
