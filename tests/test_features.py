@@ -26,14 +26,6 @@ WORDS = ["the", "cat", "sat", "on", "mat", "un", "##aff", "##able", "u", "s", "d
          "new", "york", "a", "b"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: one thread is faster, and far faster on a busy machine (no OpenMP waiting)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 @pytest.fixture(scope="module")
 def tokenizer() -> BertTokenizer:

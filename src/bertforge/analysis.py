@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bertforge.plot import save_figure
+
 if TYPE_CHECKING:
     import torch
 
@@ -201,7 +203,7 @@ def plot_head_stats(stats: HeadStats, out: str | os.PathLike[str], title: str = 
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.02).ax.tick_params(labelsize=6)
     fig.suptitle(title or f"per-head attention statistics over {stats.texts} texts")
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -261,7 +263,7 @@ def plot_attention(tokens: Sequence[str], attentions: np.ndarray, out: str | os.
             ax.set_title(f"L{lay}-H{hd}", fontsize=7)
         fig.suptitle(title or " ".join(tokens)[:120], fontsize=9)
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def _pyplot() -> Any:
@@ -271,16 +273,6 @@ def _pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def _save(fig: Any, out: str | os.PathLike[str]) -> Path:
-    import matplotlib.pyplot as plt
-
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
 
 
 __all__ = [

@@ -47,7 +47,14 @@ def plot_run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | None
         acc_ax.legend()
         acc_ax.grid(alpha=0.3)
     fig.tight_layout()
-    path = Path(out) if out is not None else run_dir / "curves.png"
+    return save_figure(fig, Path(out) if out is not None else run_dir / "curves.png")
+
+
+def save_figure(fig: Any, out: str | os.PathLike[str]) -> Path:
+    """Write a matplotlib figure to PNG (making the folder) and release it."""
+    import matplotlib.pyplot as plt
+
+    path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)

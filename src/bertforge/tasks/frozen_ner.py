@@ -41,6 +41,7 @@ from bertforge.features import (
     resolve_layers,
     write_features,
 )
+from bertforge.plot import save_figure
 from bertforge.tasks.ner import Ner, NerSentence, label_list
 
 IGNORE_INDEX = -100
@@ -382,11 +383,7 @@ def plot_ablation(results: Sequence[dict[str, Any]], out: str | os.PathLike[str]
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # outside: no bar is hidden
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, out)
 
 
 __all__ = [

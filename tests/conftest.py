@@ -1,0 +1,16 @@
+"""Suite-wide test settings."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread for every test: the models here are tiny, so threads give nothing, and on a
+    busy 2-core machine OpenMP's waiting makes a multi-threaded step several times slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
