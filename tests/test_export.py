@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("onnxscript", reason="ONNX export needs onnx and onnxscript (the serve extra)")
-ort = pytest.importorskip("onnxruntime", reason="the parity check needs onnxruntime (the serve extra)")
+pytest.importorskip("onnxscript", reason="ONNX export needs onnx and onnxscript (the onnx extra)")
+ort = pytest.importorskip("onnxruntime", reason="the parity check needs onnxruntime (the onnx extra)")
 import onnx  # noqa: E402
 import torch  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402

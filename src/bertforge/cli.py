@@ -253,7 +253,7 @@ def export_onnx_command(
     try:
         from bertforge.export import export_onnx
     except ImportError as exc:
-        raise _fail(f"ONNX export needs onnx and onnxscript (pip install 'bertforge[serve]'): {exc}") from exc
+        raise _fail(f"ONNX export needs onnx and onnxscript (pip install 'bertforge[onnx]'): {exc}") from exc
     if out.suffix != ".onnx":
         raise _fail(f"--out should name a .onnx file, got {out}")
     try:
