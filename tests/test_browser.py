@@ -2,7 +2,7 @@
 
 The QA check is end to end: a tiny QA model is first fitted (a few hundred steps, seconds) to answer
 questions about one passage, the test types that passage and a question into the page, and the
-answer the page highlights must be the right span. Screenshots of every tab go to docs/img/.
+answer the page highlights must be the right span. Screenshots of every tab go to BERTFORGE_SCREENSHOTS (docs/img when refreshing them).
 
 Needs Playwright (pip) and a Chromium on the machine (Debian's `chromium` package, at
 /usr/bin/chromium, or BERTFORGE_CHROMIUM=/path); nothing is downloaded at run time. Without a
@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -46,7 +47,9 @@ pytestmark = pytest.mark.skipif(
     CHROMIUM is None,
     reason="no Chromium installed (apt-get install chromium, or set BERTFORGE_CHROMIUM); the test downloads none",
 )
-SHOTS = Path(__file__).resolve().parent.parent / "docs" / "img"
+# Screenshots go to a temporary folder, so a test run leaves the checkout clean; to refresh the ones
+# committed in docs/img, run with BERTFORGE_SCREENSHOTS=docs/img.
+SHOTS = Path(os.environ.get("BERTFORGE_SCREENSHOTS") or tempfile.mkdtemp(prefix="bertforge-screens-"))
 
 PASSAGE = ("BERT comes in two sizes. BERT-base has 12 layers, a hidden size of 768, 12 attention heads and "
            "110M parameters. BERT-large has 24 layers, a hidden size of 1024, 16 attention heads and 340M parameters.")
