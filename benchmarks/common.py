@@ -46,6 +46,8 @@ def machine() -> dict[str, Any]:
         "transformers": transformers.__version__,
         "python": platform.python_version(),
         "device": "cpu",
+        # Other work on the machine skews timings (on 2 cores, badly): say how busy it was.
+        "load_average_1min": round(os.getloadavg()[0], 2),
     }
     if torch.cuda.is_available():
         info["device"] = torch.cuda.get_device_name(0)
@@ -54,7 +56,8 @@ def machine() -> dict[str, Any]:
 
 def machine_line(info: dict[str, Any]) -> str:
     return (f"Machine: {info['cpu']}, {info['cores']} cores, torch threads {info['torch_threads']}, "
-            f"device {info['device']}; torch {info['torch']}, transformers {info['transformers']}; {info['date']}.")
+            f"device {info['device']}; torch {info['torch']}, transformers {info['transformers']}; {info['date']}; "
+            f"1-minute load average {info.get('load_average_1min', '?')} when the run ended.")
 
 
 def save_results(name: str, payload: dict[str, Any]) -> Path:
