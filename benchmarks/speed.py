@@ -1,6 +1,7 @@
 """Speed and memory of bertforge vs Hugging Face transformers, same weights and inputs, one run.
 
     python benchmarks/speed.py [--data ../shared/data] [--rounds 3] [--threads 2] [--only inference,finetune,pretrain]
+                               [--models minilm,base]
 
 Workloads (issue 9):
   inference  sequences/s on the SST-2 dev sentences and MRPC dev pairs, tokenised, batch 32, in file
@@ -191,9 +192,11 @@ def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def scenarios(inputs: Path, base: Path, only: set[str], threads: int) -> list[dict[str, Any]]:
+def scenarios(inputs: Path, base: Path | None, only: set[str], threads: int) -> list[dict[str, Any]]:
     common = {"inputs": str(inputs), "threads": threads}
-    models = {"all-MiniLM-L6": minilm_dir(), "BERT-base shape": str(base)}
+    models = {"all-MiniLM-L6": minilm_dir()}
+    if base is not None:
+        models["BERT-base shape"] = str(base)
     out: list[dict[str, Any]] = []
     for model_name, checkpoint in models.items():
         small = model_name.startswith("all-MiniLM")
@@ -217,13 +220,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--only", default="inference,finetune,pretrain")
+    parser.add_argument("--models", default="minilm,base", help="minilm and/or base (BERT-base shape)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(measure(json.loads(args.worker))))
         return
 
-    inputs, base = prepare_inputs(args.data), prepare_base_checkpoint()
+    inputs = prepare_inputs(args.data)
+    base = prepare_base_checkpoint() if "base" in args.models.split(",") else None
     rows, results = [], []
     for spec in scenarios(inputs, base, set(args.only.split(",")), args.threads):
         runs: dict[str, list[dict[str, Any]]] = {"transformers": [], "bertforge": []}
