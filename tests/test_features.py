@@ -289,3 +289,27 @@ def test_cli_extract_and_ablate_features(model, tokenizer, tmp_path):
     assert "| sum_all | Weighted sum all 12 layers | 1-5 (sum) | 95.5 |" in table
     assert "| finetune_all | Fine-tune all | all, fine-tuned | 96.4 | not run |" in table
     assert (tmp_path / "ablation" / "ablation.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_cli_finetune_ner_frozen(model, tokenizer, tmp_path):
+    """`finetune ner --frozen --strategy S`: the feature-based set-up through the fine-tuning command."""
+    from typer.testing import CliRunner
+
+    from bertforge.cli import app
+
+    model_dir = tmp_path / "model"
+    model.save_pretrained(model_dir, tokenizer=tokenizer)
+    data = tmp_path / "conll"
+    data.mkdir()
+    rows = ["the X X O", "cat X X I-PER", "sat X X O", "", "new X X I-LOC", "york X X I-LOC", "a X X O", ""]
+    (data / "eng.train").write_text("\n".join(rows * 3) + "\n", encoding="utf-8")
+    (data / "eng.testa").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    runner = CliRunner()
+    result = runner.invoke(app, ["finetune", "ner", "--frozen", "--strategy", "second_to_last", "--model",
+                                 str(model_dir), "--data", str(data), "--out", str(tmp_path / "frozen")])
+    assert result.exit_code == 0, result.output
+    assert "second_to_last: hidden states [4]" in result.output and "dev F1" in result.output
+    assert (tmp_path / "frozen" / "runs" / "second_to_last" / "result.json").exists()
+    bad = runner.invoke(app, ["finetune", "ner", "--frozen", "--strategy", "middle", "--model", str(model_dir),
+                              "--data", str(data), "--out", str(tmp_path / "bad")])
+    assert bad.exit_code == 2 and "middle" in bad.output

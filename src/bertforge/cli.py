@@ -512,12 +512,32 @@ def finetune_ner(
     max_train_examples: _FtTrainN = None,
     max_eval_examples: _FtEvalN = None,
     precision: _FtPrecision = "fp32",
+    frozen: Annotated[bool, typer.Option("--frozen", help="Feature-based instead: freeze the encoder and train "
+                                                          "a two-layer BiLSTM tagger on its features.")] = False,
+    strategy: Annotated[str, typer.Option("--strategy", help="With --frozen: embeddings, last, second_to_last, "
+                                                             "sum_last_four, concat_last_four or sum_all.")] = "concat_last_four",
 ) -> None:
     """Fine-tune token classification on CoNLL-2003 (IOB2 tags, first sub-token labelled) and report
-    conlleval's entity-level F1 on the dev set.
+    conlleval's entity-level F1 on the dev set. With --frozen, the paper's feature-based set-up instead.
 
     Example: `bertforge finetune ner --model models/minilm --data data/conll2003 --out runs/ner`
+    Feature-based: `bertforge finetune ner --frozen --strategy sum_last_four --model models/minilm --data data/conll2003 --out runs/ner-frozen`
     """
+    if frozen:
+        from bertforge.checkpoint import CheckpointError
+        from bertforge.features import STRATEGIES
+        from bertforge.tasks.base import DataFormatError
+        from bertforge.tasks.frozen_ner import FrozenNerConfig, ablate
+
+        if strategy not in STRATEGIES:
+            raise _fail(f"--strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
+        try:
+            (row,) = ablate(model, data, out, strategies=(strategy,), train_sentences=max_train_examples,
+                            config=FrozenNerConfig(seed=int(seeds.split(",")[0])))
+        except (CheckpointError, DataFormatError, FileNotFoundError, ValueError) as exc:
+            raise _fail(str(exc)) from exc
+        typer.echo(f"{strategy}: hidden states {row['layers']} ({row['combine']}) -> dev F1 {100 * row['dev_f1']:.2f}")
+        return
     _finetune_run("ner", task, model, data, out, seeds, lr=lr, epochs=epochs, batch_size=batch_size,
                   max_length=max_length, warmup=warmup, max_train_examples=max_train_examples,
                   max_eval_examples=max_eval_examples, precision=precision)
