@@ -126,9 +126,15 @@ def run_transformers(task: str, seed: int, model: Path, data: Path, work: Path) 
     import numpy as np
     import torch
     import transformers
-    from transformers import (AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer,
-                              DataCollatorForTokenClassification, DataCollatorWithPadding, Trainer,
-                              TrainingArguments)
+    from transformers import (
+        AutoModelForSequenceClassification,
+        AutoModelForTokenClassification,
+        AutoTokenizer,
+        DataCollatorForTokenClassification,
+        DataCollatorWithPadding,
+        Trainer,
+        TrainingArguments,
+    )
 
     from bertforge.finetune import _subset
     from bertforge.tasks import make_task

@@ -229,7 +229,7 @@ def main() -> None:
 
     inputs = prepare_inputs(args.data)
     base = prepare_base_checkpoint() if "base" in args.models.split(",") else None
-    rows, results = [], []
+    results = []
     for spec in scenarios(inputs, base, set(args.only.split(",")), args.threads):
         runs: dict[str, list[dict[str, Any]]] = {"transformers": [], "bertforge": []}
         variants = [("transformers", {}), ("bertforge", {})]
@@ -242,32 +242,65 @@ def main() -> None:
                 runs[label].append(run_worker({**spec, **extra, "library": library}))
         summary = {label: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for label, rs in runs.items()}
         results.append({"scenario": {k: v for k, v in spec.items() if k not in ("inputs", "checkpoint")},
-                        "median": summary, "runs": runs})
+                        "median": summary, "runs": runs, "rounds": args.rounds, "machine": machine()})
+        print(table_rows(results[-1:]), flush=True)
+
+    merged = merge_results(results)
+    save_results("speed", {"results": merged})
+    update_doc_section("speed", render(merged))
+
+
+def scenario_key(result: dict[str, Any]) -> str:
+    return json.dumps(result["scenario"], sort_keys=True)
+
+
+def merge_results(new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The saved results with this run's scenarios replaced: a partial run (--only, --models) keeps the rest."""
+    path = ROOT / "benchmarks" / "results" / "speed.json"
+    old = json.loads(path.read_text()) if path.exists() else {}
+    by_key = {}
+    for result in old.get("results", []):
+        result.setdefault("machine", old.get("machine"))
+        result.setdefault("rounds", old.get("rounds"))
+        by_key[scenario_key(result)] = result
+    by_key.update({scenario_key(r): r for r in new})
+    order = {"inference": 0, "finetune": 1, "pretrain": 2}
+    return sorted(by_key.values(), key=lambda r: (order[r["scenario"]["kind"]], r["scenario"]["model"],
+                                                  str(r["scenario"].get("workload"))))
+
+
+def table_rows(results: list[dict[str, Any]]) -> list[list[str]]:
+    rows = []
+    for result in results:
+        spec, summary = result["scenario"], result["median"]
         unit = "tokens_per_s" if spec["kind"] == "pretrain" else "sequences_per_s"
         reference = summary["transformers"]
-        for label in runs:
+        for label, ours in summary.items():
             if label == "transformers":
                 continue
-            ours = summary[label]
+            load = (result.get("machine") or {}).get("load_average_1min", "?")
             rows.append([spec["kind"], spec["model"], spec["workload"], label,
                          f"{reference[unit]:.1f}", f"{ours[unit]:.1f}", f"**{ours[unit] / reference[unit]:.2f}x**",
-                         f"{reference['run_rss_mb']:.0f} / {ours['run_rss_mb']:.0f}"])
-        print(rows[-1], flush=True)
+                         f"{reference['run_rss_mb']:.0f} / {ours['run_rss_mb']:.0f}",
+                         f"{(result.get('machine') or {}).get('date', '?')}, {result.get('rounds', '?')}, {load}"])
+    return rows
 
-    info = machine()
-    save_results("speed", {"machine": info, "rounds": args.rounds, "results": results})
+
+def render(results: list[dict[str, Any]]) -> str:
     table = markdown_table(
         ["workload", "model", "data", "bertforge variant", "transformers /s", "bertforge /s", "ratio",
-         "extra peak RSS MB (HF / ours)"], rows)
-    update_doc_section("speed", f"""## Speed: inference, fine-tuning step, pre-training step (CPU)
+         "extra peak RSS MB (HF / ours)", "date, rounds, load"], table_rows(results))
+    info = results[-1].get("machine") or machine()
+    return f"""## Speed: inference, fine-tuning step, pre-training step (CPU)
 
-{machine_line(info)} Median of {args.rounds} alternating runs, each in its own process.
+{machine_line(info)} Each row is the median of its alternating runs (rounds in the last column), each
+run in its own process; rows measured on different days or loads are marked in the last column.
 Units: sequences/s (inference, finetune), tokens/s (pretrain). Inference batches are 32 dev
 examples in file order, padded to the batch's longest; "bucketing" sorts by length first. Peak RSS
 is the growth of the process's peak RSS during the timed run, after the model was loaded.
 
 {table}
-""")
+"""
 
 
 if __name__ == "__main__":
