@@ -45,12 +45,16 @@ class CheckpointError(ValueError):
 # The key map. "{i}" is a layer index, "{p}" a parameter name (weight or bias).
 # Backbone names are relative to the encoder (ours: `bert.` inside a model with heads, nothing in a
 # bare BertModel; theirs: `bert.` likewise). The fused q/k/v is the one row that is not a rename.
+# Family switches add rows but no new layout: ALBERT's factorised embeddings add the E -> H
+# projection (named as in Hugging Face's ALBERT), and with shared layers `{i}` counts the G distinct
+# layers. Such checkpoints do not load in transformers.BertModel (see BertConfig.transformers_incompatibilities).
 # ------------------------------------------------------------------------------------------------
 KEY_MAP: list[tuple[str, str]] = [
     ("embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"),
     ("embeddings.position_embeddings.weight", "embeddings.position_embeddings.weight"),
     ("embeddings.token_type_embeddings.weight", "embeddings.token_type_embeddings.weight"),
     ("embeddings.layer_norm.{p}", "embeddings.LayerNorm.{p}"),
+    ("embeddings.projection.{p}", "encoder.embedding_hidden_mapping_in.{p}"),
     ("encoder.layers.{i}.attention.out.{p}", "encoder.layer.{i}.attention.output.dense.{p}"),
     ("encoder.layers.{i}.attention_norm.{p}", "encoder.layer.{i}.attention.output.LayerNorm.{p}"),
     ("encoder.layers.{i}.ffn.up.{p}", "encoder.layer.{i}.intermediate.dense.{p}"),
@@ -61,13 +65,19 @@ KEY_MAP: list[tuple[str, str]] = [
 FUSED_QKV = ("encoder.layers.{i}.attention.qkv.{p}", "encoder.layer.{i}.attention.self.{part}.{p}")
 QKV_PARTS = ("query", "key", "value")  # the order of the rows of our fused weight
 
-# Heads sit beside the backbone (ours: `mlm.`, `nsp.`; theirs: `cls.`). Task heads that are not
+# Heads sit beside the backbone (ours: `mlm.`, `nsp.`, `sbo.`; theirs: `cls.`). Task heads that are not
 # listed (`classifier`, `qa_outputs`) already use Hugging Face's names and pass through unchanged.
+# transformers has no span-boundary head: it reports `cls.span_boundary.*` as unused and loads the rest.
 HEAD_KEY_MAP: list[tuple[str, str]] = [
     ("mlm.transform.dense.{p}", "cls.predictions.transform.dense.{p}"),
     ("mlm.transform.layer_norm.{p}", "cls.predictions.transform.LayerNorm.{p}"),
     ("mlm.bias", "cls.predictions.bias"),
     ("nsp.{p}", "cls.seq_relationship.{p}"),
+    ("sbo.position_embeddings.weight", "cls.span_boundary.position_embeddings.weight"),
+    ("sbo.transform.dense1.{p}", "cls.span_boundary.transform.dense1.{p}"),
+    ("sbo.transform.layer_norm1.{p}", "cls.span_boundary.transform.LayerNorm1.{p}"),
+    ("sbo.transform.dense2.{p}", "cls.span_boundary.transform.dense2.{p}"),
+    ("sbo.transform.layer_norm2.{p}", "cls.span_boundary.transform.LayerNorm2.{p}"),
 ]
 
 # Hugging Face keys that carry nothing we need: a buffer, and the decoder tied to the embeddings.

@@ -25,7 +25,17 @@ PRESETS: dict[str, tuple[int, int, int]] = {
 }
 
 # Keys we write that are not fields; they describe the file, so they are not kept as "extra".
-_FILE_KEYS = {"model_type", "transformers_version", "architectures", "torch_dtype", "dtype"}
+_FILE_KEYS = {"model_type", "transformers_version", "architectures", "torch_dtype", "dtype", "bertforge_note"}
+
+# The BERT-family switches and their "plain BERT" values. A switch is written to config.json only when
+# it is on, so a plain BERT's config.json is exactly what it was before the switches existed.
+FAMILY_DEFAULTS: dict[str, Any] = {
+    "embedding_size": None,
+    "num_hidden_groups": None,
+    "next_sentence_head": True,
+    "span_boundary_objective": False,
+    "max_span_length": 10,
+}
 
 
 @dataclass
@@ -45,6 +55,20 @@ class BertConfig:
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
     pad_token_id: int = 0
+    # ---- BERT-family switches (plain BERT when left alone; see FAMILY_DEFAULTS) ----
+    # ALBERT factorised embeddings: the word/position/segment tables are E = embedding_size wide, with
+    # LayerNorm on E, then a Linear E -> H. None: E = H and no projection (BERT).
+    embedding_size: int | None = None
+    # ALBERT cross-layer sharing: G distinct layers serve all L; layer i runs group i // (L / G).
+    # None: G = L (no sharing); 1: one set of layer weights applied L times. L must be a multiple of G.
+    num_hidden_groups: int | None = None
+    # RoBERTa: `type_vocab_size: 0` (above) means no segment table; token_type_ids are then ignored.
+    # BertForPreTraining's sentence-pair classifier (NSP or SOP) and the pooler it reads. False for
+    # RoBERTa / SpanBERT-style pre-training with no sentence objective.
+    next_sentence_head: bool = True
+    # SpanBERT span-boundary objective on the pre-training models, with relative positions 0..max_span_length-1.
+    span_boundary_objective: bool = False
+    max_span_length: int = 10
     # Keys of a config.json that are not fields above (id2label, classifier_dropout, ...): kept
     # verbatim so that a config read and written again loses nothing.
     extra: dict[str, Any] = field(default_factory=dict)
@@ -61,13 +85,53 @@ class BertConfig:
         if position_type != "absolute":
             raise ValueError(f"position_embedding_type {position_type!r} is not supported (only 'absolute')")
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
+                     "intermediate_size", "max_position_embeddings", "max_span_length"):
+            if not _is_int(getattr(self, name)) or getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if not _is_int(self.type_vocab_size) or self.type_vocab_size < 0:
+            raise ValueError(f"type_vocab_size must be 0 (no segment embeddings) or more, got {self.type_vocab_size!r}")
+        for name in ("embedding_size", "num_hidden_groups"):
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or value <= 0):
+                raise ValueError(f"{name} must be a positive integer or null, got {value!r}")
+        if self.num_hidden_layers % self.hidden_groups:
+            raise ValueError(f"num_hidden_layers ({self.num_hidden_layers}) must be a multiple of "
+                             f"num_hidden_groups ({self.num_hidden_groups})")
+        for name in ("next_sentence_head", "span_boundary_objective"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
 
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def embedding_dim(self) -> int:
+        """E: the width of the embedding tables and of the MLM decoder (H unless factorised)."""
+        return self.hidden_size if self.embedding_size is None else self.embedding_size
+
+    @property
+    def hidden_groups(self) -> int:
+        """G: how many distinct encoder layers are stored (L unless layers are shared)."""
+        return self.num_hidden_layers if self.num_hidden_groups is None else self.num_hidden_groups
+
+    def transformers_incompatibilities(self) -> list[str]:
+        """Why `transformers.BertModel` cannot load this model's weights (empty for a plain BERT).
+
+        Sharing stores G < L layers (transformers would initialise the others at random), factorised
+        embeddings have other shapes plus a projection, and no segment table leaves transformers'
+        token-type embedding uninitialised. Such checkpoints load only in bertforge.
+        """
+        reasons = []
+        if self.embedding_size is not None:
+            reasons.append(f"factorised embeddings (embedding_size {self.embedding_size} + a projection to "
+                           f"{self.hidden_size})")
+        if self.hidden_groups != self.num_hidden_layers:
+            reasons.append(f"cross-layer sharing (num_hidden_groups {self.hidden_groups} for "
+                           f"{self.num_hidden_layers} layers)")
+        if self.type_vocab_size == 0:
+            reasons.append("no segment embeddings (type_vocab_size 0)")
+        return reasons
 
     # ------------------------------------------------------------------ presets
     @classmethod
@@ -100,11 +164,21 @@ class BertConfig:
             raise ValueError(f"{source}: {exc}") from exc
 
     def to_dict(self) -> dict[str, Any]:
-        """The config.json content: our fields, the kept extras, and `model_type`."""
+        """The config.json content: our fields, the kept extras, and `model_type`.
+
+        Family switches appear only when on. A model that `transformers.BertModel` cannot load (see
+        `transformers_incompatibilities`) still says `model_type: bert`, since that is the layout of
+        its keys, and gets a `bertforge_note` saying why transformers cannot load it.
+        """
         out: dict[str, Any] = {"model_type": "bert"}
-        out.update({k: v for k, v in dataclasses.asdict(self).items() if k != "extra"})
+        out.update({k: v for k, v in dataclasses.asdict(self).items()
+                    if k != "extra" and not (k in FAMILY_DEFAULTS and v == FAMILY_DEFAULTS[k])})
         out.update(self.extra)
         out.setdefault("position_embedding_type", "absolute")
+        reasons = self.transformers_incompatibilities()
+        if reasons:
+            out["bertforge_note"] = ("transformers.BertModel cannot load these weights: " + "; ".join(reasons)
+                                     + ". Load them with bertforge (BertModel.from_pretrained).")
         return out
 
     @classmethod
@@ -127,6 +201,10 @@ class BertConfig:
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike[str]) -> BertConfig:
         return cls.from_json_file(Path(directory) / "config.json")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def resolve_config(spec: str | os.PathLike[str] | BertConfig, **overrides: Any) -> BertConfig:

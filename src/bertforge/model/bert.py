@@ -119,13 +119,32 @@ class Pooler(nn.Module):
 
 
 class Encoder(nn.Module):
+    """L layers deep. `layers` holds the distinct layers: all L for BERT, G with ALBERT's sharing.
+
+    With num_hidden_groups G < L, depth i runs `layers[i // (L / G)]`: G = 1 is one layer applied L
+    times, so the encoder has the parameters of one layer and the compute of L. The state dict holds
+    each distinct layer once (`encoder.layers.{g}`), and gradients from every depth add up in it.
+    """
+
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.hidden_groups))
+        self.depth = config.num_hidden_layers
+
+    def schedule(self) -> list[EncoderLayer]:
+        """The layer run at each depth 0..L-1 (the same module repeats when layers are shared)."""
+        repeats = self.depth // len(self.layers)
+        return [self.layers[i // repeats] for i in range(self.depth)]
 
 
 class BertModel(BertPreTrainedModel):
-    """The bidirectional Transformer encoder: ids -> final token vectors T_i and pooled [CLS] vector."""
+    """The bidirectional Transformer encoder: ids -> final token vectors T_i and pooled [CLS] vector.
+
+    The config's family switches give ALBERT's factorised embeddings and cross-layer sharing and
+    RoBERTa's missing segment table on this same class. Checkpoints of such models keep BERT's key
+    layout but `transformers.BertModel` cannot load them (their config.json says so in
+    `bertforge_note`); load them with `BertModel.from_pretrained`.
+    """
 
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True) -> None:
         super().__init__(config)
@@ -151,13 +170,18 @@ class BertModel(BertPreTrainedModel):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
     ) -> EncoderOutput:
+        """Encode a batch. With `type_vocab_size: 0` (RoBERTa-style) there is no segment table and
+        `token_type_ids` are ignored, whatever they hold: tokenizers and collators write them for every
+        batch, and such a model has no way to use them ([SEP] alone separates the segments)."""
         batch, length = input_ids.shape
         if length > self.config.max_position_embeddings:
             raise ValueError(
                 f"sequence length {length} exceeds max_position_embeddings "
                 f"({self.config.max_position_embeddings}); truncate the input (tokenizer truncation=True)"
             )
-        if token_type_ids is None:
+        if self.embeddings.token_type_embeddings is None:
+            token_type_ids = None
+        elif token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         if position_ids is None:
             position_ids = torch.arange(length, device=input_ids.device).unsqueeze(0)  # (1, T)
@@ -175,7 +199,7 @@ class BertModel(BertPreTrainedModel):
 
         all_hidden = [padded(hidden)] if output_hidden_states else None
         all_attentions = [] if output_attentions else None
-        for layer in self.encoder.layers:
+        for layer in self.encoder.schedule():
             if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
                 hidden, probs = checkpoint(layer, hidden, attention_bias, output_attentions, layout,
                                            use_reentrant=False)

@@ -1,4 +1,5 @@
-"""Pre-training heads on one BertModel backbone: masked LM (from T_i) and next-sentence prediction (from C).
+"""Pre-training heads on one BertModel backbone: masked LM (from T_i) and next-sentence prediction (from C),
+and optionally SpanBERT's span-boundary objective; then the fine-tuning heads.
 
 Losses are computed here when labels are given, so that a training loop only needs
 `loss = model(**batch).loss`. Label conventions are Hugging Face's: MLM labels are -100 where a
@@ -25,39 +26,114 @@ class MaskedLMHead(nn.Module):
 
     The decoder weight is the word-embedding matrix itself, passed in at call time: the tie cannot
     come undone by loading, casting or moving one copy, and the state dict holds the matrix once.
+    With factorised embeddings (E < H) the dense layer maps H -> E, as in ALBERT, so that the
+    decoder can still be the (V, E) embedding matrix.
     """
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
+        width = config.embedding_dim  # E (= H unless factorised)
         self.transform = nn.Sequential()
-        self.transform.add_module("dense", nn.Linear(config.hidden_size, config.hidden_size))
+        self.transform.add_module("dense", nn.Linear(config.hidden_size, width))
         self.transform.add_module("act", activation(config.hidden_act))
-        self.transform.add_module("layer_norm", nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps))
+        self.transform.add_module("layer_norm", nn.LayerNorm(width, eps=config.layer_norm_eps))
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
-        # (..., H) -> (..., V)
-        return F.linear(self.transform(hidden), word_embeddings, self.bias)
+        # (..., H) -> (..., E) -> (..., V)
+        return self.decode(self.transform(hidden), word_embeddings)
+
+    def decode(self, vectors: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
+        """The tied output layer alone, (..., E) -> (..., V); the span-boundary head shares it."""
+        return F.linear(vectors, word_embeddings, self.bias)
+
+
+@dataclass
+class SpanBoundaries:
+    """Where each masked token's span is, for the span-boundary objective (all (B, T), see `span_boundaries`)."""
+
+    valid: torch.Tensor  # bool: a labelled position that gets an SBO term
+    left: torch.Tensor  # s - 1: the token just before the span
+    right: torch.Tensor  # e + 1: the token just after the span
+    offset: torch.Tensor  # i - s: 0 for the span's first token (the paper's relative position i - s + 1, from 0)
+
+
+def span_boundaries(labels: torch.Tensor, max_span_length: int) -> SpanBoundaries:
+    """The spans of a batch's MLM labels: each maximal run of consecutive labelled positions is a span.
+
+    SpanBERT masks contiguous spans and predicts each of their tokens from the two tokens just outside
+    (x_{s-1}, x_{e+1}). Rather than carry span ids in the data, spans are read back from the labels
+    (`labels != -100`): whatever masker made them, a run of labelled positions is a span. Two masked
+    spans that touch therefore merge into one, and unlabelled positions split spans. A labelled
+    position gets an SBO term (`valid`) when both boundaries lie inside the sequence and it is fewer
+    than `max_span_length` tokens from its span's start (the relative-position table's size); the
+    others still count for MLM. No Python loop: cummax / cummin find each run's start and end.
+    """
+    batch, length = labels.shape
+    labelled = labels != IGNORE_INDEX  # (B, T)
+    position = torch.arange(length, device=labels.device).expand(batch, length)  # (B, T)
+    unlabelled_column = labelled.new_zeros(batch, 1)
+    before = torch.cat([unlabelled_column, labelled[:, :-1]], dim=1)  # labelled[t - 1]
+    after = torch.cat([labelled[:, 1:], unlabelled_column], dim=1)  # labelled[t + 1]
+    # A labelled position's span starts at the latest run start at or before it, and ends at the
+    # earliest run end at or after it.
+    start = torch.where(labelled & ~before, position, -1).cummax(dim=1).values  # (B, T)
+    end = torch.where(labelled & ~after, position, length).flip(1).cummin(dim=1).values.flip(1)  # (B, T)
+    left, right, offset = start - 1, end + 1, position - start
+    valid = labelled & (left >= 0) & (right < length) & (offset < max_span_length)
+    return SpanBoundaries(valid=valid, left=left, right=right, offset=offset)
+
+
+class SpanBoundaryHead(nn.Module):
+    """SpanBERT's span-boundary objective (Joshi et al., 2020), up to the shared decoder.
+
+    For a masked token x_i in the span (x_s .. x_e): h0 = [x_{s-1}; x_{e+1}; p_{i-s+1}], with p a
+    learned relative-position embedding, then two layers of dense + GELU + LayerNorm (3H -> H -> E)
+    give the vector that the MLM head's tied decoder (word embeddings + bias) scores against the
+    vocabulary. Its last width is E so that the decoder can be shared with factorised embeddings.
+    """
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        hidden, width, eps = config.hidden_size, config.embedding_dim, config.layer_norm_eps
+        self.position_embeddings = nn.Embedding(config.max_span_length, hidden)
+        self.transform = nn.Sequential()
+        self.transform.add_module("dense1", nn.Linear(3 * hidden, hidden))
+        self.transform.add_module("act1", activation(config.hidden_act))
+        self.transform.add_module("layer_norm1", nn.LayerNorm(hidden, eps=eps))
+        self.transform.add_module("dense2", nn.Linear(hidden, width))
+        self.transform.add_module("act2", activation(config.hidden_act))
+        self.transform.add_module("layer_norm2", nn.LayerNorm(width, eps=eps))
+
+    def forward(
+        self,
+        left: torch.Tensor,  # (M, H): x_{s-1} for each of the M predicted tokens
+        right: torch.Tensor,  # (M, H): x_{e+1}
+        offset: torch.Tensor,  # (M,): i - s
+    ) -> torch.Tensor:  # (M, E)
+        return self.transform(torch.cat([left, right, self.position_embeddings(offset)], dim=-1))  # (M, 3H)
 
 
 @dataclass
 class PreTrainingOutput:
-    loss: torch.Tensor | None  # mlm_loss + nsp_loss (whichever labels were given)
+    loss: torch.Tensor | None  # mlm_loss + nsp_loss + sbo_loss (whichever there are)
     mlm_loss: torch.Tensor | None
     nsp_loss: torch.Tensor | None
     # (B, T, V) without labels; with labels, (N, V) for the N predicted positions only (row-major order
     # of `labels != -100`), because the vocabulary projection is the costliest part of pre-training.
     mlm_logits: torch.Tensor | None
-    nsp_logits: torch.Tensor | None  # (B, 2)
+    nsp_logits: torch.Tensor | None  # (B, 2); None without a next-sentence head
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
+    sbo_loss: torch.Tensor | None = None  # span-boundary objective, with labels and `span_boundary_objective`
 
 
 class _MaskedLMMixin:
-    """Masked-LM logits and loss, shared by BertForPreTraining and BertForMaskedLM."""
+    """Masked-LM logits and loss, and the span-boundary loss, shared by BertForPreTraining and BertForMaskedLM."""
 
     bert: BertModel
     mlm: MaskedLMHead
+    sbo: SpanBoundaryHead | None
 
     def _masked_lm(
         self, sequence: torch.Tensor, labels: torch.Tensor | None
@@ -72,18 +148,40 @@ class _MaskedLMMixin:
             return logits, logits.sum() * 0.0
         return logits, F.cross_entropy(logits.float(), targets)
 
+    def _span_boundary_loss(self, sequence: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor | None:
+        """SpanBERT's SBO loss over the labelled positions inside spans (see `span_boundaries`)."""
+        if self.sbo is None or labels is None:
+            return None
+        spans = span_boundaries(labels, self.sbo.position_embeddings.num_embeddings)
+        rows = torch.arange(labels.shape[0], device=labels.device)[:, None].expand_as(labels)[spans.valid]  # (M,)
+        left = sequence[rows, spans.left[spans.valid]]  # (M, H)
+        right = sequence[rows, spans.right[spans.valid]]  # (M, H)
+        vectors = self.sbo(left, right, spans.offset[spans.valid])  # (M, E)
+        logits = self.mlm.decode(vectors, self.bert.embeddings.word_embeddings.weight)  # (M, V)
+        targets = labels[spans.valid]  # (M,)
+        if targets.numel() == 0:  # no span with both boundaries: a zero that still reaches the head
+            return logits.sum() * 0.0
+        return F.cross_entropy(logits.float(), targets)
+
 
 class BertForPreTraining(_MaskedLMMixin, BertPreTrainedModel):
-    """BERT with both pre-training heads: masked LM on T_i and next-sentence prediction on C."""
+    """BERT with both pre-training heads: masked LM on T_i and next-sentence prediction on C.
 
-    head_prefixes = ("mlm.", "nsp.")
+    Config switches: `next_sentence_head: false` drops the NSP/SOP classifier and the pooler it reads
+    (RoBERTa / SpanBERT pre-train without a sentence objective); `span_boundary_objective: true` adds
+    SpanBERT's span-boundary head, whose loss joins the total and is reported as `sbo_loss`.
+    """
+
+    head_prefixes = ("mlm.", "nsp.", "sbo.")
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
-        self.bert = BertModel(config)
+        self.bert = BertModel(config, add_pooling_layer=config.next_sentence_head)
         self.mlm = MaskedLMHead(config)
-        self.nsp = nn.Linear(config.hidden_size, 2)
-        self.init_modules(self.mlm, self.nsp)  # the backbone initialised itself
+        self.nsp = nn.Linear(config.hidden_size, 2) if config.next_sentence_head else None
+        self.sbo = SpanBoundaryHead(config) if config.span_boundary_objective else None
+        # the backbone initialised itself
+        self.init_modules(*(head for head in (self.mlm, self.nsp, self.sbo) if head is not None))
 
     def forward(
         self,
@@ -102,11 +200,16 @@ class BertForPreTraining(_MaskedLMMixin, BertPreTrainedModel):
             output_hidden_states=output_hidden_states, output_attentions=output_attentions,
         )
         mlm_logits, mlm_loss = self._masked_lm(encoded.last_hidden_state, labels)
-        nsp_logits = self.nsp(encoded.pooled_output)  # (B, H) -> (B, 2)
-        nsp_loss = None
-        if next_sentence_label is not None:
-            nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1))
-        losses = [x for x in (mlm_loss, nsp_loss) if x is not None]
+        nsp_logits = nsp_loss = None
+        if self.nsp is not None:
+            nsp_logits = self.nsp(encoded.pooled_output)  # (B, H) -> (B, 2)
+            if next_sentence_label is not None:
+                nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1))
+        elif next_sentence_label is not None:
+            raise ValueError("this model has no next-sentence head (config next_sentence_head: false) but was "
+                             "given next_sentence_label; use data prepared with objective 'none'")
+        sbo_loss = self._span_boundary_loss(encoded.last_hidden_state, labels)
+        losses = [x for x in (mlm_loss, nsp_loss, sbo_loss) if x is not None]
         return PreTrainingOutput(
             loss=sum(losses) if losses else None,  # type: ignore[arg-type]
             mlm_loss=mlm_loss,
@@ -115,19 +218,25 @@ class BertForPreTraining(_MaskedLMMixin, BertPreTrainedModel):
             nsp_logits=nsp_logits,
             hidden_states=encoded.hidden_states,
             attentions=encoded.attentions,
+            sbo_loss=sbo_loss,
         )
 
 
 class BertForMaskedLM(_MaskedLMMixin, BertPreTrainedModel):
-    """BERT with the masked-LM head only (no pooler, as in Hugging Face): fill-mask and MLM-only training."""
+    """BERT with the masked-LM head only (no pooler, as in Hugging Face): fill-mask and MLM-only training.
 
-    head_prefixes = ("mlm.",)
+    With `span_boundary_objective: true` it also carries SpanBERT's span-boundary head (its loss is
+    added, and reported as `sbo_loss`): the model `pretrain` trains on data without a sentence objective.
+    """
+
+    head_prefixes = ("mlm.", "sbo.")
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
         self.bert = BertModel(config, add_pooling_layer=False)
         self.mlm = MaskedLMHead(config)
-        self.init_modules(self.mlm)
+        self.sbo = SpanBoundaryHead(config) if config.span_boundary_objective else None
+        self.init_modules(*(head for head in (self.mlm, self.sbo) if head is not None))
 
     def forward(
         self,
@@ -145,9 +254,11 @@ class BertForMaskedLM(_MaskedLMMixin, BertPreTrainedModel):
             output_hidden_states=output_hidden_states, output_attentions=output_attentions,
         )
         mlm_logits, mlm_loss = self._masked_lm(encoded.last_hidden_state, labels)
+        sbo_loss = self._span_boundary_loss(encoded.last_hidden_state, labels)
         return PreTrainingOutput(
-            loss=mlm_loss, mlm_loss=mlm_loss, nsp_loss=None, mlm_logits=mlm_logits, nsp_logits=None,
-            hidden_states=encoded.hidden_states, attentions=encoded.attentions,
+            loss=mlm_loss if sbo_loss is None else mlm_loss + sbo_loss, mlm_loss=mlm_loss, nsp_loss=None,
+            mlm_logits=mlm_logits, nsp_logits=None, hidden_states=encoded.hidden_states,
+            attentions=encoded.attentions, sbo_loss=sbo_loss,
         )
 
 
