@@ -680,3 +680,20 @@ def test_prepared_data_carries_its_tokenizer(tmp_path) -> None:
     assert (tmp_path / "data" / "tokenizer" / "vocab.txt").read_text() == (tmp_path / "tok" / "vocab.txt").read_text()
     data = tmp_path / "data"
     assert find_tokenizer(data, read_dataset_info(data), None) == data / "tokenizer"
+
+
+def test_validation_inputs_are_held_out_whole(tmp_path, tokenizer_dir, corpus_dir) -> None:
+    """A held-out file (a corpus's test split) goes to valid/ entirely and never reaches training,
+    not even as a NotNext partner. Its sentences carry commas, which the training files never do."""
+    rng = np.random.default_rng(7)
+    held = tmp_path / "test_split.txt"
+    held.write_text("\n\n".join("\n".join(_sentence(rng)[:-1] + ", " + _sentence(rng) for _ in range(6))
+                                for _ in range(40)) + "\n", encoding="utf-8")
+    stats = prepare([corpus_dir], tokenizer_dir, tmp_path / "out", masking="dynamic", validation_fraction=0.0,
+                    validation_inputs=[held], progress=False)
+    comma = SPECIALS.__len__() + 1  # the id of "," in the fixture vocabulary
+    train_tokens = np.concatenate([s.array("tokens") for s in list_shards(tmp_path / "out" / "train")])
+    valid_tokens = np.concatenate([s.array("tokens") for s in list_shards(tmp_path / "out" / "valid")])
+    assert stats["validation_instances"] > 0 and stats["instances"] > 0
+    assert not (train_tokens == comma).any()
+    assert (valid_tokens == comma).sum() > 100

@@ -299,6 +299,8 @@ def prepare_command(
     max_predictions: Annotated[int | None, typer.Option(help="Masks per sequence at most "
                                                              "(default ceil(0.15 x length)).")] = None,
     validation_fraction: Annotated[float, typer.Option(help="Share of text held out for validation.")] = 0.01,
+    validation_input: Annotated[list[Path] | None, typer.Option(
+        help="Text file or directory held out whole for validation, e.g. a test split (repeat).")] = None,
     bad_bytes: Annotated[str, typer.Option(help="Lines that are not UTF-8: skip, replace or error.")] = "skip",
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Clear --out and start again "
                                                                "(default: resume an interrupted run).")] = False,
@@ -325,8 +327,8 @@ def prepare_command(
                 objective=objective, masking=masking, dupe_factor=dupe_factor, whole_word=whole_word, span=span,
                 masked_lm_prob=masked_lm_prob, max_predictions_per_seq=max_predictions,
                 short_seq_prob=short_seq_prob, plain_text=plain_text, strip_gutenberg=strip_gutenberg,
-                validation_fraction=validation_fraction, bad_bytes=bad_bytes, overwrite=overwrite,
-                progress=not quiet,
+                validation_fraction=validation_fraction, validation_inputs=validation_input or (),
+                bad_bytes=bad_bytes, overwrite=overwrite, progress=not quiet,
             )
         except (DataError, ValueError, FileNotFoundError) as exc:
             raise _fail(str(exc)) from exc

@@ -92,6 +92,7 @@ def prepare(
     plain_text: bool = False,
     strip_gutenberg: bool = False,
     validation_fraction: float = 0.01,
+    validation_inputs: Sequence[str | os.PathLike[str]] = (),
     shard_mb: float = 256.0,
     block_sentences: int = 256,
     max_line_chars: int = 10_000,
@@ -112,6 +113,8 @@ def prepare(
         whole_word / span: whole-word masking / SpanBERT span masking (span implies whole words).
         max_predictions_per_seq: default ceil(masked_lm_prob x max_seq_length); a warning when it caps.
         validation_fraction: share of blocks (about `block_sentences` sentences each) held out in `valid/`.
+        validation_inputs: text files or directories held out whole: all their text goes to `valid/`
+            (e.g. a corpus's official test split), besides the `validation_fraction` of `inputs`.
         shard_mb: input megabytes per shard at most (more shards than workers when the input is large).
         bad_bytes: lines that are not UTF-8: "skip" (counted, reported), "replace" or "error".
 
@@ -129,7 +132,9 @@ def prepare(
     )
     options.pop("workers")  # not part of the job: the plan below says what the output depends on
     out = Path(out_dir)
-    files = expand_inputs(inputs)
+    held_out = expand_inputs(validation_inputs) if validation_inputs else []
+    files = [f for f in expand_inputs(inputs) if f not in held_out] + held_out
+    options["validation_files"] = [str(f) for f in held_out]
     tokenizer = _load_tokenizer(str(tokenizer_dir))
     vocab_facts = _vocab_facts(tokenizer)
 
@@ -494,7 +499,8 @@ def _build_shard(job: dict, callback: Callable[[int, int], None] | None = None) 
     if o["objective"] == "nsp":
         pool_rng = np.random.default_rng([_POOL_SEED, shard])
         pools = {"train": DocumentPool(pool_rng), "valid": DocumentPool(pool_rng)}
-        _prefill(pools["train"], ranges, o, tokenizer)
+        held_out = set(o.get("validation_files", ()))  # held-out text must not reach training as partners
+        _prefill(pools["train"], [r for r in ranges if r.path not in held_out], o, tokenizer)
     static = o["masking"] == "static"
     train = _Split("train", shard, o, facts, masker() if static else None, o["seed"], out,
                    o["dupe_factor"], pools["train"], None)
@@ -508,7 +514,8 @@ def _build_shard(job: dict, callback: Callable[[int, int], None] | None = None) 
                                     max_line_chars=o["max_line_chars"], bad_bytes=o["bad_bytes"], stats=read):
                 block = _tokenize(tokenizer, text.doc_key, text.sentences, text.new_document)
                 tokens += len(block.ids)
-                split = valid if _is_validation(block, o["validation_fraction"]) else train
+                held_out = r.path in o.get("validation_files", ())
+                split = valid if held_out or _is_validation(block, o["validation_fraction"]) else train
                 if pools["train"] is not None:
                     pools["valid" if split is valid else "train"].add(block)
                 split.add(block)
