@@ -36,7 +36,7 @@ from torch import nn
 
 from bertforge.config import BertConfig, resolve_config
 from bertforge.fileio import write_text_atomic
-from bertforge.train import OptimConfig, TrainConfig, TrainResult, distributed, train
+from bertforge.train import OptimConfig, TrainConfig, TrainResult, distributed, fsdp, train
 from bertforge.train.loop import Batch, EvalFn, to_device
 
 IGNORE_INDEX = -100
@@ -270,10 +270,12 @@ def _beside(data_dir: Path, other: str) -> Path:
 # evaluation
 # ------------------------------------------------------------------------------------------------
 def pretraining_metrics(model: nn.Module, batches: Any, max_batches: int = 0, objective: str = "nsp") -> dict[str, float]:
-    """MLM loss and accuracy over all predicted tokens (not a mean of batch means); NSP/SOP loss and accuracy."""
+    """MLM loss and accuracy over all predicted tokens (not a mean of batch means); NSP/SOP loss and accuracy;
+    the span-boundary loss when the model has that head."""
     device = next(model.parameters()).device
     mlm = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, count
     sentence = torch.zeros(3, dtype=torch.float64)
+    sbo = torch.zeros(2, dtype=torch.float64)  # sum of batch losses, batches (a mean of batch means)
     for number, cpu_batch in enumerate(batches):
         if max_batches and number >= max_batches:
             break
@@ -283,10 +285,14 @@ def pretraining_metrics(model: nn.Module, batches: Any, max_batches: int = 0, ob
         mlm += _sums(out.mlm_logits.float(), targets)  # logits (N, V)
         if "next_sentence_label" in batch and out.nsp_logits is not None:
             sentence += _sums(out.nsp_logits.float(), batch["next_sentence_label"])  # logits (B, 2)
+        if getattr(out, "sbo_loss", None) is not None:
+            sbo += torch.tensor([out.sbo_loss.item(), 1.0], dtype=torch.float64)
     metrics = {"mlm_loss": (mlm[0] / mlm[2].clamp(min=1)).item(), "mlm_accuracy": (mlm[1] / mlm[2].clamp(min=1)).item()}
     if sentence[2] > 0:
         metrics[f"{objective}_loss"] = (sentence[0] / sentence[2]).item()
         metrics[f"{objective}_accuracy"] = (sentence[1] / sentence[2]).item()
+    if sbo[1] > 0:
+        metrics["sbo_loss"] = (sbo[0] / sbo[1]).item()
     return metrics
 
 
@@ -337,6 +343,9 @@ def pretrain(
     if recipe.data.long_data and recipe.data.long_fraction > 0:
         max_len = max(max_len, read_dataset_info(_beside(data_dir, recipe.data.long_data))["options"]["max_seq_length"])
     bert_config = model_config(recipe, info["tokenizer"], max_len)
+    if options["objective"] != "none" and not bert_config.next_sentence_head:
+        raise ValueError(f"the data has a sentence objective ({options['objective']}) but the model has no head "
+                         "for it (next_sentence_head: false); prepare the data with objective 'none'")
 
     ctx = distributed.init_distributed(recipe.train.device, recipe.train.dist_timeout_s)
     if ctx.is_main:
@@ -348,6 +357,7 @@ def pretrain(
     from bertforge.model import BertForMaskedLM, BertForPreTraining
 
     torch.manual_seed(recipe.train.seed)  # the same initial weights on every rank (DDP also broadcasts)
+    # objective "none" (RoBERTa): the MLM model, which carries the span-boundary head when the config asks
     model_cls = BertForMaskedLM if options["objective"] == "none" else BertForPreTraining
     model = model_cls(bert_config)
     batches = training_batches(data_dir, recipe, ctx)
@@ -355,12 +365,14 @@ def pretrain(
     result = train(model, batches, out_dir, recipe.train, recipe.optim, evaluate=evaluate, resume=resume)
 
     final = None
-    if ctx.is_main:
+    # FSDP leaves the model sharded: every rank helps gather it, and rank 0 exports a plain copy
+    trained = fsdp.unsharded(model, lambda: model_cls(bert_config))
+    if ctx.is_main and trained is not None:
         tokenizer = find_tokenizer(data_dir, info, recipe.data.tokenizer)
         if tokenizer is None:
             log.warning("no tokenizer found for %s (neither data.tokenizer / --tokenizer nor %s): final/ gets "
                         "no vocab.txt", data_dir, data_dir / "tokenizer")
-        final = export_final(model, out_dir / "final", tokenizer)
+        final = export_final(trained, out_dir / "final", tokenizer)
     distributed.barrier("exporting the final model")
     return PretrainResult(final=final, train=result)
 
