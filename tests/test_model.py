@@ -234,3 +234,18 @@ def test_presets_have_the_paper_sizes() -> None:
     large = BertConfig.from_preset("large")
     assert (large.num_hidden_layers, large.hidden_size, large.num_attention_heads, large.intermediate_size) == (
         24, 1024, 16, 4096)
+
+
+def test_compiled_encoder_has_no_graph_break_and_matches_eager() -> None:
+    """torch.compile traces the whole forward in one graph (fullgraph=True raises on a break) and gives
+    the eager result on real tokens. The 'eager' backend runs dynamo's tracing without code generation,
+    which is what a graph break is about, and keeps the test fast."""
+    torch._dynamo.reset()
+    config = BertConfig.from_preset("tiny", vocab_size=99)
+    model = BertModel(config).eval()
+    batch = padded_batch(config.vocab_size)
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    with torch.no_grad():
+        eager_out = model(**batch).last_hidden_state
+        compiled_out = compiled(**batch).last_hidden_state
+    assert_close_on_tokens(compiled_out, eager_out, batch["attention_mask"])

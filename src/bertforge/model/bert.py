@@ -189,8 +189,10 @@ class BertModel(BertPreTrainedModel):
         hidden = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, H)
         attention_bias = padding_bias(attention_mask, hidden.dtype)
         # Pack only when there is padding to drop; attention probabilities need the padded path.
+        # A compiled model stays padded: packing's shapes depend on the data (one graph break per
+        # batch shape), while the padded graph compiles once and fuses the element-wise work.
         layout = None
-        if self.unpad and attention_bias is not None and not output_attentions:
+        if self.unpad and attention_bias is not None and not output_attentions and not torch.compiler.is_compiling():
             layout = PackedLayout.from_mask(attention_mask)
             hidden = layout.pack(hidden)  # (B, T, H) -> (N, H)
 
@@ -224,9 +226,12 @@ def padding_bias(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> tor
 
     A large negative number rather than -inf keeps a row whose keys are all padding finite
     (softmax gives it a uniform distribution instead of NaN). Returning None for an unpadded batch
-    lets SDPA pick its mask-free kernels.
+    lets SDPA pick its mask-free kernels. Under `torch.compile` the bias is always built: the
+    data-dependent check would break the graph.
     """
-    if attention_mask is None or bool(attention_mask.all()):
+    if attention_mask is None:
+        return None
+    if not torch.compiler.is_compiling() and bool(attention_mask.all()):
         return None
     keep = attention_mask[:, None, None, :].to(dtype)  # (B, 1, 1, T)
     return (1.0 - keep) * torch.finfo(dtype).min
