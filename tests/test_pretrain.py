@@ -7,6 +7,9 @@ vocabulary, 64-token sequences and dynamic masking, so that a run takes seconds.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -153,6 +156,25 @@ def test_cli_pretrain_then_plot(shards, tmp_path: Path) -> None:
     assert result.exit_code == 0 and (tmp_path / "run" / "curves.png").is_file()
     bad = runner.invoke(app, ["pretrain", "--config", "tiny", "--data", str(tmp_path), "--out", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "dataset.json" in bad.output
+
+
+def test_cli_pretrain_under_torchrun_with_fsdp_exports_the_gathered_model(shards, tmp_path: Path) -> None:
+    data, tokenizer = shards
+    out = tmp_path / "fsdp"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+               "-m", "bertforge.cli", "pretrain", "--config", "tiny", "--data", str(data), "--out", str(out),
+               "--max-steps", "2", "--batch-size", "4", "--parallel", "fsdp", "--tokenizer", str(tokenizer),
+               "--set", "max_position_embeddings=64", "--set", "eval_max_batches=2", "--quiet"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "final model:" in done.stdout and "mlm_accuracy" in done.stdout
+    facts = next(r for r in read_metrics(out) if r["split"] == "run")
+    assert facts["parallel"] == "fsdp" and facts["world_size"] == 2
+    # final/ holds the full weights of the last checkpoint (gathered from the shards for the export)
+    saved = load_file(latest_checkpoint(out) / "model.safetensors")
+    final = BertForPreTraining.from_pretrained(out / "final").state_dict()
+    assert final.keys() == saved.keys() and all(torch.equal(final[k], saved[k]) for k in saved)
+    assert (out / "final" / "vocab.txt").is_file()
 
 
 def test_a_data_position_carries_over_to_another_world_size(shards) -> None:

@@ -1,5 +1,5 @@
 """The training loop: learning, accumulation, optimisers, schedules, exact resume, atomic checkpoints,
-non-finite handling and DDP on CPU (gloo).
+non-finite handling, and DDP and FSDP on CPU (gloo).
 
 Everything runs a tiny BERT (2 layers, H=128, vocab 100) on a synthetic shuffling, dynamically masked
 data source defined here, which follows the loop's `ResumableBatches` protocol.
@@ -475,6 +475,8 @@ def _ddp_worker(rank: int, world_size: int, port: int, run_dir: str, task: str) 
             train(model, SyntheticBatches(batch_size=4, rank=rank, world_size=world_size), run_dir,
                   run_config(max_steps=3, dist_timeout_s=60), OptimConfig(lr=1e-3))
             torch.save(params(model), Path(run_dir) / f"final-rank{rank}.pt")
+        elif task in ("fsdp", "fsdp-resume"):
+            _fsdp_run(rank, world_size, run_dir, resume=task == "fsdp-resume")
         else:  # timeout: rank 1 never joins the collective
             distributed.init_distributed("cpu", timeout_s=2)
             if rank == 0:
@@ -517,6 +519,88 @@ def test_ddp_on_two_cpu_processes_matches_one_process_and_resumes_on_one(tmp_pat
     assert result.step == 5 and source.fetched == 4
     trainer = json.loads((latest_checkpoint(run) / "trainer.json").read_text())
     assert trainer["world_size"] == 1 and trainer["data"] == {"epoch": 1, "consumed": 2}
+
+
+# FSDP: 2 ranks x 2 sequences x 2 micro-batches, the same global batch of 8 as 1 rank x 2 x 4
+FSDP_STEPS, RESUMED_STEPS = 3, 5
+CONSTANT_LR = OptimConfig(lr=1e-3, schedule="constant")  # a run and its longer resume share one schedule
+
+
+def fixed_batch_loss(model: torch.nn.Module) -> dict[str, float]:
+    """An evaluation; under FSDP every rank runs it (the forward gathers parameters from all)."""
+    batch = next(iter(SyntheticBatches(n=8, batch_size=8, dynamic=False)))
+    return {"mlm_loss": model(**batch).mlm_loss.item()}
+
+
+def _fsdp_run(rank: int, world_size: int, run_dir: str, resume: bool) -> None:
+    from torch.distributed.tensor import DTensor
+
+    model = tiny_model(seed=rank, dropout=0.0)  # different on purpose: rank 0's weights must reach every rank
+    train(model, SyntheticBatches(batch_size=2, rank=rank, world_size=world_size), run_dir,
+          run_config(max_steps=RESUMED_STEPS if resume else FSDP_STEPS, grad_accum=2, parallel="fsdp",
+                     dist_timeout_s=60),
+          CONSTANT_LR, evaluate=fixed_batch_loss, resume=resume)
+    weight = model.bert.embeddings.word_embeddings.weight
+    facts = {"sharded": isinstance(weight, DTensor), "local_rows": weight.to_local().shape[0]}
+    Path(run_dir, f"facts-rank{rank}.json").write_text(json.dumps(facts))
+
+
+def single_run(run_dir: Path, steps: int, resume: bool = False, seed: int = 0) -> dict[str, torch.Tensor]:
+    model = tiny_model(seed=seed, dropout=0.0)
+    train(model, SyntheticBatches(batch_size=2), run_dir, run_config(max_steps=steps, grad_accum=4), CONSTANT_LR,
+          evaluate=fixed_batch_loss, resume=resume)
+    return params(model)
+
+
+def assert_close_tensors(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
+    assert got.keys() == expected.keys()
+    for name, tensor in expected.items():
+        torch.testing.assert_close(got[name], tensor, atol=1e-5, rtol=0, msg=name)
+
+
+def last_eval(run_dir: Path) -> float:
+    return [r for r in read_metrics(run_dir) if r["split"] == "eval"][-1]["mlm_loss"]
+
+
+def test_fsdp_on_two_cpu_processes_matches_one_process_and_checkpoints_move_both_ways(tmp_path: Path) -> None:
+    run = tmp_path / "fsdp"
+    mp.spawn(_ddp_worker, args=(2, free_port(), str(run), "fsdp"), nprocs=2, join=True)
+    facts = json.loads((run / "facts-rank0.json").read_text())
+    assert facts == {"sharded": True, "local_rows": VOCAB // 2}  # each rank holds half the embedding matrix
+    run_facts = next(r for r in read_metrics(run) if r["split"] == "run")
+    assert run_facts["parallel"] == "fsdp" and run_facts["effective_batch"] == 8
+
+    # the checkpoint is the unwrapped, full state dict, and equals a 1-process run with the same global batch;
+    # the MLM decoder is the word-embedding matrix, stored once, and trained by both of its uses
+    single = single_run(tmp_path / "single", FSDP_STEPS)
+    checkpoint = latest_checkpoint(run)
+    saved = load_file(checkpoint / "model.safetensors")
+    assert_close_tensors(saved, single)
+    assert not any("decoder" in name for name in saved)
+    assert last_eval(run) == pytest.approx(last_eval(tmp_path / "single"), abs=1e-5)
+    # the optimizer state is in torch's own layout (parameters by number), as a 1-process run writes it
+    ours = torch.load(checkpoint / "optimizer.pt", weights_only=True)
+    theirs = torch.load(latest_checkpoint(tmp_path / "single") / "optimizer.pt", weights_only=True)
+    assert ours["param_groups"] == theirs["param_groups"] and ours["state"].keys() == theirs["state"].keys()
+    for number, state in theirs["state"].items():
+        for key in ("exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(ours["state"][number][key], state[key], atol=1e-6, rtol=1e-4)
+
+    # the FSDP checkpoint resumes in 1 process and goes on as an uninterrupted 1-process run
+    straight = single_run(tmp_path / "straight", RESUMED_STEPS)
+    assert_close_tensors(single_run(run, RESUMED_STEPS, resume=True, seed=9), straight)
+
+    # and a 1-process checkpoint resumes under FSDP on 2 processes
+    mp.spawn(_ddp_worker, args=(2, free_port(), str(tmp_path / "single"), "fsdp-resume"), nprocs=2, join=True)
+    resumed = latest_checkpoint(tmp_path / "single")
+    assert resumed.name == "step-000005"
+    assert json.loads((resumed / "trainer.json").read_text())["world_size"] == 2
+    assert_close_tensors(load_file(resumed / "model.safetensors"), straight)
+
+
+def test_parallel_must_be_ddp_or_fsdp() -> None:
+    with pytest.raises(ValueError, match="parallel 'zero3'"):
+        TrainConfig(parallel="zero3")
 
 
 def test_a_missing_rank_ends_with_a_clear_timeout_message(tmp_path: Path) -> None:

@@ -360,6 +360,9 @@ def pretrain_command(
     lr: Annotated[float | None, typer.Option(help="Peak learning rate.")] = None,
     precision: Annotated[str | None, typer.Option(help="fp32, bf16 or fp16 (GPU).")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed (rank r uses seed + r).")] = None,
+    parallel: Annotated[str | None, typer.Option(help="Under torchrun: ddp (a model copy per rank) or fsdp "
+                                                      "(parameters, gradients and optimizer state sharded, "
+                                                      "for big models).")] = None,
     tokenizer: Annotated[Path | None, typer.Option(help="Tokenizer to ship in final/ (default: the data's).")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Any recipe field: --set warmup_steps=100 "
                                                                  "(repeat).")] = None,
@@ -367,7 +370,9 @@ def pretrain_command(
 ) -> None:
     """Pre-train BERT (masked LM + NSP/SOP) on prepared shards; the final model goes to RUN/final.
 
-    Runs on one process as is, and on several under torchrun (DDP; gloo on CPU, NCCL on GPU).
+    Runs on one process as is, and on several under torchrun (DDP, or FSDP with --parallel fsdp; gloo on
+    CPU, NCCL on GPU). Checkpoints are full, unsharded files either way, so a run resumes under the
+    other mode or another number of processes.
 
     Example: `bertforge pretrain --config recipes/tiny-cpu.yaml --data data/gutenberg128 --out runs/tiny`
     """
@@ -384,7 +389,8 @@ def pretrain_command(
             raise _fail(f"--set expects key=value, got {item!r}")
         overrides[key.strip().rpartition(".")[2]] = yaml.safe_load(value)  # "optim.lr" and "lr" alike
     overrides.update({k: v for k, v in dict(batch_size=batch_size, grad_accum=grad_accum, lr=lr,
-                                             precision=precision, seed=seed).items() if v is not None})
+                                             precision=precision, seed=seed, parallel=parallel).items()
+                      if v is not None})
     if tokenizer is not None:
         overrides["tokenizer"] = str(tokenizer)
     if quiet:

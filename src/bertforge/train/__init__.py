@@ -5,10 +5,11 @@
                    evaluate=my_metrics, resume=True)
 
 `model(**batch).loss` is all the loop asks of a model, and `ResumableBatches` (iterate, state_dict,
-load_state_dict) all it asks of the data.
+load_state_dict) all it asks of the data. Under torchrun the ranks share the work by DDP, or by
+FSDP with `TrainConfig(parallel="fsdp")`; checkpoints are the same full files either way.
 """
 
-from bertforge.train import distributed
+from bertforge.train import distributed, fsdp
 from bertforge.train.log import RunLogger, read_metrics
 from bertforge.train.loop import (
     NonFiniteLossError,
@@ -22,7 +23,7 @@ from bertforge.train.optim import Lamb, OptimConfig, build_optimizer, build_sche
 from bertforge.train.state import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 
 __all__ = [
-    "distributed", "Lamb", "OptimConfig", "build_optimizer", "build_scheduler", "lr_factor", "param_groups",
+    "distributed", "fsdp", "Lamb", "OptimConfig", "build_optimizer", "build_scheduler", "lr_factor", "param_groups",
     "latest_checkpoint", "list_checkpoints", "load_checkpoint", "save_checkpoint", "RunLogger", "read_metrics",
     "NonFiniteLossError", "ResumableBatches", "TrainConfig", "TrainResult", "first_nonfinite_module", "train",
 ]

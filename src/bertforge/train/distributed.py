@@ -1,4 +1,4 @@
-"""Distributed set-up on PyTorch's own engine: torchrun's environment, DDP, rank helpers, timeouts.
+"""Distributed set-up on PyTorch's own engine: torchrun's environment, DDP or FSDP, rank helpers, timeouts.
 
 Launch the same entry point with `torchrun --nproc-per-node N ...` (add `--nnodes/--rdzv-*` for
 several machines). torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT; without
@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import TypeVar
 
 import torch
@@ -134,10 +135,27 @@ def wrap_ddp(model: nn.Module, ctx: DistContext, find_unused: bool = False) -> n
         return DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=find_unused)
 
 
+def shard_fsdp(model: nn.Module, ctx: DistContext) -> nn.Module:
+    """FSDP over the model, in place (a no-op alone): see `bertforge.train.fsdp`. Before the optimizer."""
+    if not ctx.distributed:
+        return model
+    from bertforge.train.fsdp import shard
+
+    with raise_timeout(f"rank {ctx.rank}: sharding the model with FSDP", ctx.timeout_s):
+        return shard(model, ctx.device, ctx.world_size)
+
+
 def no_sync(model: nn.Module, skip: bool) -> Callable[[], object]:
-    """DDP's `no_sync` for micro-batches before the last of an accumulation (no gradient all-reduce)."""
-    if skip and hasattr(model, "no_sync"):
+    """No gradient communication for micro-batches before the last of an accumulation: DDP's `no_sync`,
+    FSDP's `set_requires_gradient_sync(False)`; nothing to do alone."""
+    if not skip:
+        return _nothing
+    if hasattr(model, "no_sync"):
         return model.no_sync
+    if hasattr(model, "set_requires_gradient_sync"):
+        from bertforge.train.fsdp import no_gradient_sync
+
+        return partial(no_gradient_sync, model)
     return _nothing
 
 

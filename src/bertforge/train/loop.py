@@ -1,8 +1,10 @@
 """THE training loop, shared by pre-training and every fine-tuning task.
 
 It knows a model only through `model(**batch).loss` and data only through `ResumableBatches`; what a
-task adds (heads, metrics, data) arrives as arguments. Per optimiser step it runs `grad_accum`
-micro-batches (DDP synchronises gradients on the last only), averages the loss over micro-batches
+task adds (heads, metrics, data) arrives as arguments. Several ranks share the work by DDP (a full
+copy per rank) or FSDP (`parallel="fsdp"`: parameters, gradients and optimizer state sharded; see
+`bertforge.train.fsdp`). Per optimiser step it runs `grad_accum` micro-batches (gradients are
+synchronised on the last only), averages the loss over micro-batches
 and ranks, skips the update when the loss or the gradient norm is not finite, clips, steps the
 optimiser and the schedule, and then logs, evaluates and checkpoints on their cadences.
 
@@ -27,7 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-from bertforge.train import distributed
+from bertforge.train import distributed, fsdp
 from bertforge.train.log import RunLogger
 from bertforge.train.optim import OptimConfig, build_optimizer, build_scheduler
 from bertforge.train.state import (
@@ -82,11 +84,14 @@ class TrainConfig:
     device: str | None = None  # default: cuda:LOCAL_RANK if a GPU is visible, else cpu
     dist_timeout_s: float = 1800.0  # a rank waiting longer than this for the others gives up, with a message
     ddp_find_unused: bool = False  # for models whose forward leaves some parameters unused
+    parallel: str = "ddp"  # ddp | fsdp (sharded; for models too big for a copy per rank); alone: neither
     progress: bool = True  # the progress bar (the JSONL file is always written)
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision {self.precision!r} is not one of {PRECISIONS}")
+        if self.parallel not in fsdp.PARALLEL_MODES:
+            raise ValueError(f"parallel {self.parallel!r} is not one of {fsdp.PARALLEL_MODES}")
         if self.max_steps < 1 or self.grad_accum < 1 or self.max_nonfinite < 1:
             raise ValueError("max_steps, grad_accum and max_nonfinite must be at least 1")
 
@@ -127,7 +132,9 @@ def train(
     `evaluate(model)` (called on rank 0 in eval mode, without gradients, under the run's autocast)
     returns metrics to log. With `resume=True` the run continues from the newest complete checkpoint
     in `run_dir`, bit-exactly on CPU; without it, a `run_dir` that already holds checkpoints is refused.
-    Under torchrun every rank calls this with its own part of the data.
+    Under torchrun every rank calls this with its own part of the data. With `parallel="fsdp"` on
+    several ranks the model is sharded in place and stays so after the run: its parameters are
+    DTensor shards (`fsdp.unsharded` gives rank 0 a plain copy, `fsdp.full_model_state` the weights).
     """
     run_dir = Path(run_dir)
     ctx = distributed.init_distributed(config.device, config.dist_timeout_s)
@@ -135,6 +142,8 @@ def train(
         raise ValueError("precision fp16 needs a GPU (its loss scaler is CUDA-only); use bf16 on CPU")
     seed_everything(config.seed + ctx.rank)
     model.to(ctx.device)
+    if config.parallel == "fsdp":
+        distributed.shard_fsdp(model, ctx)  # before the optimizer: sharding replaces the parameters
     optimizer = build_optimizer(model, optim)
     scheduler = build_scheduler(optimizer, optim, config.max_steps)
     scaler = torch.amp.GradScaler("cuda") if config.precision == "fp16" else None
@@ -155,7 +164,7 @@ def train(
             seed_everything(config.seed + ctx.rank + 1_000_003 * step)
 
     start_step = step
-    runner = distributed.wrap_ddp(model, ctx, find_unused=config.ddp_find_unused)
+    runner = model if fsdp.is_sharded(model) else distributed.wrap_ddp(model, ctx, find_unused=config.ddp_find_unused)
     if config.compile:
         runner = torch.compile(runner)
     logger = RunLogger(run_dir, total_steps=config.max_steps, start_step=step, enabled=ctx.is_main,
@@ -228,7 +237,7 @@ class _Stepper:
         for i, cpu_batch in enumerate(micro_batches):
             tokens += count_tokens(cpu_batch)  # on the CPU copy: no device sync
             batch = to_device(cpu_batch, self.ctx.device)
-            # DDP all-reduces gradients during the backward of the last micro-batch only
+            # DDP all-reduces (FSDP reduce-scatters) gradients in the backward of the last micro-batch only
             with distributed.no_sync(self.runner, i < accum - 1)():
                 with autocast(self.ctx.device, self.config.precision):
                     loss = self.runner(**batch).loss
@@ -257,7 +266,7 @@ class _Stepper:
             self.scaler.unscale_(self.optimizer)
         max_norm = self.config.max_grad_norm or math.inf
         # the norm is computed even without clipping: it is how inf/NaN gradients are caught
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm).item()
+        grad_norm = fsdp.full_value(torch.nn.utils.clip_grad_norm_(self.params, max_norm)).item()
         outcome.grad_norm = grad_norm
         if self.scaler is not None:  # the scaler skips the update itself on inf gradients
             scale = self.scaler.get_scale()
@@ -374,7 +383,8 @@ def _evaluate(evaluate: EvalFn | None, model: nn.Module, config: TrainConfig,
     if evaluate is None:
         return {}
     metrics: dict[str, float] = {}
-    if ctx.is_main:
+    # a sharded model's forward all-gathers parameters, so every rank must run it (rank 0's metrics count)
+    if ctx.is_main or fsdp.is_sharded(model):
         device = next(model.parameters()).device
         model.eval()
         try:
@@ -397,6 +407,7 @@ def _log_run_facts(logger: RunLogger, model: nn.Module, batch: Batch, config: Tr
     """Once per run: the effective batch (per device x accumulation x world size) and the model size."""
     per_device = len(next(iter(batch.values())))
     facts = {"per_device_batch": per_device, "grad_accum": config.grad_accum, "world_size": ctx.world_size,
+             "parallel": config.parallel if ctx.distributed else "none",
              "effective_batch": per_device * config.grad_accum * ctx.world_size,
              "parameters": sum(p.numel() for p in model.parameters()), "device": str(ctx.device),
              "precision": config.precision}
@@ -412,8 +423,9 @@ def _raise_nonfinite(model: nn.Module, micro_batches: list[Batch], config: Train
                      ctx: distributed.DistContext, counters: dict[str, Any], step: int, path: Path) -> None:
     module = None
     for batch in micro_batches:
-        module = first_nonfinite_module(model, to_device(batch, ctx.device), config.precision)
-        if module:
+        found = first_nonfinite_module(model, to_device(batch, ctx.device), config.precision)
+        module = module or found
+        if module and not fsdp.is_sharded(model):  # sharded: every rank runs as many forwards
             break
     where = (f"the first module whose output went non-finite: {module}" if module else
              "no module output was non-finite on a re-run (the loss itself, or a non-deterministic overflow)")
@@ -431,7 +443,8 @@ def first_nonfinite_module(model: nn.Module, batch: Batch, precision: str = "fp3
     Hooks fire when a module finishes, so a child is seen before its parent: the name is the smallest
     module where things went wrong. "<input batch>" when the batch itself is not finite.
     """
-    if _has_nonfinite(batch):
+    # a sharded model's ranks must all run the forward, whatever their own batch holds
+    if _has_nonfinite(batch) and not fsdp.is_sharded(model):
         return "<input batch>"
     found: list[str] = []
 
@@ -448,6 +461,8 @@ def first_nonfinite_module(model: nn.Module, batch: Batch, precision: str = "fp3
     finally:
         for handle in handles:
             handle.remove()
+    if _has_nonfinite(batch):
+        return "<input batch>"
     return found[0] if found else None
 
 

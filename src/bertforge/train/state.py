@@ -9,7 +9,8 @@ One checkpoint is a directory `RUN/checkpoints/step-000123/`:
 
 The directory is filled under a temporary name and renamed into place only when every rank has
 written its part, so a crash (even SIGKILL mid-write) leaves the previous checkpoints untouched and
-never a half one under a real name. Nothing is unpickled on load: safetensors, `torch.load(...,
+never a half one under a real name. An FSDP run gathers its shards to rank 0 and writes the same
+files, so a checkpoint resumes under FSDP, DDP or alone alike. Nothing is unpickled on load: safetensors, `torch.load(...,
 weights_only=True)` and JSON only. With several nodes the run directory must be on a filesystem they
 share, since every rank writes its own file into the same directory.
 """
@@ -27,11 +28,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
 from bertforge.fileio import atomic_path, write_text_atomic
-from bertforge.train import distributed
+from bertforge.train import distributed, fsdp
 
 FORMAT_VERSION = 1
 CHECKPOINTS = "checkpoints"
@@ -107,8 +108,9 @@ def save_checkpoint(
 ) -> Path:
     """Write checkpoint `step` (every rank calls this) and prune to the newest `keep_last`. Returns its path.
 
-    `model` is the bare module (not DDP / compiled). Rank 0 writes the shared files, every rank its own
-    RNG and data position; the rename that publishes the directory happens after a barrier.
+    `model` is the bare module (not DDP / compiled; sharded in place by FSDP is fine). Rank 0 writes
+    the shared files, every rank its own RNG and data position; the rename that publishes the
+    directory happens after a barrier.
     """
     rank, world = distributed.rank(), distributed.world_size()
     root = Path(run_dir) / CHECKPOINTS
@@ -124,11 +126,14 @@ def save_checkpoint(
 
     with atomic_path(tmp / f"rank-{rank:05d}.pt") as path:
         torch.save({"rng": capture_rng(), "data": data_state}, path)
-    if rank == 0:
+    if fsdp.is_sharded(model):
+        _save_sharded(tmp, model, optimizer)
+    elif rank == 0:
         with atomic_path(tmp / "model.safetensors") as path:
             save_model(model, str(path))
         with atomic_path(tmp / "optimizer.pt") as path:
             torch.save(optimizer.state_dict(), path)
+    if rank == 0:
         trainer = {
             "format": FORMAT_VERSION, "step": step, "world_size": world, "time": time.time(),
             "scheduler": scheduler.state_dict(),
@@ -145,6 +150,18 @@ def save_checkpoint(
             prune_checkpoints(run_dir, keep_last)
     distributed.barrier("publishing the checkpoint")
     return final
+
+
+def _save_sharded(tmp: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """The files an unsharded run writes, from FSDP shards: every rank takes part in the gathering."""
+    with distributed.raise_timeout(f"rank {distributed.rank()}: gathering FSDP shards", distributed._timeout_s()):
+        model_state = fsdp.full_model_state(model)
+        optimizer_state = fsdp.full_optimizer_state(model, optimizer)
+    if distributed.rank() == 0:
+        with atomic_path(tmp / "model.safetensors") as path:
+            save_file(model_state, str(path), metadata={"format": "pt"})  # what save_model writes
+        with atomic_path(tmp / "optimizer.pt") as path:
+            torch.save(optimizer_state, path)
 
 
 def _publish(tmp: Path, final: Path) -> None:
@@ -215,9 +232,12 @@ def load_checkpoint(
     if trainer.get("format") != FORMAT_VERSION:
         raise ValueError(f"{path}: checkpoint format {trainer.get('format')!r}, expected {FORMAT_VERSION}")
     device = next(model.parameters()).device
-    load_model(model, path / "model.safetensors", strict=True, device=str(device))
-    if optimizer is not None:
-        optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=device, weights_only=True))
+    if fsdp.is_sharded(model):
+        _load_sharded(path, model, optimizer)
+    else:
+        load_model(model, path / "model.safetensors", strict=True, device=str(device))
+        if optimizer is not None:
+            optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=device, weights_only=True))
     if scheduler is not None:
         scheduler.load_state_dict(trainer["scheduler"])
     if scaler is not None and trainer["scaler"]:
@@ -234,3 +254,14 @@ def load_checkpoint(
             restore_rng(rank_state["rng"])
             trainer["rng_restored"] = True
     return trainer
+
+
+def _load_sharded(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
+    """Full files -> each rank's shards; rank 0 reads them and broadcasts, the others pass empty dicts."""
+    main = distributed.rank() == 0
+    model_state = load_file(path / "model.safetensors") if main else {}
+    optimizer_state = None
+    if optimizer is not None and main:
+        optimizer_state = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
+    with distributed.raise_timeout(f"rank {distributed.rank()}: loading FSDP shards", distributed._timeout_s()):
+        fsdp.load_full_state(model, optimizer, model_state, optimizer_state)
