@@ -249,3 +249,26 @@ def test_compiled_encoder_has_no_graph_break_and_matches_eager() -> None:
         eager_out = model(**batch).last_hidden_state
         compiled_out = compiled(**batch).last_hidden_state
     assert_close_on_tokens(compiled_out, eager_out, batch["attention_mask"])
+
+
+def test_bf16_autocast_fast_path_matches_padded_path_and_fp32() -> None:
+    """The GPU recipe's bf16 autocast, checked on the CPU: the packed path agrees with the padded one
+    in bf16, and both stay within bf16 rounding of fp32 (LayerNorm and the loss run in fp32)."""
+    config = BertConfig.from_preset("tiny", vocab_size=211)
+    torch.manual_seed(0)
+    model = BertForPreTraining(config).eval()
+    batch = padded_batch(config.vocab_size)
+    labels = torch.where(batch["attention_mask"].bool(), batch["input_ids"], -100)
+    with torch.no_grad():
+        reference = model(**batch, labels=labels, next_sentence_label=torch.tensor([0, 1, 0]))
+        outputs = {}
+        for unpad in (True, False):
+            model.bert.unpad = unpad
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                outputs[unpad] = model(**batch, labels=labels, next_sentence_label=torch.tensor([0, 1, 0]))
+    packed, padded = outputs[True], outputs[False]
+    assert torch.isfinite(packed.loss) and torch.isfinite(padded.loss)
+    assert torch.allclose(packed.loss.float(), padded.loss.float(), atol=2e-2)
+    assert torch.allclose(packed.loss.float(), reference.loss, rtol=2e-2)
+    assert torch.allclose(packed.nsp_logits.float(), reference.nsp_logits, atol=5e-2)
+    assert torch.allclose(packed.mlm_logits.float(), padded.mlm_logits.float(), atol=5e-2)
