@@ -124,7 +124,7 @@ def test_gradient_checkpointing_gives_the_same_gradients() -> None:
         model = BertForMaskedLM(config).train()
         model.bert.gradient_checkpointing = checkpointing
         calls = []
-        model.bert.encoder.layers[0].ffn.register_forward_hook(lambda *_: calls.append(1))
+        model.bert.encoder.layers[0].ffn.register_forward_hook(lambda *_, calls=calls: calls.append(1))
         model(**batch, labels=labels).loss.backward()
         grads.append({n: p.grad for n, p in model.named_parameters()})
         forward_calls.append(len(calls))
