@@ -3,8 +3,9 @@
 - `docs/cli.md` is what `scripts/gen_cli_docs.py` makes of the CLI today (regenerate it when this fails).
 - Every leaf command's help has an example, and that example parses against the CLI.
 - Every `bertforge ...` command written in README.md, docs/*.md and the header comments of
-  recipes/*.yaml names a command that exists and options that command has; commands in code blocks must also parse as the CLI parses them
-  (required options present, values of the right type). Stale docs fail here.
+  recipes/*.yaml names a command that exists and options that command has; commands in code blocks
+  must also parse as the CLI parses them (required options present, values of the right type).
+  Stale docs fail here.
 - Every documented `bertforge ... --help` runs.
 - Blocks marked runnable run, in document order, in one temporary directory per document.
 
@@ -15,14 +16,15 @@ command and option names only.
 
 The runnable marker: the word `test` after the language in the info string (```bash test,
 ```console test, ```python test). In a runnable console block, the lines under a `$ ` command are
-its expected output: each must appear as a whole line of what the command prints. Such a block runs with `tests/`, `recipes/` and `.venv` of the checkout linked into
-the temporary directory, so it may use the fixtures in tests/fixtures and write anywhere below it.
-A shell block runs one logical line at a time (a trailing backslash continues a line): a plain
-`bertforge` command runs in this process (through typer's CliRunner, which saves importing torch
-again for every line); anything else runs with `bash -euo pipefail`, with `.venv/bin` first on
-PATH. Keep runnable blocks short (the whole file should take well under a minute at one thread), free
-of network and of ../shared/data, and without `cd` or heredocs (each line is its own shell). A Python
-block runs with `exec` in this process.
+its expected output: each must appear as a whole line of what the command prints. Runnable blocks
+run with `tests/`, `recipes/` and `.venv` of the checkout linked into the temporary directory, so
+they may use the fixtures in tests/fixtures and write anywhere below it. A shell block runs one
+logical line at a time (a trailing backslash continues a line): a plain `bertforge` command runs in
+this process (through typer's CliRunner, which saves importing torch again for every line);
+anything else runs with `bash -euo pipefail`, with `.venv/bin` first on PATH. Keep runnable blocks
+short (the whole file should take well under a minute at one thread), free of network and of
+../shared/data, and without `cd` or heredocs (each line is its own shell). A Python block runs with
+`exec` in this process.
 """
 
 from __future__ import annotations
