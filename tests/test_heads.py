@@ -122,3 +122,13 @@ def test_label_names_are_saved_for_transformers(tmp_path) -> None:
     theirs = transformers.BertForSequenceClassification.from_pretrained(tmp_path)
     assert theirs.config.id2label == {0: "negative", 1: "positive"}
     assert BertForSequenceClassification.from_pretrained(tmp_path).num_labels == 2
+
+
+@pytest.mark.parametrize("head", [BertForTokenClassification, BertForQuestionAnswering])
+def test_pooler_in_the_file_is_unused_not_an_error_for_token_heads(head, tmp_path) -> None:
+    """Tagging and span QA read every token, so they have no pooler; an encoder file with one (most
+    pre-trained BERTs) loads strictly, its pooler listed as unused, as in transformers."""
+    BertForPreTraining(config()).save_pretrained(tmp_path)
+    model = head.from_pretrained(tmp_path)  # strict by default
+    assert model.load_report.ok and not model.load_report.unexpected
+    assert {"bert.pooler.dense.weight", "bert.pooler.dense.bias"} <= set(model.load_report.unused)

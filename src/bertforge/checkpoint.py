@@ -262,7 +262,7 @@ def read_state_dict(directory: Path, *, allow_pickle: bool = False) -> dict[str,
     if not allow_pickle:
         raise CheckpointError(
             f"{directory / pickled[0]} is a pickle file, which can run arbitrary code when loaded. "
-            "If you trust it, pass allow_pickle=True (CLI: --allow-pickle); it is then read with "
+            "If you trust it, pass allow_pickle=True (Python API); it is then read with "
             "torch.load(weights_only=True). Better: convert it once to safetensors."
         )
 
@@ -303,8 +303,9 @@ def _load_into(model: BertPreTrainedModel, state: dict[str, torch.Tensor], sourc
             report.missing.append(key)
     for key in state.keys() - own.keys():
         local = key[len(prefix):] if prefix and key.startswith(prefix) else key
-        # Weights of a head this model does not have (pre-training heads under a bare encoder, say).
-        if not local.startswith(HF_BACKBONE_ROOTS):
+        # Weights of a head this model does not have (pre-training heads under a bare encoder, say),
+        # or a pooler under a head that reads every token (tagging, span QA): not needed, not wrong.
+        if not local.startswith(HF_BACKBONE_ROOTS) or local.startswith("pooler."):
             report.unused.append(key)
         else:
             report.unexpected.append(key)
