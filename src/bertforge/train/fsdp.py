@@ -37,14 +37,15 @@ def shard(model: nn.Module, device: torch.device, world_size: int) -> nn.Module:
     """Shard `model` in place over all ranks: one FSDP unit per layer of each ModuleList, then the root.
 
     Every rank first takes rank 0's parameters, as DDP would, since `fully_shard` keeps each rank's
-    own values for its shard. Call this before the optimizer is built: the parameters become new
-    (sharded) objects.
+    own values for its shard. Call this before the optimizer is built (the parameters become new,
+    sharded objects), and best while the model is still on the CPU: each unit is moved to `device`
+    as it is sharded, so the device never holds more than one unit unsharded.
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     for tensor in [*model.parameters(), *model.buffers()]:
-        dist.broadcast(tensor.data, src=0)
+        _broadcast_from_rank0(tensor, device)
     mesh = init_device_mesh(device.type, (world_size,))
     # Units bottom-up: a layer of a ModuleList (the encoder's layers) is the natural unit of a
     # Transformer; whatever no layer owns goes to the root unit.
@@ -54,6 +55,15 @@ def shard(model: nn.Module, device: torch.device, world_size: int) -> nn.Module:
                 fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
     return model
+
+
+def _broadcast_from_rank0(tensor: torch.Tensor, device: torch.device) -> None:
+    """Rank 0's values, in place; staged through `device` one tensor at a time (NCCL needs them there)."""
+    data = tensor.data
+    staged = data.to(device)  # `data` itself when it is already there
+    dist.broadcast(staged, src=0)
+    if staged is not data:
+        data.copy_(staged)
 
 
 @contextmanager

@@ -141,9 +141,11 @@ def train(
     if config.precision == "fp16" and ctx.device.type != "cuda":
         raise ValueError("precision fp16 needs a GPU (its loss scaler is CUDA-only); use bf16 on CPU")
     seed_everything(config.seed + ctx.rank)
-    model.to(ctx.device)
     if config.parallel == "fsdp":
-        distributed.shard_fsdp(model, ctx)  # before the optimizer: sharding replaces the parameters
+        # before the optimizer, since sharding replaces the parameters; and before the move to the
+        # device, since sharding moves one unit at a time, so the whole model is never there unsharded
+        distributed.shard_fsdp(model, ctx)
+    model.to(ctx.device)
     optimizer = build_optimizer(model, optim)
     scheduler = build_scheduler(optimizer, optim, config.max_steps)
     scaler = torch.amp.GradScaler("cuda") if config.precision == "fp16" else None
