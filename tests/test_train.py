@@ -353,6 +353,26 @@ def test_keep_last_k_prunes_and_metrics_are_not_doubled_on_resume(tmp_path: Path
     assert steps == [1, 2, 3, 4, 5, 6, 7]
 
 
+def test_tensorboard_has_the_jsonl_curves_and_a_resume_does_not_double_them(tmp_path: Path) -> None:
+    import shutil
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    train(tiny_model(), SyntheticBatches(), tmp_path, run_config(max_steps=5, save_every=2), OptimConfig())
+    # As if the run had died after logging step 5 but before its last checkpoint: steps 5.. run again.
+    shutil.rmtree(tmp_path / "checkpoints" / "step-000005")
+    train(tiny_model(), SyntheticBatches(), tmp_path, run_config(max_steps=7, save_every=2), OptimConfig(),
+          resume=True)
+
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    curve = [(e.step, e.value) for e in events.Scalars("train/loss")]
+    jsonl = [(r["step"], r["loss"]) for r in read_metrics(tmp_path) if r["split"] == "train"]
+    assert [step for step, _ in curve] == [1, 2, 3, 4, 5, 6, 7]  # step 5 once, from the resumed run
+    assert [step for step, _ in jsonl] == [1, 2, 3, 4, 5, 6, 7]
+    assert np.allclose([v for _, v in curve], [v for _, v in jsonl], rtol=1e-6)  # TensorBoard keeps float32
+
+
 KILL_SCRIPT = """
 import sys, time
 from pathlib import Path

@@ -50,7 +50,7 @@ class RunLogger:
             Path(run_dir).mkdir(parents=True, exist_ok=True)  # type: ignore[arg-type]
             self._drop_records_after(start_step)
             if tensorboard:
-                self.writer = _tensorboard_writer(Path(run_dir) / "tensorboard")  # type: ignore[arg-type]
+                self.writer = _tensorboard_writer(Path(run_dir) / "tensorboard", start_step)  # type: ignore[arg-type]
 
     def _drop_records_after(self, step: int) -> None:
         """A resumed run repeats the steps after its checkpoint; their old records would double the curves."""
@@ -87,12 +87,17 @@ class RunLogger:
             self.writer.close()
 
 
-def _tensorboard_writer(directory: Path) -> Any:
+def _tensorboard_writer(directory: Path, start_step: int) -> Any:
+    """A SummaryWriter (`pip install bertforge[tensorboard]`), or None without the package.
+
+    A resumed run repeats the steps after its checkpoint: `purge_step` hides the first run's events
+    from there on, as `_drop_records_after` does for the JSONL file, so no curve doubles back.
+    """
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:  # tensorboard is optional; the JSONL file has the same numbers
         return None
-    return SummaryWriter(str(directory))
+    return SummaryWriter(str(directory), purge_step=start_step + 1 if start_step > 0 else None)
 
 
 def _jsonable(value: Any) -> Any:
