@@ -6,6 +6,7 @@ hyper-parameters, and are scored on the same dev examples by the same metric fun
 tested against the official GLUE / conlleval definitions), so the only difference is the fine-tuning
 code: tokenizer, model, data order, optimiser and loop.
 
+    pip install -e ".[bench]"                                      # transformers and accelerate
     python benchmarks/hf_finetune_baseline.py                      # the default job list below
     python benchmarks/hf_finetune_baseline.py --tasks RTE --seeds 1 # one task, one seed
     python benchmarks/hf_finetune_baseline.py --shard 0/2 &         # split the jobs over two processes

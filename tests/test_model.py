@@ -82,10 +82,17 @@ def test_encoder_and_attentions_match_transformers(name: str, tmp_path) -> None:
     torch.testing.assert_close(probs.sum(-1), torch.ones_like(probs.sum(-1)))
 
 
+# The packed path's two ways to attend: per sequence (the CPU's default) and re-padded with a mask
+# (the GPU's), both checked here on the CPU.
+PER_SEQUENCE = pytest.mark.parametrize("per_sequence", [True, False], ids=["per-sequence", "re-padded"])
+
+
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_unpadded_fast_path_matches_plain_path(name: str) -> None:
+@PER_SEQUENCE
+def test_unpadded_fast_path_matches_plain_path(name: str, per_sequence: bool) -> None:
     torch.manual_seed(6)
     model = BertModel(CONFIGS[name]).eval()
+    model.attention_per_sequence = per_sequence
     batch = padded_batch(CONFIGS[name].vocab_size, seed=6)
     with torch.no_grad():
         fast = model(**batch, output_hidden_states=True)
@@ -98,7 +105,27 @@ def test_unpadded_fast_path_matches_plain_path(name: str) -> None:
     torch.testing.assert_close(fast.pooled_output, plain.pooled_output, atol=ATOL, rtol=0)
 
 
-def test_unpadded_gradients_match_plain_path() -> None:
+def test_per_sequence_attention_follows_any_mask_pattern() -> None:
+    """Left padding, a hole inside a row and an all-padding row: each row still attends over exactly
+    its own real tokens, as the masked padded path does."""
+    torch.manual_seed(11)
+    model = BertModel(CONFIGS["odd"]).eval()
+    batch = padded_batch(CONFIGS["odd"].vocab_size, seed=11)
+    mask = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1],   # left-padded
+                         [1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0, 0],   # a hole
+                         [0] * 12,                               # nothing real
+                         [1] * 12])
+    batch = {k: torch.cat([v, v[:1]]) for k, v in batch.items()} | {"attention_mask": mask}
+    with torch.no_grad():
+        fast = model(**batch).last_hidden_state
+        model.unpad = False
+        plain = model(**batch).last_hidden_state
+    assert_close_on_tokens(fast, plain, mask)
+    assert fast[~mask.bool()].abs().max() == 0
+
+
+@PER_SEQUENCE
+def test_unpadded_gradients_match_plain_path(per_sequence: bool) -> None:
     torch.manual_seed(7)
     config = CONFIGS["odd"]
     batch = padded_batch(config.vocab_size, seed=7)
@@ -108,6 +135,7 @@ def test_unpadded_gradients_match_plain_path() -> None:
         torch.manual_seed(8)
         model = BertForPreTraining(config).eval()
         model.bert.unpad = unpad
+        model.bert.attention_per_sequence = per_sequence
         model(**batch, labels=labels, next_sentence_label=torch.tensor([0, 1, 1])).loss.backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
     for name, grad in grads[0].items():
@@ -262,13 +290,15 @@ def test_bf16_autocast_fast_path_matches_padded_path_and_fp32() -> None:
     with torch.no_grad():
         reference = model(**batch, labels=labels, next_sentence_label=torch.tensor([0, 1, 0]))
         outputs = {}
-        for unpad in (True, False):
-            model.bert.unpad = unpad
+        for unpad, per_sequence in ((True, True), (True, False), (False, None)):
+            model.bert.unpad, model.bert.attention_per_sequence = unpad, per_sequence
             with torch.autocast("cpu", dtype=torch.bfloat16):
-                outputs[unpad] = model(**batch, labels=labels, next_sentence_label=torch.tensor([0, 1, 0]))
-    packed, padded = outputs[True], outputs[False]
-    assert torch.isfinite(packed.loss) and torch.isfinite(padded.loss)
-    assert torch.allclose(packed.loss.float(), padded.loss.float(), atol=2e-2)
-    assert torch.allclose(packed.loss.float(), reference.loss, rtol=2e-2)
-    assert torch.allclose(packed.nsp_logits.float(), reference.nsp_logits, atol=5e-2)
-    assert torch.allclose(packed.mlm_logits.float(), padded.mlm_logits.float(), atol=5e-2)
+                outputs[unpad, per_sequence] = model(**batch, labels=labels,
+                                                     next_sentence_label=torch.tensor([0, 1, 0]))
+    padded = outputs[False, None]
+    for packed in (outputs[True, True], outputs[True, False]):
+        assert torch.isfinite(packed.loss) and torch.isfinite(padded.loss)
+        assert torch.allclose(packed.loss.float(), padded.loss.float(), atol=2e-2)
+        assert torch.allclose(packed.loss.float(), reference.loss, rtol=2e-2)
+        assert torch.allclose(packed.nsp_logits.float(), reference.nsp_logits, atol=5e-2)
+        assert torch.allclose(packed.mlm_logits.float(), padded.mlm_logits.float(), atol=5e-2)

@@ -155,6 +155,9 @@ class BertModel(BertPreTrainedModel):
         # real tokens; vectors at padding positions come out as zeros instead of meaningless values.
         # Off only for reference comparisons in tests.
         self.unpad = True
+        # How packed tokens attend: one sequence at a time (True) or re-padded with a mask (False);
+        # None picks by device (per sequence on the CPU, see PackedLayout.from_mask).
+        self.attention_per_sequence: bool | None = None
         # Recompute each layer's activations in backward instead of storing them: less memory for
         # long sequences or big batches, about one extra forward pass of compute.
         self.gradient_checkpointing = False
@@ -193,7 +196,7 @@ class BertModel(BertPreTrainedModel):
         # batch shape), while the padded graph compiles once and fuses the element-wise work.
         layout = None
         if self.unpad and attention_bias is not None and not output_attentions and not torch.compiler.is_compiling():
-            layout = PackedLayout.from_mask(attention_mask)
+            layout = PackedLayout.from_mask(attention_mask, self.attention_per_sequence)
             hidden = layout.pack(hidden)  # (B, T, H) -> (N, H)
 
         def padded(x: torch.Tensor) -> torch.Tensor:
