@@ -46,6 +46,12 @@ def held_out_curve(run: Path) -> list[dict[str, Any]]:
     return [r for r in records if r.get("split") == "eval"]
 
 
+def pretrain_wall_s(run: Path) -> float:
+    """Seconds from the run's first to its last metrics record (the run's own clock, in metrics.jsonl)."""
+    times = [json.loads(line)["time"] for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return round(max(times) - min(times), 1) if times else 0.0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, required=True, help="a finished bertforge pretrain run directory")
@@ -81,7 +87,7 @@ def main() -> None:
         results[label] = {"accuracy": summary["summary"]["accuracy"], "wall_s": time.perf_counter() - started}
     curve = held_out_curve(run)
     payload = {"machine": machine(), "run": str(run), "config": config, "recipe": run_config,
-               "held_out": curve, "sst2": results, "train_examples": args.train_examples, "lr": args.lr,
+               "held_out": curve, "pretrain_wall_s": pretrain_wall_s(run), "sst2": results, "train_examples": args.train_examples, "lr": args.lr,
                "epochs": args.epochs}
     save_results("pretrain_vs_scratch", payload)
     update_doc_section("pretrain-run", render(name, payload, curves), ROOT / "docs" / "results.md")
@@ -101,7 +107,7 @@ def render(name: str, payload: dict[str, Any], curves: Path) -> str:
     for label, result in payload["sst2"].items():
         acc = result["accuracy"]
         values = ", ".join(f"{100 * v:.1f}" for v in acc["values"])
-        sst2.append([label, f"{100 * acc['mean']:.1f} ± {100 * acc['std']:.1f}", values])
+        sst2.append([label, f"{100 * acc['mean']:.1f} ± {100 * acc['std']:.1f}", values, f"{result['wall_s']:.0f}"])
     return "\n".join([
         f"## Pre-training from scratch: BERT-{name} on the shared books + WikiText-2 (CPU budget run)",
         "",
@@ -112,7 +118,9 @@ def render(name: str, payload: dict[str, Any], curves: Path) -> str:
         "the 19 Gutenberg novels of `../shared/data/pretrain_text` (headers stripped) and WikiText-2 valid; "
         "held out: WikiText-2 test, whole (`prepare --validation-input`), scored on the same first 512 "
         "statically masked sequences at every evaluation (`eval_max_batches`). Recipe: `recipes/mini-cpu.yaml` (its header "
-        "has the tokenizer and prepare commands).",
+        "has the tokenizer and prepare commands). Pre-training wall time: "
+        f"{payload.get('pretrain_wall_s', 0) / 60:.0f} min on one core (torch 1 thread) of the 2-core machine below, "
+        "which shared it with one other single-threaded job.",
         "",
         f"![pre-training curves](img/{curves.name})",
         "",
@@ -122,7 +130,7 @@ def render(name: str, payload: dict[str, Any], curves: Path) -> str:
         f"sub-sample of SST-2 train, lr {payload['lr']:g}, batch 32, {payload['epochs']:g} epochs, same seeds, "
         "from the checkpoint above vs from the same architecture with BERT's random initialisation:",
         "",
-        markdown_table(["starting point", "accuracy % (mean ± std)", "per seed"], sst2),
+        markdown_table(["starting point", "accuracy % (mean ± std)", "per seed", "wall s (all seeds)"], sst2),
         "",
         machine_line(payload["machine"]),
     ]) + "\n"
