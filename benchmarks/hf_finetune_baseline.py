@@ -179,6 +179,7 @@ def run_transformers(task: str, seed: int, model: Path, data: Path, work: Path) 
                     for i, (e, firsts) in enumerate(zip(dev_examples, dev_firsts, strict=True))]
 
     def compute_metrics(prediction: Any) -> dict[str, float]:
+        _check_dev_order(prediction.label_ids, dev_set)
         return spec.metric(dev_examples, decode(np.asarray(prediction.predictions)))
 
     args = TrainingArguments(
@@ -189,7 +190,7 @@ def run_transformers(task: str, seed: int, model: Path, data: Path, work: Path) 
         seed=seed, eval_strategy="no", save_strategy="no", logging_strategy="no", report_to="none",
         use_cpu=not torch.cuda.is_available(), train_sampling_strategy="group_by_length",
         dataloader_num_workers=0, disable_tqdm=True)
-    trainer = Trainer(model=net, args=args, train_dataset=train_set, eval_dataset=dev_set,
+    trainer = _in_order_evaluation(Trainer)(model=net, args=args, train_dataset=train_set, eval_dataset=dev_set,
                       data_collator=collator, compute_metrics=compute_metrics)
     output = trainer.train()
     final = trainer.evaluate()
@@ -197,6 +198,34 @@ def run_transformers(task: str, seed: int, model: Path, data: Path, work: Path) 
                if k.startswith("eval_") and k[len("eval_"):] in _metric_keys(family)}
     return {"metrics": metrics, "steps": int(output.global_step), "wall_s": round(time.perf_counter() - started, 1),
             "train_examples": len(train_examples)}
+
+
+def _in_order_evaluation(trainer_class: type) -> type:
+    """The Trainer with evaluation batches in dataset order.
+
+    transformers 5 applies `group_by_length` to the evaluation sampler as well, so predictions come
+    back in length-grouped order, which no longer lines up with the dev examples they are scored against.
+    """
+    from torch.utils.data import SequentialSampler
+
+    class InOrderEvaluation(trainer_class):  # type: ignore[misc, valid-type]
+        def _get_eval_sampler(self, eval_dataset: Any) -> Any:
+            return SequentialSampler(eval_dataset)
+
+    return InOrderEvaluation
+
+
+def _check_dev_order(label_ids: Any, dev_set: list[dict[str, Any]]) -> None:
+    """Refuse to score predictions whose gold labels are not the dev set's, row for row, in file order."""
+    import numpy as np
+
+    label_ids = np.asarray(label_ids)
+    if len(label_ids) != len(dev_set):
+        raise RuntimeError(f"{len(label_ids)} predictions for {len(dev_set)} dev examples")
+    for row, feature in zip(label_ids, dev_set, strict=True):
+        expected = np.asarray(feature["labels"], dtype=float)
+        if not np.allclose(np.asarray(row, dtype=float).reshape(-1)[:expected.size], expected.reshape(-1)):
+            raise RuntimeError("the Trainer returned predictions out of dev-set order; scores would be wrong")
 
 
 def _metric_keys(family: str) -> set[str]:
