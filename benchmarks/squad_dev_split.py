@@ -77,7 +77,8 @@ def render(payload: dict[str, Any]) -> str:
     return "\n".join([
         f"## SQuAD v1.1: fine-tuned on {n_train} dev articles, scored on the others",
         "",
-        f"Made by `python benchmarks/squad_dev_split.py` (raw figures in `benchmarks/results/squad_dev_split.json`). "
+        f"Made by `python benchmarks/squad_dev_split.py --train-questions {payload['train_questions']} --epochs "
+        f"{hyper['epochs']:g}` (raw figures in `benchmarks/results/squad_dev_split.json`). "
         "No SQuAD training set is available here, so the v1.1 **dev** file (48 articles, rebuilt from the "
         f"SQuAD explorer) is split by article: questions of the first {n_train} articles train, every question of "
         "the other articles is scored with the official v1.1 EM/F1 definitions. Not comparable with published dev scores: "
