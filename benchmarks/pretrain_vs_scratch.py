@@ -62,7 +62,15 @@ def main() -> None:
     parser.add_argument("--epochs", type=float, default=3.0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--work", type=Path, default=None, help="fine-tuning runs (default RUN/../sst2-*)")
+    parser.add_argument("--summarize", action="store_true", help="only rewrite the section from the saved results")
     args = parser.parse_args()
+    if args.summarize:
+        payload = json.loads((ROOT / "benchmarks" / "results" / "pretrain_vs_scratch.json").read_text())
+        run = Path(payload["run"])
+        name = run.parent.name if run.name == "pretrain" else run.name
+        curves = ROOT / "docs" / "img" / f"{name}_pretrain_curves.png"
+        update_doc_section("pretrain-run", render(name, payload, curves), ROOT / "docs" / "results.md")
+        return
 
     import torch
 
@@ -132,8 +140,35 @@ def render(name: str, payload: dict[str, Any], curves: Path) -> str:
         "",
         markdown_table(["starting point", "accuracy % (mean ± std)", "per seed", "wall s (all seeds)"], sst2),
         "",
+        verdict(payload),
+        "",
         machine_line(payload["machine"]),
     ]) + "\n"
+
+
+def verdict(payload: dict[str, Any]) -> str:
+    """Does the checkpoint fine-tune better than random weights? Said plainly, with the held-out curve's end."""
+    ours = payload["sst2"]["pre-trained (ours)"]["accuracy"]
+    scratch = payload["sst2"]["random initialisation"]["accuracy"]
+    gap = 100 * (ours["mean"] - scratch["mean"])
+    last = payload["held_out"][-1] if payload["held_out"] else {}
+    curve = (f"held-out MLM accuracy {100 * last.get('mlm_accuracy', 0):.1f}% and NSP accuracy "
+             f"{100 * last.get('nsp_accuracy', 0):.1f}% at the last evaluation")
+    if gap > 0:
+        return (f"**Pre-training helps**: the checkpoint fine-tunes {gap:.1f} points above random initialisation "
+                f"on SST-2 ({curve}).")
+    mlm = [r["mlm_accuracy"] for r in payload["held_out"]]
+    nsp = [r["nsp_accuracy"] for r in payload["held_out"] if "nsp_accuracy" in r]
+    signs = []
+    if len(mlm) >= 3 and mlm[-1] - mlm[len(mlm) // 2] < 0.01:
+        signs.append("held-out MLM accuracy stopped rising in the second half of the run")
+    if nsp and max(nsp) < 0.55:
+        signs.append("held-out NSP accuracy never left chance")
+    joined = "; ".join(signs)
+    seen = f" {joined[:1].upper()}{joined[1:]}." if signs else ""
+    return (f"**At this budget pre-training does not help: the checkpoint fine-tunes {-gap:.1f} points below "
+            f"random initialisation on SST-2** ({curve}).{seen} This run is a measured negative result, not a "
+            "useful encoder.")
 
 
 if __name__ == "__main__":
