@@ -223,9 +223,13 @@ def main() -> None:
     parser.add_argument("--only", default="inference,finetune,pretrain")
     parser.add_argument("--models", default="minilm,base", help="minilm and/or base (BERT-base shape)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--summarize", action="store_true", help="only rewrite the section from speed.json")
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(measure(json.loads(args.worker))))
+        return
+    if args.summarize:
+        update_doc_section("speed", render(merge_results([])))
         return
 
     inputs = prepare_inputs(args.data)
@@ -286,8 +290,11 @@ def table_rows(results: list[dict[str, Any]]) -> list[list[str]]:
                 continue
             reference = summary[reference_label(label, summary)]
             load = (result.get("machine") or {}).get("load_average_1min", "?")
+            rounds = zip(result["runs"][reference_label(label, summary)], result["runs"][label], strict=False)
+            per_round = ", ".join(f"{o[unit] / r[unit]:.2f}x" for r, o in rounds)
             rows.append([spec["kind"], spec["model"], spec["workload"], label,
                          f"{reference[unit]:.1f}", f"{ours[unit]:.1f}", f"**{ours[unit] / reference[unit]:.2f}x**",
+                         per_round,
                          f"{reference['run_rss_mb']:.0f} / {ours['run_rss_mb']:.0f}",
                          f"{(result.get('machine') or {}).get('date', '?')}, {result.get('rounds', '?')}, {load}"])
     return rows
@@ -295,9 +302,11 @@ def table_rows(results: list[dict[str, Any]]) -> list[list[str]]:
 
 def render(results: list[dict[str, Any]]) -> str:
     table = markdown_table(
-        ["workload", "model", "data", "bertforge variant", "transformers /s", "bertforge /s", "ratio",
+        ["workload", "model", "data", "bertforge variant", "transformers /s", "bertforge /s", "ratio", "per round",
          "extra peak RSS MB (HF / ours)", "date, rounds, load"], table_rows(results))
-    info = results[-1].get("machine") or machine()
+    # The newest rows' machine, with the workers' thread count (the parent process does not set one).
+    newest = max(results, key=lambda r: (r.get("machine") or {}).get("date", ""))
+    info = dict(newest.get("machine") or machine(), torch_threads=newest["scenario"].get("threads", "?"))
     return f"""## Speed: inference, fine-tuning step, pre-training step (CPU)
 
 {machine_line(info)} Each row is the median of its alternating runs (rounds in the last column), each
