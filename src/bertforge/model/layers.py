@@ -52,7 +52,8 @@ class PackedLayout:
         On the CPU, attention then runs per sequence on exactly its real tokens (sum of l_i^2 rather
         than B x T^2 scores, and no re-padding): 2.4x less attention time on the SST-2 and MRPC dev
         batches. On a GPU one kernel launch per sequence would cost more than it saves, so the fused
-        kernels take the re-padded batch with its mask there. `per_sequence` overrides that choice.
+        kernels take the re-padded batch with its mask there. `per_sequence` overrides that choice
+        (`BertModel` passes False while training: backward is faster through one padded call).
         """
         batch, length = attention_mask.shape
         token_index = attention_mask.flatten().nonzero().squeeze(1)
