@@ -245,6 +245,28 @@ def test_no_weight_decay_on_biases_and_layernorm() -> None:
     assert torch.equal(after["bert.embeddings.layer_norm.weight"], before["bert.embeddings.layer_norm.weight"])
 
 
+def test_adamw_is_fused_on_the_cpu_and_steps_like_the_reference() -> None:
+    torch.manual_seed(0)
+    model, reference = tiny_model(), tiny_model()
+    reference.load_state_dict(model.state_dict())
+    fused = build_optimizer(model, OptimConfig(lr=1e-2, weight_decay=0.01))
+    assert fused.defaults["fused"] is True
+    plain = torch.optim.AdamW(param_groups(reference, 0.01), lr=1e-2, eps=OptimConfig().adam_eps, foreach=False)
+    for _ in range(3):
+        for a, b in zip(model.parameters(), reference.parameters(), strict=True):
+            a.grad = torch.randn_like(a)
+            b.grad = a.grad.clone()
+        fused.step()
+        plain.step()
+    for (name, a), b in zip(model.named_parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+    # a checkpoint made with the multi-tensor kernel resumes with it: the choice lives in the param groups
+    resumed = build_optimizer(reference, OptimConfig(lr=1e-2, weight_decay=0.01))
+    resumed.load_state_dict(plain.state_dict())
+    assert all(not group["fused"] for group in resumed.param_groups)
+
+
 def test_lamb_matches_a_hand_computed_step() -> None:
     w = torch.nn.Parameter(torch.tensor([[3.0, 4.0], [0.0, 0.0]]))  # ||w|| = 5
     b = torch.nn.Parameter(torch.zeros(2))  # ||b|| = 0: the trust ratio falls back to 1
