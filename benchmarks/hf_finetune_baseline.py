@@ -312,7 +312,8 @@ def render(rows: list[dict[str, Any]]) -> str:
         f"10% warm-up then linear decay, weight decay {HYPER['weight_decay']}, max length {HYPER['max_length']},",
         "length-grouped dynamic padding, fp32) and the same metric code; dev-set scores after the last",
         "epoch, mean ± sample standard deviation over seeds. Wall time is per seed: loading the model,",
-        "featurising, training and the dev evaluation.",
+        "training and the dev evaluation, plus featurising on the Trainer's side (bertforge featurises once,",
+        "before its seeds: 1-7 s per task at these sizes).",
         "",
         "| task (metric) | train examples | bertforge | Trainer | within one Trainer std | "
         "wall s bertforge | wall s Trainer | speed-up |",
