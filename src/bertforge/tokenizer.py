@@ -529,6 +529,11 @@ class BertTokenizer:
         """Learn a WordPiece vocabulary from text files (BERT's normalisation and word splitting).
 
         [PAD] [UNK] [CLS] [SEP] [MASK] get ids 0..4; word continuations carry the "##" prefix.
+
+        Not reproducible bit for bit: `tokenizers`' trainer breaks ties between equally frequent
+        merges in hash-map order, which changes from process to process (huggingface/tokenizers#1794),
+        so two trainings on the same text differ in a few pieces and in many ids (8,000 pieces from the
+        quickstart's novels: 471 lines of vocab.txt differed). To repeat a run, keep its vocab.txt.
         """
         paths = [str(f) for f in ([files] if isinstance(files, (str, Path)) else files)]
         if not paths:
