@@ -52,9 +52,25 @@ def pretrain_wall_s(run: Path) -> float:
     return round(max(times) - min(times), 1) if times else 0.0
 
 
+def run_name(run: Path) -> str:
+    """runs/mini/pretrain -> "mini"; any other run directory keeps its own name."""
+    return run.parent.name if run.name == "pretrain" else run.name
+
+
+def curves_path(run: Path) -> Path:
+    return ROOT / "docs" / "img" / f"{run_name(run)}_pretrain_curves.png"
+
+
+def write_section(run: Path, payload: dict[str, Any]) -> str:
+    """The `pretrain-run` section of docs/results.md, rewritten from `payload`; returns its text."""
+    text = render(run_name(run), payload, curves_path(run))
+    update_doc_section("pretrain-run", text, ROOT / "docs" / "results.md")
+    return text
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run", type=Path, required=True, help="a finished bertforge pretrain run directory")
+    parser.add_argument("--run", type=Path, help="a finished bertforge pretrain run directory")
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "glue")
     parser.add_argument("--train-examples", type=int, default=6000)
     parser.add_argument("--seeds", default="1,2,3")
@@ -66,11 +82,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.summarize:
         payload = json.loads((ROOT / "benchmarks" / "results" / "pretrain_vs_scratch.json").read_text())
-        run = Path(payload["run"])
-        name = run.parent.name if run.name == "pretrain" else run.name
-        curves = ROOT / "docs" / "img" / f"{name}_pretrain_curves.png"
-        update_doc_section("pretrain-run", render(name, payload, curves), ROOT / "docs" / "results.md")
+        write_section(Path(payload["run"]), payload)
         return
+    if args.run is None:
+        parser.error("--run is required (unless --summarize)")
 
     import torch
 
@@ -79,9 +94,8 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     run, final = args.run, args.run / "final"
-    name = run.parent.name if run.name == "pretrain" else run.name
     work = args.work or run.parent
-    curves = plot_run(run, ROOT / "docs" / "img" / f"{name}_pretrain_curves.png")
+    plot_run(run, curves_path(run))
     config = json.loads((final / "config.json").read_text())
     run_config = json.loads((run / "run_config.json").read_text())
     starts = {"pre-trained (ours)": final, "random initialisation": random_twin(final, work / "random-init")}
@@ -98,8 +112,7 @@ def main() -> None:
                "held_out": curve, "pretrain_wall_s": pretrain_wall_s(run), "sst2": results, "train_examples": args.train_examples, "lr": args.lr,
                "epochs": args.epochs}
     save_results("pretrain_vs_scratch", payload)
-    update_doc_section("pretrain-run", render(name, payload, curves), ROOT / "docs" / "results.md")
-    print(render(name, payload, curves))
+    print(write_section(run, payload))
     shutil.rmtree(work / "random-init", ignore_errors=True)
 
 
