@@ -236,7 +236,9 @@ def test_other_tabs_render(checkpoints: dict[str, Path], browser) -> None:
         page.select_option("#att-layer", "1")
         page.select_option("#att-head", "0")
         page.click("#att-submit")
-        page.wait_for_function("document.querySelector('#att-canvas').width > 100", timeout=15_000)
+        # changing the layer and the head each start a request too: wait for the one that answers the last choice
+        page.wait_for_function("document.querySelector('#att-hover').textContent.includes('head 0')", timeout=15_000)
+        assert page.evaluate("document.querySelector('#att-canvas').width") > 100
         assert "layer 1, head 0" in page.text_content("#att-hover")
         page.screenshot(path=str(SHOTS / "serve-attention.png"), full_page=True)
         assert errors == []
