@@ -15,8 +15,8 @@ and the documents found at 16 places spread over the shard's range. A shard whos
 falls back to the actual next segment and counts `random_next_fallbacks`, reported as a warning.
 (In plain text a document is a section: chapters set apart by 3+ blank lines, so one book is enough.)
 
-Validation: a fraction of the blocks (chosen by a hash of their token ids, so independent of the
-seed) goes to `valid/` instead of `train/`; it is made with fixed random streams and always masked
+Validation: a fraction of the blocks (chosen by a hash of their text, so independent of the seed and
+of the vocabulary, whose training is not reproducible bit for bit) goes to `valid/` instead of `train/`; it is made with fixed random streams and always masked
 statically, once, so the validation loss is comparable between runs with different seeds.
 """
 
@@ -443,10 +443,10 @@ def _tokenize(tokenizer, doc_key: tuple, sentences: list[str], new_document: boo
     return SentenceBlock(doc_key, flat, offsets, new_document)
 
 
-def _is_validation(block: SentenceBlock, fraction: float) -> bool:
-    if fraction <= 0 or not len(block.ids):
+def _is_validation(sentences: list[str], fraction: float) -> bool:
+    if fraction <= 0 or not sentences:
         return False
-    return zlib.crc32(block.ids.tobytes(), 0x5A17) / 2**32 < fraction
+    return zlib.crc32("\n".join(sentences).encode("utf-8"), 0x5A17) / 2**32 < fraction
 
 
 def _prefill(pool: DocumentPool, ranges: list[InputRange], o: dict, tokenizer) -> None:
@@ -515,7 +515,7 @@ def _build_shard(job: dict, callback: Callable[[int, int], None] | None = None) 
                 block = _tokenize(tokenizer, text.doc_key, text.sentences, text.new_document)
                 tokens += len(block.ids)
                 held_out = r.path in o.get("validation_files", ())
-                split = valid if held_out or _is_validation(block, o["validation_fraction"]) else train
+                split = valid if held_out or _is_validation(text.sentences, o["validation_fraction"]) else train
                 if pools["train"] is not None:
                     pools["valid" if split is valid else "train"].add(block)
                 split.add(block)
