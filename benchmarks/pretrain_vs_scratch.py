@@ -40,15 +40,28 @@ def random_twin(final: Path, out: Path, seed: int = 0) -> Path:
     return out
 
 
+DEFAULT_COMPUTE = ("on one core (torch 1 thread) of the 2-core machine below, which shared it with one other "
+                   "single-threaded job")
+
+
 def held_out_curve(run: Path) -> list[dict[str, Any]]:
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return [r for r in records if r.get("split") == "eval"]
 
 
 def pretrain_wall_s(run: Path) -> float:
-    """Seconds from the run's first to its last metrics record (the run's own clock, in metrics.jsonl)."""
-    times = [json.loads(line)["time"] for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return round(max(times) - min(times), 1) if times else 0.0
+    """Seconds the run spent training, by its own clock (metrics.jsonl): each start or resume writes a
+    "run" record, and a segment lasts from it to the segment's last record, so the time a stopped run
+    waited before its resume is not counted."""
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    total, start, last = 0.0, None, None
+    for record in records:
+        if record.get("split") == "run" or start is None:
+            total += (last - start) if start is not None else 0.0
+            start = record["time"]
+        last = record["time"]
+    total += (last - start) if start is not None else 0.0
+    return round(total, 1)
 
 
 def run_name(run: Path) -> str:
@@ -77,6 +90,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=float, default=3.0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--work", type=Path, default=None, help="fine-tuning runs (default RUN/../sst2-*)")
+    parser.add_argument("--compute", default=DEFAULT_COMPUTE,
+                        help="how the pre-training run used the machine, for the results text")
     parser.add_argument("--summarize", action="store_true", help="only rewrite the section from the saved results")
     args = parser.parse_args()
     if args.summarize:
@@ -111,7 +126,7 @@ def main() -> None:
     curve = held_out_curve(run)
     payload = {"machine": machine(), "run": str(run), "config": config, "recipe": run_config,
                "held_out": curve, "pretrain_wall_s": pretrain_wall_s(run), "sst2": results, "train_examples": args.train_examples, "lr": args.lr,
-               "epochs": args.epochs}
+               "epochs": args.epochs, "compute": args.compute}
     save_results("pretrain_vs_scratch", payload)
     print(write_section(run, payload))
     shutil.rmtree(work / "random-init", ignore_errors=True)
@@ -139,10 +154,10 @@ def render(name: str, payload: dict[str, Any], curves: Path) -> str:
         f"steps, linear decay), masked LM + NSP, dynamic masking ({train.get('precision', 'fp32')}). Training text: "
         "the 19 Gutenberg novels of `../shared/data/pretrain_text` (headers stripped) and WikiText-2 valid; "
         "held out: WikiText-2 test, whole (`prepare --validation-input`), scored on the same first 512 "
-        "statically masked sequences at every evaluation (`eval_max_batches`). Recipe: `recipes/mini-cpu.yaml` (its header "
-        "has the tokenizer and prepare commands). Pre-training wall time: "
-        f"{payload.get('pretrain_wall_s', 0) / 60:.0f} min on one core (torch 1 thread) of the 2-core machine below, "
-        "which shared it with one other single-threaded job.",
+        "statically masked sequences at every evaluation (`eval_max_batches`). Recipe: "
+        f"`{recipe.get('source', 'recipes/mini-cpu.yaml')}` (its header has the tokenizer and prepare commands; the "
+        "figures here are the run's own, from its `run_config.json`). Pre-training wall time: "
+        f"{payload.get('pretrain_wall_s', 0) / 60:.0f} min {payload.get('compute', DEFAULT_COMPUTE)}.",
         "",
         f"![pre-training curves](img/{curves.name})",
         "",
