@@ -1,0 +1,97 @@
+"""How much context does a pre-trained checkpoint use? Held-out masked-LM accuracy three ways.
+
+    python benchmarks/mlm_context_probe.py --model runs/mini-long/final --data runs/mini/data128 [--batches 4]
+
+Scores the same statically masked validation sequences of `bertforge prepare` shards (the ones the
+run evaluated on) with the context as it is; with each sequence's unmasked pieces shuffled among
+their positions (same words, no order: what a bag-of-words model sees); and with every unmasked
+piece replaced by [MASK] (no context: position and segment only). A model still at the unigram /
+bag-of-words stage of pre-training scores about the same on the first two. Results:
+benchmarks/results/mlm_context_probe.json, one entry per checkpoint (a later run of the same
+checkpoint replaces its entry).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import machine, save_results  # noqa: E402
+
+from bertforge import BertForPreTraining  # noqa: E402
+from bertforge.data.loader import PretrainingLoader  # noqa: E402
+from bertforge.tokenizer import BertTokenizer  # noqa: E402
+
+IGNORE_INDEX = -100
+
+
+def context_variants(batch: dict[str, torch.Tensor], special_ids: list[int], mask_id: int,
+                     generator: torch.Generator) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """(input_ids, labels) for: the context intact, its order shuffled, and the context removed."""
+    ids, labels = batch["input_ids"], batch["labels"]  # (B, T) each
+    words = (batch["attention_mask"] == 1) & ~torch.isin(ids, torch.tensor(special_ids))  # (B, T)
+    no_context = ids.masked_fill(words & (labels == IGNORE_INDEX), mask_id)
+    shuffled_ids, shuffled_labels = ids.clone(), labels.clone()
+    for row in range(ids.shape[0]):
+        positions = words[row].nonzero().squeeze(1)  # masked pieces move with their labels
+        order = positions[torch.randperm(len(positions), generator=generator)]
+        shuffled_ids[row, positions], shuffled_labels[row, positions] = ids[row, order], labels[row, order]
+    return {"context intact": (ids, labels), "shuffled order": (shuffled_ids, shuffled_labels),
+            "no context": (no_context, labels)}
+
+
+@torch.no_grad()
+def probe(model_dir: Path, data_dir: Path, batches: int, batch_size: int = 128) -> dict[str, float]:
+    model = BertForPreTraining.from_pretrained(model_dir).eval()
+    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    loader = PretrainingLoader(data_dir, batch_size, split="valid", shuffle=False, pad_to_multiple_of=8)
+    loader.set_epoch(0)  # the order the run's own evaluations used
+    generator = torch.Generator().manual_seed(0)
+    correct: Counter[str] = Counter()
+    targets: Counter[int] = Counter()
+    scored = 0
+    for number, batch in enumerate(loader):
+        if number >= batches:
+            break
+        for name, (ids, labels) in context_variants(batch, tokenizer.all_special_ids, tokenizer.mask_token_id,
+                                                    generator).items():
+            out = model(ids, batch["attention_mask"], batch["token_type_ids"], labels=labels)
+            correct[name] += (out.mlm_logits.argmax(-1) == labels[labels != IGNORE_INDEX]).sum().item()
+        predicted = batch["labels"][batch["labels"] != IGNORE_INDEX]
+        targets.update(predicted.tolist())
+        scored += predicted.numel()
+    if scored == 0:
+        raise SystemExit(f"{data_dir}: no validation sequences to score")
+    result = {name: round(100 * hits / scored, 2) for name, hits in correct.items()}
+    result["most frequent piece"] = round(100 * targets.most_common(1)[0][1] / scored, 2)
+    result["scored pieces"] = scored
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, required=True, help="a checkpoint with the pre-training heads")
+    parser.add_argument("--data", type=Path, required=True, help="shards with a validation split")
+    parser.add_argument("--batches", type=int, default=4, help="validation batches of 128 (the run's eval_max_batches)")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    path = ROOT / "benchmarks" / "results" / "mlm_context_probe.json"
+    saved = json.loads(path.read_text()) if path.exists() else {"checkpoints": {}}
+    saved["checkpoints"][str(args.model)] = probe(args.model, args.data, args.batches)
+    saved["machine"] = machine()
+    save_results("mlm_context_probe", saved)
+    print(json.dumps(saved["checkpoints"], indent=1))
+
+
+if __name__ == "__main__":
+    main()
