@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import torch
@@ -29,9 +29,9 @@ from common import machine, save_results  # noqa: E402
 
 from bertforge import BertForPreTraining  # noqa: E402
 from bertforge.data.loader import PretrainingLoader  # noqa: E402
+from bertforge.data.masking import IGNORE_INDEX  # noqa: E402
+from bertforge.pretrain import pretraining_metrics  # noqa: E402
 from bertforge.tokenizer import BertTokenizer  # noqa: E402
-
-IGNORE_INDEX = -100
 
 
 def context_variants(batch: dict[str, torch.Tensor], special_ids: list[int], mask_id: int,
@@ -56,22 +56,20 @@ def probe(model_dir: Path, data_dir: Path, batches: int, batch_size: int = 128) 
     loader = PretrainingLoader(data_dir, batch_size, split="valid", shuffle=False, pad_to_multiple_of=8)
     loader.set_epoch(0)  # the order the run's own evaluations used
     generator = torch.Generator().manual_seed(0)
-    correct: Counter[str] = Counter()
+    variants: dict[str, list[dict[str, torch.Tensor]]] = defaultdict(list)  # variant -> its batches
     targets: Counter[int] = Counter()
-    scored = 0
     for number, batch in enumerate(loader):
         if number >= batches:
             break
         for name, (ids, labels) in context_variants(batch, tokenizer.all_special_ids, tokenizer.mask_token_id,
                                                     generator).items():
-            out = model(ids, batch["attention_mask"], batch["token_type_ids"], labels=labels)
-            correct[name] += (out.mlm_logits.argmax(-1) == labels[labels != IGNORE_INDEX]).sum().item()
-        predicted = batch["labels"][batch["labels"] != IGNORE_INDEX]
-        targets.update(predicted.tolist())
-        scored += predicted.numel()
+            variants[name].append({**batch, "input_ids": ids, "labels": labels})
+        targets.update(batch["labels"][batch["labels"] != IGNORE_INDEX].tolist())
+    scored = sum(targets.values())
     if scored == 0:
         raise SystemExit(f"{data_dir}: no validation sequences to score")
-    result = {name: round(100 * hits / scored, 2) for name, hits in correct.items()}
+    result = {name: round(100 * pretraining_metrics(model, variant_batches)["mlm_accuracy"], 2)
+              for name, variant_batches in variants.items()}
     result["most frequent piece"] = round(100 * targets.most_common(1)[0][1] / scored, 2)
     result["scored pieces"] = scored
     return result
