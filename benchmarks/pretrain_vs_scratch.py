@@ -40,6 +40,26 @@ def random_twin(final: Path, out: Path, seed: int = 0) -> Path:
     return out
 
 
+def recipe_differences(recipe_file: Path, run_config: dict[str, Any]) -> list[str]:
+    """Where a recipe file disagrees with the settings a run recorded (run_config.json), as "section.key"
+    names; empty when the file describes the run, so a report can name it as the run's recipe."""
+    from bertforge.config import BertConfig
+    from bertforge.pretrain import load_recipe, model_config
+
+    recipe = load_recipe(recipe_file).to_dict()
+    differences = [f"{section}.{key}" for section in ("data", "optim", "train")
+                   for key in sorted(set(recipe[section]) | set(run_config.get(section, {})))
+                   if recipe[section].get(key) != run_config.get(section, {}).get(key)]
+    recorded = BertConfig.from_dict(run_config["model"]).to_dict()
+    facts = {"vocab_size": recorded["vocab_size"], "pad_id": recorded.get("pad_token_id", 0)}
+    try:
+        built = model_config(load_recipe(recipe_file), facts, 0).to_dict()
+    except ValueError as error:  # e.g. a vocab_size that differs from the run's tokenizer
+        return differences + [f"model ({error})"]
+    differences += [f"model.{key}" for key in sorted(set(built) | set(recorded)) if built.get(key) != recorded.get(key)]
+    return differences
+
+
 DEFAULT_COMPUTE = ("on one core (torch 1 thread) of the 2-core machine below, which shared it with one other "
                    "single-threaded job")
 
@@ -89,6 +109,12 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--epochs", type=float, default=3.0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--recipe", type=Path, default=None,
+                        help="the committed recipe file the run was made with: checked against RUN/run_config.json "
+                             "and named in the report instead of the path the run recorded")
+    parser.add_argument("--max-length", type=int, default=None,
+                        help="SST-2 pieces per sentence (default: the pre-training sequence length, so that "
+                             "fine-tuning uses only position embeddings the run trained)")
     parser.add_argument("--work", type=Path, default=None, help="fine-tuning runs (default RUN/../sst2-*)")
     parser.add_argument("--compute", default=DEFAULT_COMPUTE,
                         help="how the pre-training run used the machine, for the results text")
@@ -112,12 +138,18 @@ def main() -> None:
     plot_run(run, curves_path(run))
     config = json.loads((final / "config.json").read_text())
     run_config = json.loads((run / "run_config.json").read_text())
+    if args.recipe is not None:
+        differences = recipe_differences(args.recipe, run_config)
+        if differences:
+            raise SystemExit(f"{args.recipe} does not describe {run}: it differs in {', '.join(differences)}")
+        run_config["source"] = str(args.recipe)
+    max_length = args.max_length or run_config.get("dataset_options", {}).get("max_seq_length", 128)
     starts = {"pre-trained (ours)": final, "random initialisation": random_twin(final, work / "random-init")}
     results: dict[str, Any] = {}
     for label, model_dir in starts.items():
         out = work / ("sst2-pretrained" if model_dir == final else "sst2-random")
         summary = finetune("glue", "SST-2", model_dir, args.data, out, seeds=[int(s) for s in args.seeds.split(",")],
-                           lr=args.lr, epochs=args.epochs, max_train_examples=args.train_examples,
+                           lr=args.lr, epochs=args.epochs, max_train_examples=args.train_examples, max_length=max_length,
                            progress=False, verbose=True)
         # Per-seed wall times as each seed recorded them: a seed that finetune() reused from an earlier
         # run in `out` (same hyper-parameters) keeps the time it took then.
@@ -125,7 +157,7 @@ def main() -> None:
         results[label] = {"accuracy": summary["summary"]["accuracy"], "wall_s": round(wall_s, 1)}
     curve = held_out_curve(run)
     payload = {"machine": machine(), "run": str(run), "config": config, "recipe": run_config,
-               "held_out": curve, "pretrain_wall_s": pretrain_wall_s(run), "sst2": results, "train_examples": args.train_examples, "lr": args.lr,
+               "held_out": curve, "pretrain_wall_s": pretrain_wall_s(run), "sst2": results, "train_examples": args.train_examples, "lr": args.lr, "max_length": max_length,
                "epochs": args.epochs, "compute": args.compute}
     save_results("pretrain_vs_scratch", payload)
     print(write_section(run, payload))
@@ -138,6 +170,11 @@ def render(name: str, payload: dict[str, Any], curves: Path) -> str:
     train = recipe.get("train", {})
     data = recipe.get("data", {})
     optim = recipe.get("optim", {})
+    dataset = recipe.get("dataset_options", {})
+    seq_length = dataset.get("max_seq_length", 128)
+    objective = {"nsp": "masked LM + NSP", "sop": "masked LM + SOP"}.get(dataset.get("objective", "nsp"), "masked LM only")
+    scored = data.get("eval_max_batches", 0) * data.get("eval_batch_size", 0)
+    held_out = f"the same first {scored} statically masked sequences" if scored else "all its statically masked sequences"
     rows = [[r["step"], f"{r['mlm_loss']:.3f}", f"{100 * r['mlm_accuracy']:.1f}",
              f"{100 * r['nsp_accuracy']:.1f}" if "nsp_accuracy" in r else "-"] for r in curve]
     sst2 = []
@@ -150,11 +187,11 @@ def render(name: str, payload: dict[str, Any], curves: Path) -> str:
         "",
         f"L={config['num_hidden_layers']}, H={config['hidden_size']}, A={config['num_attention_heads']}, "
         f"vocabulary {config['vocab_size']} WordPiece pieces trained here; {steps} steps of batch "
-        f"{data.get('batch_size')} x 128 tokens, AdamW lr {optim.get('lr')} ({optim.get('warmup_steps')} warm-up "
-        f"steps, linear decay), masked LM + NSP, dynamic masking ({train.get('precision', 'fp32')}). Training text: "
+        f"{data.get('batch_size')} x {seq_length} tokens, AdamW lr {optim.get('lr')} ({optim.get('warmup_steps')} warm-up "
+        f"steps, linear decay), {objective}, dynamic masking ({train.get('precision', 'fp32')}). Training text: "
         "the 19 Gutenberg novels of `../shared/data/pretrain_text` (headers stripped) and WikiText-2 valid; "
-        "held out: WikiText-2 test, whole (`prepare --validation-input`), scored on the same first 512 "
-        "statically masked sequences at every evaluation (`eval_max_batches`). Recipe: "
+        "held out: WikiText-2 test, whole (`prepare --validation-input`), scored on "
+        f"{held_out} at every evaluation (`eval_max_batches`). Recipe: "
         f"`{recipe.get('source', 'recipes/mini-cpu.yaml')}` (its header has the tokenizer and prepare commands; the "
         "figures here are the run's own, from its `run_config.json`). Pre-training wall time: "
         f"{payload.get('pretrain_wall_s', 0) / 60:.0f} min {payload.get('compute', DEFAULT_COMPUTE)}.",
@@ -164,7 +201,8 @@ def render(name: str, payload: dict[str, Any], curves: Path) -> str:
         markdown_table(["step", "held-out MLM loss", "MLM accuracy %", "NSP accuracy %"], rows),
         "",
         f"SST-2 dev accuracy (872 sentences) after fine-tuning on a fixed {payload['train_examples']}-sentence "
-        f"sub-sample of SST-2 train, lr {payload['lr']:g}, batch 32, {payload['epochs']:g} epochs, same seeds, "
+        f"sub-sample of SST-2 train, lr {payload['lr']:g}, batch 32, {payload['epochs']:g} epochs, at most "
+        f"{payload.get('max_length', 128)} pieces per sentence, same seeds, "
         "from the checkpoint above vs from the same architecture with BERT's random initialisation:",
         "",
         markdown_table(["starting point", "accuracy % (mean ± std)", "per seed", "wall s (all seeds)"], sst2),

@@ -1,0 +1,48 @@
+"""benchmarks/pretrain_vs_scratch.py names a committed recipe only when it matches what the run recorded."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+from pretrain_vs_scratch import recipe_differences  # noqa: E402
+
+from bertforge.pretrain import load_recipe, model_config  # noqa: E402
+
+RECIPE = """model:
+  preset: mini
+  vocab_size: 1000
+data:
+  batch_size: 32
+optim:
+  lr: 1.0e-3
+  warmup_steps: 300
+train:
+  max_steps: 7500
+"""
+
+
+def recorded_settings(recipe_file: Path) -> dict[str, Any]:
+    """What `bertforge pretrain` writes to run_config.json for this recipe (the parts compared)."""
+    recipe = load_recipe(recipe_file)
+    settings = recipe.to_dict()
+    settings["model"] = model_config(recipe, {"vocab_size": 1000, "pad_id": 0}, 64).to_dict()
+    return settings
+
+
+def test_the_run_s_own_recipe_matches_and_a_changed_one_is_named(tmp_path: Path) -> None:
+    original = tmp_path / "run.yaml"
+    original.write_text(RECIPE)
+    run_config = recorded_settings(original)
+    assert recipe_differences(original, run_config) == []
+
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(RECIPE.replace("lr: 1.0e-3", "lr: 5.0e-4").replace("preset: mini", "preset: mini\n  num_hidden_layers: 2"))
+    assert recipe_differences(edited, run_config) == ["optim.lr", "model.num_hidden_layers"]
+
+    other_vocabulary = tmp_path / "vocab.yaml"
+    other_vocabulary.write_text(RECIPE.replace("vocab_size: 1000", "vocab_size: 2000"))
+    assert recipe_differences(other_vocabulary, run_config)[0].startswith("model (the recipe's vocab_size 2000")
