@@ -60,6 +60,19 @@ def recipe_differences(recipe_file: Path, run_config: dict[str, Any]) -> list[st
     return differences
 
 
+def with_dropout(final: Path, out: Path, dropout: float) -> Path:
+    """A copy of checkpoint `final` whose config sets both dropout rates to `dropout`: a run pre-trained
+    without dropout is fine-tuned, like the random twin made from the copy, with BERT's usual 0.1."""
+    out.mkdir(parents=True, exist_ok=True)
+    for item in final.iterdir():
+        if item.is_file():
+            shutil.copy2(item, out / item.name)
+    config = json.loads((final / "config.json").read_text())
+    config.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return out
+
+
 DEFAULT_COMPUTE = ("on one core (torch 1 thread) of the 2-core machine below, which shared it with one other "
                    "single-threaded job")
 
@@ -112,6 +125,8 @@ def main() -> None:
     parser.add_argument("--recipe", type=Path, default=None,
                         help="the committed recipe file the run was made with: checked against RUN/run_config.json "
                              "and named in the report instead of the path the run recorded")
+    parser.add_argument("--finetune-dropout", type=float, default=None,
+                        help="dropout of both starting points while fine-tuning (default: the run's config)")
     parser.add_argument("--max-length", type=int, default=None,
                         help="SST-2 pieces per sentence (default: the pre-training sequence length, so that "
                              "fine-tuning uses only position embeddings the run trained)")
@@ -144,10 +159,12 @@ def main() -> None:
             raise SystemExit(f"{args.recipe} does not describe {run}: it differs in {', '.join(differences)}")
         run_config["source"] = str(args.recipe)
     max_length = args.max_length or run_config.get("dataset_options", {}).get("max_seq_length", 128)
-    starts = {"pre-trained (ours)": final, "random initialisation": random_twin(final, work / "random-init")}
+    start = final if args.finetune_dropout is None else with_dropout(final, work / "pretrained-start",
+                                                                     args.finetune_dropout)
+    starts = {"pre-trained (ours)": start, "random initialisation": random_twin(start, work / "random-init")}
     results: dict[str, Any] = {}
     for label, model_dir in starts.items():
-        out = work / ("sst2-pretrained" if model_dir == final else "sst2-random")
+        out = work / ("sst2-pretrained" if model_dir == start else "sst2-random")
         summary = finetune("glue", "SST-2", model_dir, args.data, out, seeds=[int(s) for s in args.seeds.split(",")],
                            lr=args.lr, epochs=args.epochs, max_train_examples=args.train_examples, max_length=max_length,
                            progress=False, verbose=True)
@@ -157,11 +174,12 @@ def main() -> None:
         results[label] = {"accuracy": summary["summary"]["accuracy"], "wall_s": round(wall_s, 1)}
     curve = held_out_curve(run)
     payload = {"machine": machine(), "run": str(run), "config": config, "recipe": run_config,
-               "held_out": curve, "pretrain_wall_s": pretrain_wall_s(run), "sst2": results, "train_examples": args.train_examples, "lr": args.lr, "max_length": max_length,
+               "held_out": curve, "pretrain_wall_s": pretrain_wall_s(run), "sst2": results, "train_examples": args.train_examples, "lr": args.lr, "max_length": max_length, "finetune_dropout": args.finetune_dropout,
                "epochs": args.epochs, "compute": args.compute}
     save_results("pretrain_vs_scratch", payload)
     print(write_section(run, payload))
     shutil.rmtree(work / "random-init", ignore_errors=True)
+    shutil.rmtree(work / "pretrained-start", ignore_errors=True)
 
 
 def render(name: str, payload: dict[str, Any], curves: Path) -> str:
@@ -202,7 +220,7 @@ def render(name: str, payload: dict[str, Any], curves: Path) -> str:
         "",
         f"SST-2 dev accuracy (872 sentences) after fine-tuning on a fixed {payload['train_examples']}-sentence "
         f"sub-sample of SST-2 train, lr {payload['lr']:g}, batch 32, {payload['epochs']:g} epochs, at most "
-        f"{payload.get('max_length', 128)} pieces per sentence, same seeds, "
+        f"{payload.get('max_length', 128)} pieces per sentence{dropout_note(payload)}, same seeds, "
         "from the checkpoint above vs from the same architecture with BERT's random initialisation:",
         "",
         markdown_table(["starting point", "accuracy % (mean ± std)", "per seed", "wall s (all seeds)"], sst2),
@@ -211,6 +229,11 @@ def render(name: str, payload: dict[str, Any], curves: Path) -> str:
         "",
         machine_line(payload["machine"]),
     ]) + "\n"
+
+
+def dropout_note(payload: dict[str, Any]) -> str:
+    dropout = payload.get("finetune_dropout")
+    return "" if dropout is None else f", dropout {dropout:g} in both (whatever the pre-training used)"
 
 
 def verdict(payload: dict[str, Any]) -> str:
