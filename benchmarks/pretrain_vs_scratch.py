@@ -46,14 +46,15 @@ def recipe_differences(recipe_file: Path, run_config: dict[str, Any]) -> list[st
     from bertforge.config import BertConfig
     from bertforge.pretrain import load_recipe, model_config
 
-    recipe = load_recipe(recipe_file).to_dict()
+    recipe = load_recipe(recipe_file)
+    settings = recipe.to_dict()
     differences = [f"{section}.{key}" for section in ("data", "optim", "train")
-                   for key in sorted(set(recipe[section]) | set(run_config.get(section, {})))
-                   if recipe[section].get(key) != run_config.get(section, {}).get(key)]
+                   for key in sorted(set(settings[section]) | set(run_config.get(section, {})))
+                   if settings[section].get(key) != run_config.get(section, {}).get(key)]
     recorded = BertConfig.from_dict(run_config["model"]).to_dict()
     facts = {"vocab_size": recorded["vocab_size"], "pad_id": recorded.get("pad_token_id", 0)}
     try:
-        built = model_config(load_recipe(recipe_file), facts, 0).to_dict()
+        built = model_config(recipe, facts, 0).to_dict()
     except ValueError as error:  # e.g. a vocab_size that differs from the run's tokenizer
         return differences + [f"model ({error})"]
     differences += [f"model.{key}" for key in sorted(set(built) | set(recorded)) if built.get(key) != recorded.get(key)]
