@@ -643,3 +643,39 @@ def test_cli_finetune_and_predict(encoder_dir: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, ["finetune", "glue", "--task", "XYZ", "--model", str(encoder_dir), "--data",
                                  str(FIXTURES / "glue"), "--out", str(out)])
     assert result.exit_code == 2 and "unknown GLUE task" in result.output
+
+
+def test_reinitialize_top_layers_resets_only_the_top(tokenizer: BertTokenizer) -> None:
+    from bertforge.finetune import reinitialize_top_layers
+    from bertforge.model import BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=3,
+                        num_attention_heads=2, intermediate_size=64)
+    model = BertForSequenceClassification(config)
+    with torch.no_grad():  # "pre-trained": every parameter moved off BERT's initialisation
+        for p in model.parameters():
+            p.add_(1.0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    reinitialize_top_layers(model, 1)
+    after = model.state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed == {k for k in before if k.startswith(("bert.encoder.layers.2.", "bert.pooler."))}
+    layer = model.bert.encoder.layers[2]
+    assert torch.equal(layer.ffn_norm.weight, torch.ones(32)) and torch.equal(layer.ffn_norm.bias, torch.zeros(32))
+    assert all(float(after[k].std()) < 0.03 for k in changed if after[k].dim() == 2)  # N(0, 0.02) again
+    reinitialize_top_layers(model, 0)
+    assert all(torch.equal(after[k], v) for k, v in model.state_dict().items())
+    with pytest.raises(ValueError, match="3 distinct layers"):
+        reinitialize_top_layers(model, 4)
+
+
+def test_finetune_records_reinit_layers(encoder_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "rte"
+    finetune("glue", "RTE", encoder_dir, FIXTURES / "glue", out, epochs=1, batch_size=4, reinit_layers=1,
+             progress=False, verbose=False)
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["hyperparameters"]["reinit_layers"] == 1
+    with pytest.raises(ValueError, match="1 distinct layers"):
+        finetune("glue", "RTE", encoder_dir, FIXTURES / "glue", tmp_path / "o", reinit_layers=2,
+                 progress=False, verbose=False)

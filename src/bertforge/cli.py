@@ -451,6 +451,9 @@ _FtTrainN = Annotated[int | None, typer.Option(
     "--max-train-examples", help="Train on a fixed random sub-sample of this many examples.")]
 _FtEvalN = Annotated[int | None, typer.Option("--max-eval-examples", help="Score only the first N dev examples.")]
 _FtPrecision = Annotated[str, typer.Option("--precision", help="fp32, bf16 (CPU or GPU) or fp16 (GPU).")]
+_FtReinit = Annotated[int, typer.Option(
+    "--reinit-layers", help="Start the top N encoder layers and the pooler afresh (N = all keeps only the "
+    "embeddings).")]
 
 
 def _finetune_run(family: str, task: str, model: Path, data: Path, out: Path, seeds: str, *,
@@ -493,6 +496,7 @@ def finetune_glue(
     max_train_examples: _FtTrainN = None,
     max_eval_examples: _FtEvalN = None,
     precision: _FtPrecision = "fp32",
+    reinit_layers: _FtReinit = 0,
 ) -> None:
     """Fine-tune on a GLUE task (sequence classification; STS-B regression) and score its dev set.
 
@@ -500,7 +504,7 @@ def finetune_glue(
     """
     _finetune_run("glue", task, model, data, out, seeds, lr=lr, epochs=epochs, batch_size=batch_size,
                   max_length=max_length, warmup=warmup, max_train_examples=max_train_examples,
-                  max_eval_examples=max_eval_examples, precision=precision)
+                  max_eval_examples=max_eval_examples, precision=precision, reinit_layers=reinit_layers)
 
 
 @finetune_app.command("ner")

@@ -125,6 +125,7 @@ def finetune(
     eval_every_epoch: bool = True,
     task_settings: dict[str, Any] | None = None,
     precision: str = "fp32",
+    reinit_layers: int = 0,
     device: str | None = None,
     keep_checkpoints: bool = False,
     progress: bool = True,
@@ -138,6 +139,8 @@ def finetune(
     `max_eval_examples` scores the first N dev examples. `task_settings` sets task options (SQuAD:
     `doc_stride`, `max_query_length`, `n_best`, `max_answer_length`, `null_threshold`,
     `train_articles`; NER: `stride`). `precision` is the loop's (fp32, bf16, fp16 on GPU).
+    `reinit_layers` re-initialises the top N encoder layers (and the pooler) before fine-tuning, as in
+    Zhang et al. 2021 ("Revisiting Few-sample BERT Fine-tuning"); N = L keeps only the embeddings.
     """
     from bertforge.tokenizer import BertTokenizer
     from bertforge.train import OptimConfig, TrainConfig, train
@@ -150,6 +153,8 @@ def finetune(
         raise ValueError("at least one seed is needed")
     if batch_size < 1 or epochs <= 0 or not 0 <= warmup < 1:
         raise ValueError(f"invalid batch_size={batch_size}, epochs={epochs} or warmup={warmup}")
+    if reinit_layers < 0:
+        raise ValueError(f"reinit_layers must be 0 or more, got {reinit_layers}")
     lr = spec.default_lr if lr is None else lr
     max_length = spec.default_max_length if max_length is None else max_length
     tokenizer = BertTokenizer.from_pretrained(model_dir)
@@ -172,6 +177,8 @@ def finetune(
              "weight_decay": weight_decay, "max_train_examples": max_train_examples,
              "max_eval_examples": max_eval_examples, "precision": precision, "schedule": "linear",
              "optimizer": "adamw", "adam_eps": 1e-6, "max_grad_norm": 1.0, "task_settings": spec.settings}
+    if reinit_layers:  # only when set, so that earlier runs' saved hyper-parameters still match
+        hyper["reinit_layers"] = reinit_layers
     hyper = json.loads(json.dumps(hyper))  # as it reads back from a file, to compare with saved runs
     base_settings = dict(spec.settings)
     runs = []
@@ -192,6 +199,7 @@ def finetune(
             overrides = {"id2label": {str(i): n for i, n in enumerate(names)},
                          "label2id": {n: i for i, n in enumerate(names)}}
         model = load_for_task(spec.head, model_dir, **overrides)
+        reinitialize_top_layers(model, reinit_layers)
         batches = TaskBatches(train_features, batch_size, seed=seed, pad_id=tokenizer.pad_token_id)
         steps_per_epoch = len(batches)
         max_steps = max(1, math.ceil(steps_per_epoch * epochs))
@@ -327,6 +335,24 @@ def load_for_task(head: type, model_dir: str | Path, **config_overrides: Any) ->
     return model
 
 
+def reinitialize_top_layers(model: Any, count: int) -> None:
+    """Give the top `count` distinct encoder layers, and the pooler if there is one, fresh BERT weights.
+
+    Pre-trained top layers are specialised to the pre-training objective; starting them afresh can
+    fine-tune better on small data (Zhang et al. 2021). With ALBERT's sharing the distinct layers are
+    the shared groups, so `count` cannot exceed `num_hidden_groups`.
+    """
+    if count == 0:
+        return
+    layers = model.bert.encoder.layers
+    if count > len(layers):
+        raise ValueError(f"reinit_layers={count}, but the encoder has {len(layers)} distinct layers")
+    modules = list(layers[len(layers) - count:])
+    if model.bert.pooler is not None:
+        modules.append(model.bert.pooler)
+    model.init_modules(*modules)
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
@@ -341,4 +367,5 @@ def _write_json(path: Path, value: Any) -> None:
     write_text_atomic(path, json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
 
-__all__ = ["FAMILIES", "RESULTS_FILE", "TASK_FILE", "finetune", "load_for_task", "predict", "summarize"]
+__all__ = ["FAMILIES", "RESULTS_FILE", "TASK_FILE", "finetune", "load_for_task", "predict",
+           "reinitialize_top_layers", "summarize"]
