@@ -40,6 +40,10 @@ def random_twin(final: Path, out: Path, seed: int = 0) -> Path:
     return out
 
 
+# Settings that change what a run shows, not what it computes (`pretrain --quiet` turns the bar off).
+DISPLAY_ONLY = {("train", "progress")}
+
+
 def recipe_differences(recipe_file: Path, run_config: dict[str, Any]) -> list[str]:
     """Where a recipe file disagrees with the settings a run recorded (run_config.json), as "section.key"
     names; empty when the file describes the run, so a report can name it as the run's recipe."""
@@ -50,7 +54,8 @@ def recipe_differences(recipe_file: Path, run_config: dict[str, Any]) -> list[st
     settings = recipe.to_dict()
     differences = [f"{section}.{key}" for section in ("data", "optim", "train")
                    for key in sorted(set(settings[section]) | set(run_config.get(section, {})))
-                   if settings[section].get(key) != run_config.get(section, {}).get(key)]
+                   if settings[section].get(key) != run_config.get(section, {}).get(key)
+                   and (section, key) not in DISPLAY_ONLY]
     recorded = BertConfig.from_dict(run_config["model"]).to_dict()
     facts = {"vocab_size": recorded["vocab_size"], "pad_id": recorded.get("pad_token_id", 0)}
     try:

@@ -38,6 +38,8 @@ def test_the_run_s_own_recipe_matches_and_a_changed_one_is_named(tmp_path: Path)
     original.write_text(RECIPE)
     run_config = recorded_settings(original)
     assert recipe_differences(original, run_config) == []
+    quiet = {**run_config, "train": {**run_config["train"], "progress": False}}  # `pretrain --quiet`
+    assert recipe_differences(original, quiet) == []
 
     edited = tmp_path / "edited.yaml"
     edited.write_text(RECIPE.replace("lr: 1.0e-3", "lr: 5.0e-4").replace("preset: mini", "preset: mini\n  num_hidden_layers: 2"))
