@@ -199,8 +199,9 @@ def render(name: str, payload: dict[str, Any], curves: Path) -> str:
     objective = {"nsp": "masked LM + NSP", "sop": "masked LM + SOP"}.get(dataset.get("objective", "nsp"), "masked LM only")
     scored = data.get("eval_max_batches", 0) * data.get("eval_batch_size", 0)
     held_out = f"the same first {scored} statically masked sequences" if scored else "all its statically masked sequences"
+    pair_task = sentence_task(payload)
     rows = [[r["step"], f"{r['mlm_loss']:.3f}", f"{100 * r['mlm_accuracy']:.1f}",
-             f"{100 * r['nsp_accuracy']:.1f}" if "nsp_accuracy" in r else "-"] for r in curve]
+             f"{100 * r[f'{pair_task}_accuracy']:.1f}" if f"{pair_task}_accuracy" in r else "-"] for r in curve]
     sst2 = []
     for label, result in payload["sst2"].items():
         acc = result["accuracy"]
@@ -223,7 +224,7 @@ def render(name: str, payload: dict[str, Any], curves: Path) -> str:
         "",
         f"![pre-training curves](img/{curves.name})",
         "",
-        markdown_table(["step", "held-out MLM loss", "MLM accuracy %", "NSP accuracy %"], rows),
+        markdown_table(["step", "held-out MLM loss", "MLM accuracy %", f"{pair_task.upper()} accuracy %"], rows),
         "",
         f"SST-2 dev accuracy (872 sentences) after fine-tuning on a fixed {payload['train_examples']}-sentence "
         f"sub-sample of SST-2 train, lr {payload['lr']:g}, batch 32, {payload['epochs']:g} epochs, at most "
@@ -243,24 +244,35 @@ def dropout_note(payload: dict[str, Any]) -> str:
     return "" if dropout is None else f", dropout {dropout:g} in both (whatever the pre-training used)"
 
 
+def sentence_task(payload: dict[str, Any]) -> str:
+    """"nsp" or "sop": the sentence-pair task the run trained (the metric key prefix in metrics.jsonl)."""
+    return "sop" if payload["recipe"].get("dataset_options", {}).get("objective") == "sop" else "nsp"
+
+
 def verdict(payload: dict[str, Any]) -> str:
     """Does the checkpoint fine-tune better than random weights? Said plainly, with the held-out curve's end."""
     ours = payload["sst2"]["pre-trained (ours)"]["accuracy"]
     scratch = payload["sst2"]["random initialisation"]["accuracy"]
     gap = 100 * (ours["mean"] - scratch["mean"])
+    pair_task = sentence_task(payload)
     last = payload["held_out"][-1] if payload["held_out"] else {}
-    curve = (f"held-out MLM accuracy {100 * last.get('mlm_accuracy', 0):.1f}% and NSP accuracy "
-             f"{100 * last.get('nsp_accuracy', 0):.1f}% at the last evaluation")
+    curve = f"held-out MLM accuracy {100 * last.get('mlm_accuracy', 0):.1f}%"
+    if f"{pair_task}_accuracy" in last:
+        curve += f" and {pair_task.upper()} accuracy {100 * last[f'{pair_task}_accuracy']:.1f}%"
+    curve += " at the last evaluation"
     if gap > 0:
         return (f"**Pre-training helps**: the checkpoint fine-tunes {gap:.1f} points above random initialisation "
                 f"on SST-2 ({curve}).")
+    if -gap <= 100 * max(ours["std"], scratch["std"]):
+        return (f"**Pre-training does not help measurably: the checkpoint fine-tunes {-gap:.1f} points below "
+                f"random initialisation on SST-2, within the spread over seeds** ({curve}).")
     mlm = [r["mlm_accuracy"] for r in payload["held_out"]]
-    nsp = [r["nsp_accuracy"] for r in payload["held_out"] if "nsp_accuracy" in r]
+    nsp = [r[f"{pair_task}_accuracy"] for r in payload["held_out"] if f"{pair_task}_accuracy" in r]
     signs = []
     if len(mlm) >= 3 and mlm[-1] - mlm[len(mlm) // 2] < 0.01:
         signs.append("held-out MLM accuracy stopped rising in the second half of the run")
     if nsp and max(nsp) < 0.55:
-        signs.append("held-out NSP accuracy never left chance")
+        signs.append(f"held-out {pair_task.upper()} accuracy never left chance")
     joined = "; ".join(signs)
     seen = f" {joined[:1].upper()}{joined[1:]}." if signs else ""
     return (f"**At this budget pre-training does not help: the checkpoint fine-tunes {-gap:.1f} points below "
