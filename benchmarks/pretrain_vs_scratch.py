@@ -263,6 +263,9 @@ def verdict(payload: dict[str, Any]) -> str:
     if gap > 0:
         return (f"**Pre-training helps**: the checkpoint fine-tunes {gap:.1f} points above random initialisation "
                 f"on SST-2 ({curve}).")
+    if round(gap, 1) == 0:
+        return (f"**Pre-training does not help measurably: the checkpoint fine-tunes to the same mean accuracy "
+                f"as random initialisation on SST-2** ({curve}).")
     if -gap <= 100 * max(ours["std"], scratch["std"]):
         return (f"**Pre-training does not help measurably: the checkpoint fine-tunes {-gap:.1f} points below "
                 f"random initialisation on SST-2, within the spread over seeds** ({curve}).")
