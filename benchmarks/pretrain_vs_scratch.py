@@ -260,12 +260,12 @@ def verdict(payload: dict[str, Any]) -> str:
     if f"{pair_task}_accuracy" in last:
         curve += f" and {pair_task.upper()} accuracy {100 * last[f'{pair_task}_accuracy']:.1f}%"
     curve += " at the last evaluation"
+    if round(gap, 1) == 0:  # before the sign test, so that +0.04 is not reported as "helps by 0.0"
+        return (f"**Pre-training does not help measurably: the checkpoint fine-tunes to the same mean accuracy "
+                f"as random initialisation on SST-2** ({curve}).")
     if gap > 0:
         return (f"**Pre-training helps**: the checkpoint fine-tunes {gap:.1f} points above random initialisation "
                 f"on SST-2 ({curve}).")
-    if round(gap, 1) == 0:
-        return (f"**Pre-training does not help measurably: the checkpoint fine-tunes to the same mean accuracy "
-                f"as random initialisation on SST-2** ({curve}).")
     if -gap <= 100 * max(ours["std"], scratch["std"]):
         return (f"**Pre-training does not help measurably: the checkpoint fine-tunes {-gap:.1f} points below "
                 f"random initialisation on SST-2, within the spread over seeds** ({curve}).")

@@ -658,7 +658,7 @@ def test_reinitialize_top_layers_resets_only_the_top(tokenizer: BertTokenizer) -
             p.add_(1.0)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     reinitialize_top_layers(model, 1)
-    after = model.state_dict()
+    after = {k: v.clone() for k, v in model.state_dict().items()}  # state_dict() shares the tensors
     changed = {k for k in before if not torch.equal(before[k], after[k])}
     assert changed == {k for k in before if k.startswith(("bert.encoder.layers.2.", "bert.pooler."))}
     layer = model.bert.encoder.layers[2]
