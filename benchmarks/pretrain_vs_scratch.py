@@ -263,10 +263,16 @@ def verdict(payload: dict[str, Any]) -> str:
     if round(gap, 1) == 0:  # before the sign test, so that +0.04 is not reported as "helps by 0.0"
         return (f"**Pre-training does not help measurably: the checkpoint fine-tunes to the same mean accuracy "
                 f"as random initialisation on SST-2** ({curve}).")
+    spread = 100 * max(ours["std"], scratch["std"])
+    paired = zip(ours["values"], scratch["values"])  # the same seed from each start
+    ahead = f"{sum(o > s for o, s in paired)} of {len(ours['values'])} seeds above their random-start twins"
+    if 0 < gap <= spread:  # as strict as the negative side: a lead inside the noise is not a win
+        return (f"**Pre-training does not help measurably: the checkpoint fine-tunes {gap:.1f} points above "
+                f"random initialisation on SST-2, within the spread over seeds** ({ahead}; {curve}).")
     if gap > 0:
         return (f"**Pre-training helps**: the checkpoint fine-tunes {gap:.1f} points above random initialisation "
-                f"on SST-2 ({curve}).")
-    if -gap <= 100 * max(ours["std"], scratch["std"]):
+                f"on SST-2, more than the spread over seeds ({ahead}; {curve}).")
+    if -gap <= spread:
         return (f"**Pre-training does not help measurably: the checkpoint fine-tunes {-gap:.1f} points below "
                 f"random initialisation on SST-2, within the spread over seeds** ({curve}).")
     mlm = [r["mlm_accuracy"] for r in payload["held_out"]]

@@ -8,7 +8,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from pretrain_vs_scratch import recipe_differences  # noqa: E402
+from pretrain_vs_scratch import recipe_differences, verdict  # noqa: E402
 
 from bertforge.pretrain import load_recipe, model_config  # noqa: E402
 
@@ -48,3 +48,29 @@ def test_the_run_s_own_recipe_matches_and_a_changed_one_is_named(tmp_path: Path)
     other_vocabulary = tmp_path / "vocab.yaml"
     other_vocabulary.write_text(RECIPE.replace("vocab_size: 1000", "vocab_size: 2000"))
     assert recipe_differences(other_vocabulary, run_config)[0].startswith("model (the recipe's vocab_size 2000")
+
+
+def sst2_payload(ours: list[float], scratch: list[float]) -> dict[str, Any]:
+    """A payload as the benchmark saves it: per-seed accuracies from each start, one evaluation row."""
+    def summary(values: list[float]) -> dict[str, Any]:
+        mean = sum(values) / len(values)
+        std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+        return {"accuracy": {"mean": mean, "std": std, "values": values}}
+    return {"sst2": {"pre-trained (ours)": summary(ours), "random initialisation": summary(scratch)},
+            "recipe": {"dataset_options": {"objective": "sop"}},
+            "held_out": [{"step": 100, "mlm_accuracy": 0.40, "sop_accuracy": 0.6}]}
+
+
+def test_the_verdict_needs_a_lead_beyond_the_spread_over_seeds() -> None:
+    clear = verdict(sst2_payload([0.80, 0.81, 0.79], [0.76, 0.77, 0.765]))
+    assert clear.startswith("**Pre-training helps**") and "3 of 3 seeds above" in clear
+
+    inside_the_noise = verdict(sst2_payload([0.775, 0.765, 0.772], [0.768, 0.772, 0.765]))
+    assert "does not help measurably" in inside_the_noise and "points above" in inside_the_noise
+    assert "2 of 3 seeds above" in inside_the_noise
+
+    tie = verdict(sst2_payload([0.770, 0.773, 0.763], [0.768, 0.772, 0.765]))
+    assert "same mean accuracy" in tie
+
+    behind = verdict(sst2_payload([0.70, 0.71, 0.69], [0.768, 0.772, 0.765]))
+    assert "At this budget pre-training does not help" in behind and "SOP accuracy 60.0%" in behind
