@@ -304,3 +304,40 @@ def toy_pretraining_batch(generator: torch.Generator) -> tuple[torch.Tensor, ...
     inputs = torch.where(masked, torch.full_like(ids, 4), ids)  # 4 = [MASK] in this toy vocabulary
     nsp = torch.randint(0, 2, (8,), generator=generator)
     return inputs, torch.ones_like(ids), types, labels, nsp
+
+
+def test_init_from_continues_from_a_checkpoint_s_weights_and_refuses_one_that_does_not_fit(shards, tmp_path: Path) -> None:
+    from bertforge.checkpoint import CheckpointError
+
+    data, tokenizer = shards
+    settings = dict(max_position_embeddings=64, tokenizer=str(tokenizer), **SMALL)
+    first = pretrain("tiny", data, tmp_path / "first", max_steps=4, lr=1e-3, warmup_steps=1, **settings).final
+
+    # One step at lr 1e-9 moves a weight by about 1e-9 (Adam's step is about the rate): the export is
+    # the checkpoint it started from, to 1e-7, and far from a run started from a random draw.
+    again = pretrain("tiny", data, tmp_path / "again", max_steps=1, lr=1e-9, warmup_steps=0, init_from=first,
+                     **settings).final
+    started, ended = load_file(str(first / "model.safetensors")), load_file(str(again / "model.safetensors"))
+    assert started.keys() == ended.keys()
+    for key in started:
+        torch.testing.assert_close(ended[key], started[key], atol=1e-7, rtol=0, msg=key)
+    assert json.loads((tmp_path / "again" / "run_config.json").read_text())["init_from"] == str(first.resolve())
+    fresh = pretrain("tiny", data, tmp_path / "fresh", max_steps=1, lr=1e-9, warmup_steps=0, **settings).final
+    word_embeddings = "bert.embeddings.word_embeddings.weight"
+    assert (load_file(str(fresh / "model.safetensors"))[word_embeddings] - started[word_embeddings]).abs().max() > 1e-3
+
+    other_vocab = tmp_path / "other-vocab"
+    other_vocab.mkdir()
+    for item in first.iterdir():
+        (other_vocab / item.name).write_bytes(item.read_bytes())
+    lines = (first / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    lines[10], lines[11] = lines[11], lines[10]  # same size, two ids swapped
+    (other_vocab / "vocab.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="vocab.txt: not the vocabulary"):
+        pretrain("tiny", data, tmp_path / "bad-vocab", max_steps=1, init_from=other_vocab, **settings)
+
+    shallower = tmp_path / "one-layer"
+    BertForPreTraining(BertConfig.from_preset("tiny", vocab_size=400, num_hidden_layers=1,
+                                              max_position_embeddings=64)).save_pretrained(shallower)
+    with pytest.raises(CheckpointError, match="MISSING from the file: bert.encoder.layers.1"):
+        pretrain("tiny", data, tmp_path / "bad-shape", max_steps=1, init_from=shallower, **settings)

@@ -236,6 +236,25 @@ def load_pretrained(
     return model, report
 
 
+def load_weights_into(model: BertPreTrainedModel, directory: str | os.PathLike[str], *,
+                      allow_pickle: bool = False) -> LoadReport:
+    """Copy a checkpoint directory's weights into a model built elsewhere (continued pre-training).
+
+    The model's config decides the architecture; every backbone weight must be in the file with the
+    same shape. Heads the file lacks keep their fresh initialisation (and are listed in the report).
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory}: not a directory (expected config.json + model.safetensors)")
+    state, _ = from_hf_state_dict(read_state_dict(directory, allow_pickle=allow_pickle), model)
+    report = _load_into(model, state, source=directory)
+    if not report.ok:
+        raise CheckpointError(f"{directory}: checkpoint does not fit {type(model).__name__}\n{report.summary()}")
+    if report.new_heads:
+        log.info("%s: newly initialised %s", directory, ", ".join(report.new_heads))
+    return report
+
+
 def load_any(directory: str | os.PathLike[str], **kwargs: Any) -> tuple[Any, LoadReport]:
     """Load a checkpoint as the class its config.json names (`architectures`), BertModel if none we know."""
     import bertforge.model  # noqa: F401  (registers the classes)

@@ -355,6 +355,9 @@ def pretrain_command(
     out: Annotated[Path, typer.Option("--out", help="Run directory: checkpoints, metrics.jsonl, final/.")],
     max_steps: Annotated[int | None, typer.Option(help="Optimiser steps (overrides the recipe).")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest checkpoint in --out.")] = False,
+    init_from: Annotated[Path | None, typer.Option(help="Start from this checkpoint directory's weights "
+                                                        "(continued pre-training; same vocabulary as --data).")
+                         ] = None,
     batch_size: Annotated[int | None, typer.Option(help="Sequences per device per micro-batch.")] = None,
     grad_accum: Annotated[int | None, typer.Option(help="Micro-batches per optimiser step.")] = None,
     lr: Annotated[float | None, typer.Option(help="Peak learning rate.")] = None,
@@ -396,7 +399,7 @@ def pretrain_command(
     if quiet:
         overrides["progress"] = False
     try:
-        result = pretrain(config, data, out, max_steps=max_steps, resume=resume, **overrides)
+        result = pretrain(config, data, out, max_steps=max_steps, resume=resume, init_from=init_from, **overrides)
     except (ValueError, FileExistsError, FileNotFoundError) as exc:
         raise _fail(str(exc)) from exc
     except (NonFiniteLossError, DistributedTimeout) as exc:

@@ -328,12 +328,17 @@ def pretrain(
     *,
     max_steps: int | None = None,
     resume: bool = False,
+    init_from: str | os.PathLike[str] | None = None,
     **overrides: Any,
 ) -> PretrainResult:
     """Pre-train a BERT on prepared shards; the run directory gets checkpoints, metrics and `final/`.
 
     `config` is a recipe file, a preset name, a config.json or a checkpoint directory; `overrides`
     name recipe fields (see the module docstring). Under torchrun every rank calls this.
+    `init_from` starts from a checkpoint directory's weights instead of a random draw (continued
+    pre-training, on new data say): the recipe still sets the architecture, and the checkpoint must fit
+    it and share the data's vocabulary. The optimiser, schedule and data position start afresh;
+    `resume` continues this run's own checkpoints and takes precedence.
     """
     recipe = with_overrides(load_recipe(config), max_steps=max_steps, **overrides)
     data_dir, out_dir = Path(data_dir), Path(out_dir)
@@ -351,6 +356,8 @@ def pretrain(
     if ctx.is_main:
         record = {**recipe.to_dict(), "model": bert_config.to_dict(), "data_dir": str(data_dir.resolve()),
                   "dataset_options": options, "world_size": ctx.world_size}
+        if init_from is not None:
+            record["init_from"] = str(Path(init_from).resolve())
         out_dir.mkdir(parents=True, exist_ok=True)
         write_text_atomic(out_dir / "run_config.json", json.dumps(record, indent=1) + "\n")
 
@@ -360,6 +367,8 @@ def pretrain(
     # objective "none" (RoBERTa): the MLM model, which carries the span-boundary head when the config asks
     model_cls = BertForMaskedLM if options["objective"] == "none" else BertForPreTraining
     model = model_cls(bert_config)
+    if init_from is not None:
+        initialise_from(model, Path(init_from), info)
     batches = training_batches(data_dir, recipe, ctx)
     evaluate = validation_evaluator(data_dir, recipe.data, options["objective"])
     result = train(model, batches, out_dir, recipe.train, recipe.optim, evaluate=evaluate, resume=resume)
@@ -375,6 +384,17 @@ def pretrain(
         final = export_final(trained, out_dir / "final", tokenizer)
     distributed.barrier("exporting the final model")
     return PretrainResult(final=final, train=result)
+
+
+def initialise_from(model: nn.Module, checkpoint: Path, info: dict[str, Any]) -> None:
+    """Load `checkpoint`'s weights into `model`, refusing one whose vocabulary is not the data's."""
+    from bertforge.checkpoint import load_weights_into
+
+    recorded = info.get("tokenizer", {}).get("vocab_sha1")
+    if recorded and (checkpoint / "vocab.txt").is_file() and _vocab_sha1(checkpoint) != recorded:
+        raise ValueError(f"{checkpoint / 'vocab.txt'}: not the vocabulary the pre-training data was made with "
+                         "(token ids would mean different pieces)")
+    load_weights_into(model, checkpoint)
 
 
 def export_final(model: nn.Module, directory: Path, tokenizer_dir: Path | None) -> Path:
