@@ -214,45 +214,43 @@ def load_pretrained(
 ) -> tuple[Any, LoadReport]:
     """Build `cls` from a directory's config.json and load its weights; see `BertPreTrainedModel.from_pretrained`."""
     directory = Path(directory)
-    if not directory.is_dir():
-        raise CheckpointError(f"{directory}: not a directory (expected config.json + model.safetensors)")
+    _require_directory(directory)
     if not (directory / "config.json").exists():
         raise CheckpointError(f"{directory}: no config.json")
     config = BertConfig.from_pretrained(directory)
     if config_overrides:
         config = BertConfig.from_dict({**config.to_dict(), **config_overrides}, source=str(directory / "config.json"))
     model = cls(config)
-    hf_state = read_state_dict(directory, allow_pickle=allow_pickle)
-    state, _ = from_hf_state_dict(hf_state, model)
-    report = _load_into(model, state, source=directory)
-    model.load_report = report
-    if not report.ok:
-        message = f"{directory}: checkpoint does not fit {cls.__name__}\n{report.summary()}"
-        if strict:
-            raise CheckpointError(message + "\n(pass strict=False to load anyway)")
-        log.warning(message)
-    elif report.new_heads:
-        log.info("%s: newly initialised %s", directory, ", ".join(report.new_heads))
+    report = load_weights_into(model, directory, strict=strict, allow_pickle=allow_pickle)
     return model, report
 
 
-def load_weights_into(model: BertPreTrainedModel, directory: str | os.PathLike[str], *,
+def load_weights_into(model: BertPreTrainedModel, directory: str | os.PathLike[str], *, strict: bool = True,
                       allow_pickle: bool = False) -> LoadReport:
-    """Copy a checkpoint directory's weights into a model built elsewhere (continued pre-training).
+    """Copy a checkpoint directory's weights into a model already built (by `load_pretrained`, or
+    from a recipe for continued pre-training); the report is also kept on `model.load_report`.
 
     The model's config decides the architecture; every backbone weight must be in the file with the
     same shape. Heads the file lacks keep their fresh initialisation (and are listed in the report).
     """
     directory = Path(directory)
-    if not directory.is_dir():
-        raise CheckpointError(f"{directory}: not a directory (expected config.json + model.safetensors)")
+    _require_directory(directory)
     state, _ = from_hf_state_dict(read_state_dict(directory, allow_pickle=allow_pickle), model)
     report = _load_into(model, state, source=directory)
+    model.load_report = report
     if not report.ok:
-        raise CheckpointError(f"{directory}: checkpoint does not fit {type(model).__name__}\n{report.summary()}")
-    if report.new_heads:
+        message = f"{directory}: checkpoint does not fit {type(model).__name__}\n{report.summary()}"
+        if strict:
+            raise CheckpointError(message + "\n(pass strict=False to load anyway)")
+        log.warning(message)
+    elif report.new_heads:
         log.info("%s: newly initialised %s", directory, ", ".join(report.new_heads))
     return report
+
+
+def _require_directory(directory: Path) -> None:
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory}: not a directory (expected config.json + model.safetensors)")
 
 
 def load_any(directory: str | os.PathLike[str], **kwargs: Any) -> tuple[Any, LoadReport]:
