@@ -1,12 +1,14 @@
 """Does our pre-training help? A pre-training run's held-out curves, and SST-2 from it vs from random weights.
 
-    python benchmarks/pretrain_vs_scratch.py --run runs/mini/pretrain [--train-examples 6000] [--seeds 1,2,3]
+    python benchmarks/pretrain_vs_scratch.py --run runs/mini/pretrain [--train-examples 6000[,2000,1000]] [--seeds 1,2,3]
 
 Reads RUN/metrics.jsonl (held-out MLM and NSP accuracy at every evaluation) and draws RUN's curves
 to docs/img/<name>_pretrain_curves.png; then fine-tunes SST-2 (GLUE layout, ../shared/data/glue) twice
 per seed with identical settings: once from RUN/final, once from a model of the same config with
-BERT's random initialisation (same tokenizer). Results: benchmarks/results/pretrain_vs_scratch.json
-and the `pretrain-run` section of docs/results.md.
+BERT's random initialisation (same tokenizer). The first `--train-examples` size is the comparison the
+verdict is about; further sizes (fewer labelled sentences, the same epochs) are scored the same way and
+tabulated under it, each flagged where random weights never leave the majority class. Results:
+benchmarks/results/pretrain_vs_scratch.json and the `pretrain-run` section of docs/results.md.
 """
 
 from __future__ import annotations
@@ -123,7 +125,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, help="a finished bertforge pretrain run directory")
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "glue")
-    parser.add_argument("--train-examples", type=int, default=6000)
+    parser.add_argument("--train-examples", default="6000",
+                        help="SST-2 training sentences, a fixed sub-sample; a comma list adds smaller sizes, "
+                             "e.g. 6000,2000,1000 (the first is the one the verdict is about)")
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--epochs", type=float, default=3.0)
@@ -168,19 +172,27 @@ def main() -> None:
     start = final if args.finetune_dropout is None else with_dropout(final, work / "pretrained-start",
                                                                      args.finetune_dropout)
     starts = {"pre-trained (ours)": start, "random initialisation": random_twin(start, work / "random-init")}
-    results: dict[str, Any] = {}
-    for label, model_dir in starts.items():
-        out = work / ("sst2-pretrained" if model_dir == start else "sst2-random")
-        summary = finetune("glue", "SST-2", model_dir, args.data, out, seeds=[int(s) for s in args.seeds.split(",")],
-                           lr=args.lr, epochs=args.epochs, max_train_examples=args.train_examples, max_length=max_length,
-                           progress=False, verbose=True)
-        # Per-seed wall times as each seed recorded them: a seed that finetune() reused from an earlier
-        # run in `out` (same hyper-parameters) keeps the time it took then.
-        wall_s = sum(seed["wall_s"] or 0.0 for seed in summary["seeds"])
-        results[label] = {"accuracy": summary["summary"]["accuracy"], "wall_s": round(wall_s, 1)}
+    sizes = [int(n) for n in args.train_examples.split(",")]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    by_size = []
+    for index, size in enumerate(sizes):
+        suffix = "" if index == 0 else f"-n{size}"  # the headline size keeps the plain directory names
+        results: dict[str, Any] = {}
+        for label, model_dir in starts.items():
+            out = work / (("sst2-pretrained" if model_dir == start else "sst2-random") + suffix)
+            summary = finetune("glue", "SST-2", model_dir, args.data, out, seeds=seeds, lr=args.lr,
+                               epochs=args.epochs, max_train_examples=size, max_length=max_length,
+                               progress=False, verbose=True)
+            # Per-seed wall times as each seed recorded them: a seed that finetune() reused from an earlier
+            # run in `out` (same hyper-parameters) keeps the time it took then.
+            wall_s = sum(seed["wall_s"] or 0.0 for seed in summary["seeds"])
+            results[label] = {"accuracy": summary["summary"]["accuracy"], "wall_s": round(wall_s, 1)}
+        by_size.append({"train_examples": size, "sst2": results})
     curve = held_out_curve(run)
     payload = {"machine": machine(), "run": str(run), "config": config, "recipe": run_config,
-               "held_out": curve, "pretrain_wall_s": pretrain_wall_s(run), "sst2": results, "train_examples": args.train_examples, "lr": args.lr, "max_length": max_length, "finetune_dropout": args.finetune_dropout,
+               "held_out": curve, "pretrain_wall_s": pretrain_wall_s(run), "sst2": by_size[0]["sst2"],
+               "train_examples": sizes[0], "fewer_examples": by_size[1:], "majority_share": majority_share(args.data),
+               "lr": args.lr, "max_length": max_length, "finetune_dropout": args.finetune_dropout,
                "epochs": args.epochs, "compute": args.compute}
     save_results("pretrain_vs_scratch", payload)
     print(write_section(run, payload))
@@ -234,9 +246,44 @@ def render(name: str, payload: dict[str, Any], curves: Path) -> str:
         markdown_table(["starting point", "accuracy % (mean ± std)", "per seed", "wall s (all seeds)"], sst2),
         "",
         verdict(payload),
+        *fewer_examples_table(payload),
         "",
         machine_line(payload["machine"]),
     ]) + "\n"
+
+
+def majority_share(glue_dir: Path) -> float:
+    """The share of SST-2 dev's most frequent label: the accuracy of a model that learned nothing."""
+    from collections import Counter
+
+    from bertforge.tasks.glue import read_glue
+
+    counts = Counter(example.label for example in read_glue(glue_dir, "sst2", "dev"))
+    return max(counts.values()) / sum(counts.values())
+
+
+def fewer_examples_table(payload: dict[str, Any]) -> list[str]:
+    """Lines for the smaller training sets (none when only the headline size was run): both starts' mean
+    accuracy, the gap, seeds above their twins, and whether random weights ever left the majority class
+    (a "win" over a model that learned nothing says less than one over a model that learned)."""
+    rows = []
+    chance = payload.get("majority_share")
+    for entry in payload.get("fewer_examples", []):
+        ours = entry["sst2"]["pre-trained (ours)"]["accuracy"]
+        scratch = entry["sst2"]["random initialisation"]["accuracy"]
+        above = sum(o > s for o, s in zip(ours["values"], scratch["values"], strict=True))
+        stuck = chance is not None and scratch["mean"] < chance + 0.02
+        rows.append([entry["train_examples"], f"{100 * ours['mean']:.1f} ± {100 * ours['std']:.1f}",
+                     f"{100 * scratch['mean']:.1f} ± {100 * scratch['std']:.1f}",
+                     f"{100 * (ours['mean'] - scratch['mean']):+.1f}", f"{above} of {len(ours['values'])}",
+                     "no: within 2 points of the majority class" if stuck else "yes"])
+    if not rows:
+        return []
+    majority = f" ({100 * chance:.1f}% of dev is the majority class)" if chance is not None else ""
+    return ["", f"With fewer labelled sentences (the same protocol and seeds, a smaller fixed sub-sample; not "
+                f"what the verdict above is about){majority}:", "",
+            markdown_table(["training sentences", "pre-trained (ours)", "random initialisation", "gap (points)",
+                            "seeds above their twins", "random weights learned?"], rows)]
 
 
 def dropout_note(payload: dict[str, Any]) -> str:
@@ -264,7 +311,7 @@ def verdict(payload: dict[str, Any]) -> str:
         return (f"**Pre-training does not help measurably: the checkpoint fine-tunes to the same mean accuracy "
                 f"as random initialisation on SST-2** ({curve}).")
     spread = 100 * max(ours["std"], scratch["std"])
-    paired = zip(ours["values"], scratch["values"])  # the same seed from each start
+    paired = zip(ours["values"], scratch["values"], strict=True)  # the same seed from each start
     ahead = f"{sum(o > s for o, s in paired)} of {len(ours['values'])} seeds above their random-start twins"
     if 0 < gap <= spread:  # as strict as the negative side: a lead inside the noise is not a win
         return (f"**Pre-training does not help measurably: the checkpoint fine-tunes {gap:.1f} points above "

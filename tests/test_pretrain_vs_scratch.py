@@ -8,7 +8,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from pretrain_vs_scratch import recipe_differences, verdict  # noqa: E402
+from pretrain_vs_scratch import fewer_examples_table, majority_share, recipe_differences, verdict  # noqa: E402
 
 from bertforge.pretrain import load_recipe, model_config  # noqa: E402
 
@@ -74,3 +74,24 @@ def test_the_verdict_needs_a_lead_beyond_the_spread_over_seeds() -> None:
 
     behind = verdict(sst2_payload([0.70, 0.71, 0.69], [0.768, 0.772, 0.765]))
     assert "At this budget pre-training does not help" in behind and "SOP accuracy 60.0%" in behind
+
+
+def test_smaller_training_sets_are_tabulated_and_a_random_start_stuck_at_chance_is_flagged(tmp_path: Path) -> None:
+    payload = sst2_payload([0.774, 0.78, 0.781], [0.768, 0.772, 0.765])
+    assert fewer_examples_table(payload) == []  # only the headline size: no extra table
+
+    glue = tmp_path / "SST-2"
+    glue.mkdir()
+    (glue / "dev.tsv").write_text("sentence\tlabel\n" + "good film\t1\n" * 3 + "dull\t0\n" * 2)
+    payload["majority_share"] = majority_share(tmp_path)
+    assert payload["majority_share"] == 0.6
+    payload["fewer_examples"] = [
+        {"train_examples": 2000, "sst2": sst2_payload([0.70, 0.71, 0.69], [0.66, 0.67, 0.65])["sst2"]},
+        {"train_examples": 1000, "sst2": sst2_payload([0.65, 0.66, 0.64], [0.60, 0.61, 0.60])["sst2"]},
+    ]
+    lines = "\n".join(fewer_examples_table(payload))
+    assert "60.0% of dev is the majority class" in lines
+    learned = next(line for line in lines.splitlines() if line.startswith("| 2000 |"))
+    assert "+4.0" in learned and "3 of 3" in learned and learned.endswith("| yes |")
+    stuck = next(line for line in lines.splitlines() if line.startswith("| 1000 |"))
+    assert "+4.7" in stuck and "3 of 3" in stuck and "majority class |" in stuck
