@@ -279,9 +279,9 @@ def fewer_examples_table(payload: dict[str, Any]) -> list[str]:
                      "no: within 2 points of the majority class" if stuck else "yes"])
     if not rows:
         return []
-    majority = f" ({100 * chance:.1f}% of dev is the majority class)" if chance is not None else ""
-    return ["", f"With fewer labelled sentences (the same protocol and seeds, a smaller fixed sub-sample; not "
-                f"what the verdict above is about){majority}:", "",
+    majority = f"; {100 * chance:.1f}% of dev is the majority class" if chance is not None else ""
+    return ["", "With fewer labelled sentences: the same protocol and seeds on a smaller fixed sub-sample (not "
+                f"what the verdict above is about{majority}):", "",
             markdown_table(["training sentences", "pre-trained (ours)", "random initialisation", "gap (points)",
                             "seeds above their twins", "random weights learned?"], rows)]
 
