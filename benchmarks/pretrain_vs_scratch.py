@@ -7,7 +7,7 @@ to docs/img/<name>_pretrain_curves.png; then fine-tunes SST-2 (GLUE layout, ../s
 per seed with identical settings: once from RUN/final, once from a model of the same config with
 BERT's random initialisation (same tokenizer). The first `--train-examples` size is the comparison the
 verdict is about; further sizes (fewer labelled sentences, the same epochs) are scored the same way and
-tabulated under it, each flagged where random weights never leave the majority class. Results:
+tabulated under it, with how many random-weights seeds never left the majority class. Results:
 benchmarks/results/pretrain_vs_scratch.json and the `pretrain-run` section of docs/results.md.
 """
 
@@ -218,7 +218,7 @@ def render(name: str, payload: dict[str, Any], curves: Path) -> str:
     for label, result in payload["sst2"].items():
         acc = result["accuracy"]
         values = ", ".join(f"{100 * v:.1f}" for v in acc["values"])
-        sst2.append([label, f"{100 * acc['mean']:.1f} ± {100 * acc['std']:.1f}", values, f"{result['wall_s']:.0f}"])
+        sst2.append([label, mean_std(acc), values, f"{result['wall_s']:.0f}"])
     return "\n".join([
         f"## Pre-training from scratch: BERT-{name} on the shared books + WikiText-2 (CPU budget run)",
         "",
@@ -271,11 +271,9 @@ def fewer_examples_table(payload: dict[str, Any]) -> list[str]:
     for entry in payload.get("fewer_examples", []):
         ours = entry["sst2"]["pre-trained (ours)"]["accuracy"]
         scratch = entry["sst2"]["random initialisation"]["accuracy"]
-        above = sum(o > s for o, s in zip(ours["values"], scratch["values"], strict=True))
         stuck = "-" if chance is None else sum(v < chance + 0.02 for v in scratch["values"])
-        rows.append([entry["train_examples"], f"{100 * ours['mean']:.1f} ± {100 * ours['std']:.1f}",
-                     f"{100 * scratch['mean']:.1f} ± {100 * scratch['std']:.1f}",
-                     f"{100 * (ours['mean'] - scratch['mean']):+.1f}", f"{above} of {len(ours['values'])}",
+        rows.append([entry["train_examples"], mean_std(ours), mean_std(scratch),
+                     f"{100 * (ours['mean'] - scratch['mean']):+.1f}", f"{seeds_ahead(ours, scratch)} of {len(ours['values'])}",
                      f"{stuck} of {len(scratch['values'])}"])
     if not rows:
         return []
@@ -285,6 +283,15 @@ def fewer_examples_table(payload: dict[str, Any]) -> list[str]:
             markdown_table(["training sentences", "pre-trained (ours)", "random initialisation", "gap (points)",
                             "seeds above their twins",
                             "random-start seeds that never left the majority class (within 2 points)"], rows)]
+
+
+def mean_std(accuracy: dict[str, Any]) -> str:
+    return f"{100 * accuracy['mean']:.1f} ± {100 * accuracy['std']:.1f}"
+
+
+def seeds_ahead(ours: dict[str, Any], scratch: dict[str, Any]) -> int:
+    """Seeds whose pre-trained run beat the random-start run of the same seed (values are in seed order)."""
+    return sum(o > s for o, s in zip(ours["values"], scratch["values"], strict=True))
 
 
 def dropout_note(payload: dict[str, Any]) -> str:
@@ -312,8 +319,7 @@ def verdict(payload: dict[str, Any]) -> str:
         return (f"**Pre-training does not help measurably: the checkpoint fine-tunes to the same mean accuracy "
                 f"as random initialisation on SST-2** ({curve}).")
     spread = 100 * max(ours["std"], scratch["std"])
-    paired = zip(ours["values"], scratch["values"], strict=True)  # the same seed from each start
-    ahead = f"{sum(o > s for o, s in paired)} of {len(ours['values'])} seeds above their random-start twins"
+    ahead = f"{seeds_ahead(ours, scratch)} of {len(ours['values'])} seeds above their random-start twins"
     if 0 < gap <= spread:  # as strict as the negative side: a lead inside the noise is not a win
         return (f"**Pre-training does not help measurably: the checkpoint fine-tunes {gap:.1f} points above "
                 f"random initialisation on SST-2, within the spread over seeds** ({ahead}; {curve}).")
