@@ -17,6 +17,7 @@ import argparse
 import json
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -121,14 +122,25 @@ def write_section(run: Path, payload: dict[str, Any]) -> str:
     return text
 
 
+def int_list(minimum: int) -> Callable[[str], list[int]]:
+    """An argparse type: "6000,2000,1000" -> [6000, 2000, 1000]; a bad item is named in the usage error."""
+    def parse(text: str) -> list[int]:
+        items = text.split(",")
+        bad = next((i for i in items if not i.strip().isdigit() or int(i) < minimum), None)
+        if bad is not None:
+            raise argparse.ArgumentTypeError(f"{bad!r} in {text!r} is not a whole number >= {minimum}")
+        return [int(i) for i in items]
+    return parse
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, help="a finished bertforge pretrain run directory")
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "glue")
-    parser.add_argument("--train-examples", default="6000",
+    parser.add_argument("--train-examples", type=int_list(1), default=[6000],
                         help="SST-2 training sentences, a fixed sub-sample; a comma list adds smaller sizes, "
                              "e.g. 6000,2000,1000 (the first is the one the verdict is about)")
-    parser.add_argument("--seeds", default="1,2,3")
+    parser.add_argument("--seeds", type=int_list(0), default=[1, 2, 3])
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--epochs", type=float, default=3.0)
     parser.add_argument("--threads", type=int, default=1)
@@ -172,8 +184,7 @@ def main() -> None:
     start = final if args.finetune_dropout is None else with_dropout(final, work / "pretrained-start",
                                                                      args.finetune_dropout)
     starts = {"pre-trained (ours)": start, "random initialisation": random_twin(start, work / "random-init")}
-    sizes = [int(n) for n in args.train_examples.split(",")]
-    seeds = [int(s) for s in args.seeds.split(",")]
+    sizes, seeds = args.train_examples, args.seeds
     by_size = []
     for index, size in enumerate(sizes):
         suffix = "" if index == 0 else f"-n{size}"  # the headline size keeps the plain directory names

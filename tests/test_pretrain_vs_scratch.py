@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from pretrain_vs_scratch import fewer_examples_table, majority_share, recipe_differences, verdict  # noqa: E402
+from pretrain_vs_scratch import (  # noqa: E402
+    fewer_examples_table,
+    int_list,
+    majority_share,
+    recipe_differences,
+    verdict,
+)
 
 from bertforge.pretrain import load_recipe, model_config  # noqa: E402
 
@@ -95,3 +104,12 @@ def test_smaller_training_sets_are_tabulated_and_a_random_start_stuck_at_chance_
     assert "+4.0" in learned and "3 of 3" in learned and learned.endswith("| 3 of 3 | 0 of 3 |")
     stuck = next(line for line in lines.splitlines() if line.startswith("| 1000 |"))
     assert "+3.7" in stuck and stuck.endswith("| 3 of 3 | 2 of 3 |")  # 63% is 3 points above chance
+
+
+def test_size_and_seed_lists_name_the_bad_item() -> None:
+    assert int_list(1)("6000,2000,1000") == [6000, 2000, 1000]
+    assert int_list(0)("0,1") == [0, 1]
+    with pytest.raises(argparse.ArgumentTypeError, match="'abc' in '6000,abc' is not a whole number >= 1"):
+        int_list(1)("6000,abc")
+    with pytest.raises(argparse.ArgumentTypeError, match="'0' in '6000,0'"):
+        int_list(1)("6000,0")
