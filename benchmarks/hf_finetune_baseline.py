@@ -141,13 +141,13 @@ def run_transformers(task: str, seed: int, model: Path, data: Path, work: Path) 
         TrainingArguments,
     )
 
-    from bertforge.finetune import _subset
+    from bertforge.tasks.base import subsample
     from bertforge.tasks import make_task
 
     transformers.logging.set_verbosity_error()
     family, name, _, max_train, _ = TASKS[task]
     spec = make_task(family, name)
-    train_examples = _subset(spec.read(data, "train"), max_train)
+    train_examples = subsample(spec.read(data, "train"), max_train)
     dev_examples = spec.read(data, "dev")
     tokenizer = AutoTokenizer.from_pretrained(model)
     started = time.perf_counter()

@@ -65,10 +65,10 @@ def probe_accuracy(train_x: np.ndarray, train_y: np.ndarray, dev_x: np.ndarray, 
 
 
 def probe(model_dir: Path, glue: Path, train_examples: int, max_length: int) -> dict[str, float]:
-    from bertforge.finetune import _subset
+    from bertforge.tasks.base import subsample
     from bertforge.tasks.glue import read_glue
 
-    train = _subset(read_glue(glue, "sst2", "train"), train_examples)
+    train = subsample(read_glue(glue, "sst2", "train"), train_examples)
     dev = read_glue(glue, "sst2", "dev")
     train_y = np.array([int(e.label) for e in train])
     dev_y = np.array([int(e.label) for e in dev])

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from bertforge.tasks import FAMILIES, make_task
-from bertforge.tasks.base import Task, TaskBatches, run_model
+from bertforge.tasks.base import Task, TaskBatches, run_model, subsample
 
 TASK_FILE = "task.json"
 RESULTS_FILE = "results.json"
@@ -51,14 +51,6 @@ RESULTS_FILE = "results.json"
 def _say(message: str, verbose: bool) -> None:
     if verbose:
         print(message, file=sys.stderr, flush=True)
-
-
-def _subset(examples: list[Any], limit: int | None, seed: int = 0) -> list[Any]:
-    """A random `limit` of `examples` in file order, the same for every call (seed 0): a stated sub-sample."""
-    if not limit or limit >= len(examples):
-        return examples
-    keep = np.sort(np.random.default_rng(seed).choice(len(examples), size=limit, replace=False))
-    return [examples[i] for i in keep.tolist()]
 
 
 def summarize(per_seed: Sequence[dict[str, float]]) -> dict[str, dict[str, Any]]:
@@ -159,7 +151,7 @@ def finetune(
     max_length = spec.default_max_length if max_length is None else max_length
     tokenizer = BertTokenizer.from_pretrained(model_dir)
 
-    train_examples = _subset(spec.read(data_dir, spec.train_split), max_train_examples)
+    train_examples = subsample(spec.read(data_dir, spec.train_split), max_train_examples)
     labels = spec.label_names(train_examples)
     label_list = labels if isinstance(labels, list) else None
     train_features = spec.featurize(train_examples, tokenizer, max_length, label_names=label_list)

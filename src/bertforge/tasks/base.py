@@ -71,6 +71,17 @@ def read_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
         yield number, text.removesuffix("\r")
 
 
+def subsample(examples: Sequence[Any], limit: int | None, seed: int = 0) -> list[Any]:
+    """A random `limit` of `examples` in file order, the same for every call with one seed: a stated sub-sample.
+
+    `limit` None or 0, or at least the number of examples, keeps them all.
+    """
+    if not limit or limit >= len(examples):
+        return list(examples)
+    keep = np.sort(np.random.default_rng(seed).choice(len(examples), size=limit, replace=False))
+    return [examples[i] for i in keep.tolist()]
+
+
 # ------------------------------------------------------------------------------------------------
 # features and batches
 # ------------------------------------------------------------------------------------------------
@@ -307,5 +318,5 @@ class Task(ABC):
 
 __all__ = [
     "IGNORE_INDEX", "LABEL_KEYS", "DataFormatError", "Feature", "Task", "TaskBatches", "collate",
-    "max_context_score", "read_text_lines", "run_model",
+    "max_context_score", "read_text_lines", "run_model", "subsample",
 ]

@@ -275,9 +275,9 @@ def train_frozen_ner(train_cache: FeatureFile, train_sentences: Sequence[NerSent
 # ------------------------------------------------------------------------------------------------
 def training_subset(count: int, limit: int | None, seed: int = 0) -> list[int]:
     """The indices of `bertforge finetune --max-train-examples`'s sub-sample: `limit` of `count`, file order."""
-    from bertforge.finetune import _subset
+    from bertforge.tasks.base import subsample
 
-    return _subset(list(range(count)), limit, seed)
+    return subsample(list(range(count)), limit, seed)
 
 
 def ablate(model_dir: str | os.PathLike[str], data_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], *,
