@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+import yaml
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
@@ -85,10 +86,10 @@ def test_pretrain_exports_a_model_that_transformers_loads_with_identical_logits(
     assert evals[-1]["mlm_loss"] < evals[0]["mlm_loss"] < 7.0  # ln(400) = 6.0 at random
     assert plot_run(run).stat().st_size > 10_000
 
-    # run_config.json is a recipe that rebuilds the same run
-    saved = json.loads((run / "run_config.json").read_text())
+    # run_config.yaml is a recipe that rebuilds the same run
+    saved = yaml.safe_load((run / "run_config.yaml").read_text())
     assert saved["model"]["vocab_size"] == 400 and saved["train"]["max_steps"] == 12
-    again = load_recipe(run / "run_config.json")
+    again = load_recipe(run / "run_config.yaml")
     assert again.train == result_recipe_train(saved) and again.optim.lr == 1e-3
 
 
@@ -321,7 +322,7 @@ def test_init_from_continues_from_a_checkpoint_s_weights_and_refuses_one_that_do
     assert started.keys() == ended.keys()
     for key in started:
         torch.testing.assert_close(ended[key], started[key], atol=1e-7, rtol=0, msg=key)
-    assert json.loads((tmp_path / "again" / "run_config.json").read_text())["init_from"] == str(first.resolve())
+    assert yaml.safe_load((tmp_path / "again" / "run_config.yaml").read_text())["init_from"] == str(first.resolve())
     fresh = pretrain("tiny", data, tmp_path / "fresh", max_steps=1, lr=1e-9, warmup_steps=0, **settings).final
     word_embeddings = "bert.embeddings.word_embeddings.weight"
     assert (load_file(str(fresh / "model.safetensors"))[word_embeddings] - started[word_embeddings]).abs().max() > 1e-3

@@ -6,8 +6,11 @@ Each command parses its arguments, calls one library function and prints the res
 
 from __future__ import annotations
 
+import inspect as pyinspect  # the `inspect` command takes the plain name
+import types
+import typing
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -30,6 +33,100 @@ def _fail(message: str) -> typer.Exit:
     """Print a one-line error to stderr and return the exit to raise (status 2 = bad input)."""
     typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
     return typer.Exit(code=2)
+
+
+# ---------------------------------------------------------------------------------------------------
+# recipes on the command line: one option per recipe setting, plus --config FILE and --set key=value
+# ---------------------------------------------------------------------------------------------------
+_CONFIG_HELP = ("A recipe (YAML) whose settings replace the defaults; options given here win over it, and "
+                "--set over both. A run's own run_config.yaml repeats the run.")
+_SET_HELP = "Any recipe setting as key=value, by name or path (--set lr=3e-5, --set optim.schedule=cosine; repeat)."
+_CONFIG_PARAMS = [
+    pyinspect.Parameter("config", pyinspect.Parameter.KEYWORD_ONLY, default=None,
+                      annotation=Annotated[Path | None, typer.Option("--config", help=_CONFIG_HELP)]),
+    pyinspect.Parameter("set_", pyinspect.Parameter.KEYWORD_ONLY, default=None,
+                      annotation=Annotated[list[str] | None, typer.Option("--set", help=_SET_HELP)]),
+]
+
+
+def _option_type(hint: Any) -> Any:
+    """The command-line type of a setting, or None for settings only a file or --set can give (mappings)."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)] if typing.get_origin(hint) in (
+        typing.Union, types.UnionType) else [hint]
+    if len(args) != 1:
+        return None
+    base = args[0]
+    if base in (int, float, str, bool):
+        return base
+    if typing.get_origin(base) is list:
+        return list[str] if typing.get_args(base) == (str,) else str  # list[int]: "1,2,3"
+    return None
+
+
+def _option_names(setting: Any, kind: Any) -> list[str]:
+    flag = setting.name.replace("_", "-")
+    if kind is bool:
+        return [f"--{flag}/--no-{flag}"]
+    return [f"--{flag}", *setting.aliases]
+
+
+def _default_text(setting: Any) -> str:
+    default = setting.default
+    if default is None or default == [] or default == {}:
+        return ""
+    return f" (default {','.join(map(str, default)) if isinstance(default, list) else default})"
+
+
+def recipe_parameters(recipe_cls: type, skip: tuple[str, ...] = ()) -> list[pyinspect.Parameter]:
+    """One keyword parameter per setting of `recipe_cls`, for typer: `--batch-size` for `batch_size`.
+
+    Every option defaults to None (not given), so a recipe file or the field's own default decides;
+    the help shows the field's help, its default and its place in the recipe.
+    """
+    from bertforge.recipe import settings_of
+
+    params = []
+    for setting in settings_of(recipe_cls).values():
+        kind = _option_type(setting.type)
+        if setting.name in skip or kind is None:
+            continue
+        summary = (setting.help.rstrip(".") + ("" if kind is bool else _default_text(setting))).strip()
+        text = f"{summary + '. ' if summary else ''}[recipe: {'.'.join(setting.path)}]"
+        option = typer.Option(*_option_names(setting, kind), help=text, show_default=False)
+        params.append(pyinspect.Parameter(setting.name, pyinspect.Parameter.KEYWORD_ONLY, default=None,
+                                        annotation=Annotated[kind | None, option]))
+    return params
+
+
+def recipe_command(group: typer.Typer, name: str, recipe_cls: type, body: Any, *, doc: str,
+                   leading: list[pyinspect.Parameter] = (), skip: tuple[str, ...] = ()) -> Any:
+    """Register `name` on `group` with `leading` parameters, one option per recipe setting and
+    --config / --set. `body(given=..., config=..., assignments=..., **leading)` gets the settings the
+    user gave by name (None left out)."""
+    generated = recipe_parameters(recipe_cls, skip)
+    params = [*leading, *generated, *_CONFIG_PARAMS]
+    setting_names = [p.name for p in generated]
+
+    def command(**kwargs: Any) -> None:
+        given = {n: kwargs.pop(n) for n in setting_names if kwargs.get(n) is not None}
+        for n in setting_names:
+            kwargs.pop(n, None)
+        body(given=given, config=kwargs.pop("config"), assignments=kwargs.pop("set_") or [], **kwargs)
+
+    command.__signature__ = pyinspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    command.__doc__ = doc
+    command.__name__ = command.__qualname__ = f"{name.replace('-', '_')}_command"
+    group.command(name)(command)
+    return command
+
+
+def _recipe_errors() -> tuple[type[BaseException], ...]:
+    from bertforge.checkpoint import CheckpointError
+    from bertforge.data.corpus import DataError
+    from bertforge.tasks.base import DataFormatError
+
+    return (CheckpointError, DataError, DataFormatError, FileNotFoundError, FileExistsError, ValueError)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -275,62 +372,34 @@ def export_onnx_command(
 # ---------------------------------------------------------------------------------------------------
 
 
-@app.command("prepare")
-def prepare_command(
-    inputs: Annotated[list[Path], typer.Option("--input", "-i", help="Text file or directory of .txt files (repeat).")],
-    tokenizer: Annotated[Path, typer.Option("--tokenizer", help="Tokenizer directory (vocab.txt ...).")],
-    out: Annotated[Path, typer.Option("--out", help="Output directory for the shards and stats.json.")],
-    max_seq_length: Annotated[int, typer.Option(help="Tokens per instance, [CLS] and [SEP] included.")] = 128,
-    workers: Annotated[int, typer.Option(help="Processes, one shard each.")] = 1,
-    seed: Annotated[int, typer.Option(help="Seed of the training instances and masks.")] = 12345,
-    objective: Annotated[str, typer.Option(help="nsp (BERT), sop (ALBERT) or none (RoBERTa packing).")] = "nsp",
-    masking: Annotated[str, typer.Option(help="static (masked here) or dynamic (masked by the loader each epoch).")]
-    = "static",
-    dupe_factor: Annotated[int | None, typer.Option(help="Copies of the data, each masked differently "
-                                                         "(default 10 static, 1 dynamic).")] = None,
-    whole_word: Annotated[bool, typer.Option("--whole-word", help="Mask whole words.")] = False,
-    span: Annotated[bool, typer.Option("--span", help="SpanBERT span masking (whole words).")] = False,
-    plain_text: Annotated[bool, typer.Option("--plain-text", help="Running text, split into sentences here "
-                                                                 "(default: one sentence per line).")] = False,
-    strip_gutenberg: Annotated[bool, typer.Option("--strip-gutenberg", help="Drop Project Gutenberg headers "
-                                                                           "and licences.")] = False,
-    short_seq_prob: Annotated[float, typer.Option(help="Share of shorter target lengths.")] = 0.1,
-    masked_lm_prob: Annotated[float, typer.Option(help="Share of tokens masked.")] = 0.15,
-    max_predictions: Annotated[int | None, typer.Option(help="Masks per sequence at most "
-                                                             "(default ceil(0.15 x length)).")] = None,
-    validation_fraction: Annotated[float, typer.Option(help="Share of text held out for validation.")] = 0.01,
-    validation_input: Annotated[list[Path] | None, typer.Option(
-        help="Text file or directory held out whole for validation, e.g. a test split (repeat).")] = None,
-    bad_bytes: Annotated[str, typer.Option(help="Lines that are not UTF-8: skip, replace or error.")] = "skip",
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Clear --out and start again "
-                                                               "(default: resume an interrupted run).")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
-) -> None:
-    """Turn text into shards of masked-LM + next-sentence instances, in parallel and resumably.
+def _flag(name: str, help_text: str) -> pyinspect.Parameter:
+    return pyinspect.Parameter(name, pyinspect.Parameter.KEYWORD_ONLY, default=False,
+                               annotation=Annotated[bool, typer.Option(f"--{name}", help=help_text)])
 
-    Example: `bertforge prepare --input corpus/ --tokenizer runs/vocab --out data/bert128 --workers 4`
-    """
+
+def _required_path(name: str, help_text: str) -> pyinspect.Parameter:
+    return pyinspect.Parameter(name, pyinspect.Parameter.KEYWORD_ONLY,
+                               annotation=Annotated[Path, typer.Option(f"--{name}", help=help_text)])
+
+
+def _prepare_body(*, given: dict[str, Any], config: Path | None, assignments: list[str], out: Path,
+                  overwrite: bool, quiet: bool) -> None:
     import warnings
 
-    from bertforge.data.corpus import DataError
-    from bertforge.data.prepare import DataWarning, prepare
+    from bertforge.data.prepare import DataWarning, PrepareOptions, prepare
+    from bertforge.recipe import resolve
 
-    if workers < 1:
-        raise _fail(f"--workers must be at least 1, got {workers}")
-    if not tokenizer.is_dir():
-        raise _fail(f"--tokenizer {tokenizer}: no such directory")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DataWarning)
         try:
-            stats = prepare(
-                inputs, tokenizer, out, max_seq_length=max_seq_length, workers=workers, seed=seed,
-                objective=objective, masking=masking, dupe_factor=dupe_factor, whole_word=whole_word, span=span,
-                masked_lm_prob=masked_lm_prob, max_predictions_per_seq=max_predictions,
-                short_seq_prob=short_seq_prob, plain_text=plain_text, strip_gutenberg=strip_gutenberg,
-                validation_fraction=validation_fraction, validation_inputs=validation_input or (),
-                bad_bytes=bad_bytes, overwrite=overwrite, progress=not quiet,
-            )
-        except (DataError, ValueError, FileNotFoundError) as exc:
+            options = resolve(PrepareOptions, config, given, assignments)
+            if options.tokenizer is None or not Path(options.tokenizer).is_dir():
+                raise ValueError(f"--tokenizer {options.tokenizer}: no such directory" if options.tokenizer
+                                 else "no tokenizer: give --tokenizer DIR (or tokenizer: in the recipe)")
+            if not options.inputs:
+                raise ValueError("no input: give --input FILE_OR_DIR (or inputs: in the recipe)")
+            stats = prepare(options, out_dir=out, overwrite=overwrite, progress=not quiet)
+        except _recipe_errors() as exc:
             raise _fail(str(exc)) from exc
     for warning in caught:
         typer.secho(f"warning: {warning.message}", err=True, fg=typer.colors.YELLOW)
@@ -342,65 +411,41 @@ def prepare_command(
     typer.echo(f"{run['wall_s']:.1f} s, {run['mb_per_s']:.2f} MB/s, {run['docs_per_s']:.1f} docs/s -> {out}")
 
 
+def _prepare_options_class() -> type:
+    from bertforge.data.prepare import PrepareOptions
+
+    return PrepareOptions
+
+
+recipe_command(
+    app, "prepare", _prepare_options_class(), _prepare_body,
+    leading=[_required_path("out", "Output directory for the shards, stats.json and run_config.yaml."),
+             _flag("overwrite", "Clear --out and start again (default: resume an interrupted run)."),
+             _flag("quiet", "No progress bar.")],
+    doc="""Turn text into shards of masked-LM + next-sentence instances, in parallel and resumably.
+
+    Example: `bertforge prepare --input corpus/ --tokenizer runs/vocab --out data/bert128 --workers 4`
+    """)
+
+
 # ---------------------------------------------------------------------------------------------------
-# pre-training: the training loop and its curves (issue 5)
+# pre-training: the training loop and its curves
 # ---------------------------------------------------------------------------------------------------
 
 
-@app.command("pretrain")
-def pretrain_command(
-    config: Annotated[str, typer.Option("--config", help="Recipe (YAML/JSON), preset name, config.json or "
-                                                         "checkpoint directory.")],
-    data: Annotated[Path, typer.Option("--data", help="Shards made by `bertforge prepare`.")],
-    out: Annotated[Path, typer.Option("--out", help="Run directory: checkpoints, metrics.jsonl, final/.")],
-    max_steps: Annotated[int | None, typer.Option(help="Optimiser steps (overrides the recipe).")] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest checkpoint in --out.")] = False,
-    init_from: Annotated[Path | None, typer.Option(help="Start from this checkpoint directory's weights "
-                                                        "(continued pre-training; same vocabulary as --data).")
-                         ] = None,
-    batch_size: Annotated[int | None, typer.Option(help="Sequences per device per micro-batch.")] = None,
-    grad_accum: Annotated[int | None, typer.Option(help="Micro-batches per optimiser step.")] = None,
-    lr: Annotated[float | None, typer.Option(help="Peak learning rate.")] = None,
-    precision: Annotated[str | None, typer.Option(help="fp32, bf16 or fp16 (GPU).")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed (rank r uses seed + r).")] = None,
-    parallel: Annotated[str | None, typer.Option(help="Under torchrun: ddp (a model copy per rank) or fsdp "
-                                                      "(parameters, gradients and optimizer state sharded, "
-                                                      "for big models).")] = None,
-    tokenizer: Annotated[Path | None, typer.Option(help="Tokenizer to ship in final/ (default: the data's).")] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="Any recipe field: --set warmup_steps=100 "
-                                                                 "(repeat).")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
-) -> None:
-    """Pre-train BERT (masked LM + NSP/SOP) on prepared shards; the final model goes to RUN/final.
-
-    Runs on one process as is, and on several under torchrun (DDP, or FSDP with --parallel fsdp; gloo on
-    CPU, NCCL on GPU). Checkpoints are full, unsharded files either way, so a run resumes under the
-    other mode or another number of processes.
-
-    Example: `bertforge pretrain --config recipes/tiny-cpu.yaml --data data/gutenberg128 --out runs/tiny`
-    """
-    import yaml
-
+def _pretrain_body(*, given: dict[str, Any], config: Path | None, assignments: list[str], data: Path, out: Path,
+                   resume: bool, init_from: Path | None, quiet: bool) -> None:
     from bertforge.pretrain import pretrain
+    from bertforge.recipe import parse_assignments
     from bertforge.train import NonFiniteLossError
     from bertforge.train.distributed import DistributedTimeout
 
-    overrides: dict[str, object] = {}
-    for item in set_ or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise _fail(f"--set expects key=value, got {item!r}")
-        overrides[key.strip().rpartition(".")[2]] = yaml.safe_load(value)  # "optim.lr" and "lr" alike
-    overrides.update({k: v for k, v in dict(batch_size=batch_size, grad_accum=grad_accum, lr=lr,
-                                             precision=precision, seed=seed, parallel=parallel).items()
-                      if v is not None})
-    if tokenizer is not None:
-        overrides["tokenizer"] = str(tokenizer)
-    if quiet:
-        overrides["progress"] = False
     try:
-        result = pretrain(config, data, out, max_steps=max_steps, resume=resume, init_from=init_from, **overrides)
-    except (ValueError, FileExistsError, FileNotFoundError) as exc:
+        sets = {key.rpartition(".")[2]: value for key, value in parse_assignments(assignments).items()}
+        overrides = {**given, **sets, **({"progress": False} if quiet else {})}
+        result = pretrain(str(config) if config is not None else "tiny", data, out, resume=resume,
+                          init_from=init_from, **overrides)
+    except _recipe_errors() as exc:
         raise _fail(str(exc)) from exc
     except (NonFiniteLossError, DistributedTimeout) as exc:
         typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
@@ -409,6 +454,33 @@ def pretrain_command(
         metrics = "  ".join(f"{k} {v:.4f}" for k, v in result.train.metrics.items())
         typer.echo(f"step {result.train.step}: {metrics or 'no validation split'}")
         typer.echo(f"final model: {result.final}")
+
+
+def _pretrain_recipe_class() -> type:
+    from bertforge.pretrain import Recipe
+
+    return Recipe
+
+
+recipe_command(
+    app, "pretrain", _pretrain_recipe_class(), _pretrain_body, skip=("source", "progress"),
+    leading=[_required_path("data", "Shards made by `bertforge prepare`."),
+             _required_path("out", "Run directory: checkpoints, metrics.jsonl, run_config.yaml, final/."),
+             _flag("resume", "Continue from the newest checkpoint in --out."),
+             pyinspect.Parameter("init_from", pyinspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
+                 Path | None, typer.Option("--init-from", help="Start from this checkpoint directory's weights "
+                                                               "(continued pre-training; same vocabulary as --data).")]),
+             _flag("quiet", "No progress bar.")],
+    doc="""Pre-train BERT (masked LM + NSP/SOP) on prepared shards; the final model goes to RUN/final.
+
+    --config takes a recipe (YAML), a preset name (tiny, mini, small, medium, base, large), a config.json or
+    a checkpoint directory; model settings go through --set (--set hidden_dropout_prob=0). Runs on one
+    process as is, and on several under torchrun (DDP, or FSDP with --parallel fsdp; gloo on CPU, NCCL on
+    GPU). Checkpoints are full, unsharded files either way, so a run resumes under the other mode or
+    another number of processes.
+
+    Example: `bertforge pretrain --config recipes/tiny-cpu.yaml --data data/gutenberg128 --out runs/tiny`
+    """)
 
 
 @app.command("plot")
@@ -437,183 +509,129 @@ def plot_command(
 
 finetune_app = typer.Typer(
     help="Fine-tune a pre-trained checkpoint on a task (GLUE, CoNLL-2003 NER, SQuAD, SWAG) with the paper's "
-    "recipe: AdamW, 10% warm-up then linear decay, batch 32, 3 epochs. Writes OUT/seed-N/ (a Hugging Face "
-    "model) and OUT/results.json (mean / std / median across seeds).",
+    "recipe: AdamW, 10% warm-up then linear decay, batch 32, 3 epochs. Every setting is an option, a line of "
+    "a --config recipe (recipes/finetune/) or a --set key=value. Writes OUT/seed-N/ (a Hugging Face model), "
+    "OUT/results.json (mean / std / median across seeds) and OUT/run_config.yaml (the resolved recipe).",
     no_args_is_help=True,
 )
 app.add_typer(finetune_app, name="finetune")
 
-_FtModel = Annotated[Path, typer.Option("--model", help="The pre-trained checkpoint (Hugging Face layout).")]
-_FtData = Annotated[Path, typer.Option("--data", help="The task's data directory (or file, for SQuAD).")]
-_FtOut = Annotated[Path, typer.Option("--out", help="Run directory: seed-N/ models and results.json.")]
-_FtSeeds = Annotated[str, typer.Option("--seeds", help="Comma-separated seeds, one fine-tuning run each.")]
-_FtEpochs = Annotated[float, typer.Option("--epochs", help="Passes over the training set (fractions allowed).")]
-_FtBatch = Annotated[int, typer.Option("--batch-size", help="Training batch size.")]
-_FtWarmup = Annotated[float, typer.Option("--warmup", help="Fraction of the steps spent warming up.")]
-_FtTrainN = Annotated[int | None, typer.Option(
-    "--max-train-examples", help="Train on a fixed random sub-sample of this many examples.")]
-_FtEvalN = Annotated[int | None, typer.Option("--max-eval-examples", help="Score only the first N dev examples.")]
-_FtPrecision = Annotated[str, typer.Option("--precision", help="fp32, bf16 (CPU or GPU) or fp16 (GPU).")]
-_FtReinit = Annotated[int, typer.Option(
-    "--reinit-layers", help="Start the top N encoder layers and the pooler afresh (N = all keeps only the "
-    "embeddings).")]
+_FT_OUT = pyinspect.Parameter(
+    "out", pyinspect.Parameter.KEYWORD_ONLY,
+    annotation=Annotated[Path, typer.Option("--out", help="Run directory: seed-N/ models, results.json and "
+                                                          "run_config.yaml (the resolved recipe).")])
 
-
-def _finetune_run(family: str, task: str, model: Path, data: Path, out: Path, seeds: str, *,
-                  settings: dict | None = None, **options: object) -> None:
-    """Shared by the `finetune` sub-commands: parse, call `bertforge.finetune.finetune`, print the summary."""
-    from bertforge.checkpoint import CheckpointError
-    from bertforge.finetune import finetune
-    from bertforge.tasks.base import DataFormatError
-
-    try:
-        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
-    except ValueError as exc:
-        raise _fail(f"--seeds must be comma-separated integers, got {seeds!r}") from exc
-    if not seed_list:
-        raise _fail("--seeds names no seed")
-    try:
-        results = finetune(family, task, model, data, out, seeds=seed_list, task_settings=settings,
-                           **options)  # type: ignore[arg-type]
-    except (CheckpointError, DataFormatError, FileNotFoundError, ValueError) as exc:
-        raise _fail(str(exc)) from exc
-    typer.echo(f"{results['family']} {results['task']}: {len(results['seeds'])} seed(s), "
-               f"{results['train_examples']} training examples, {results['wall_s']:.0f} s")
-    for name, row in results["summary"].items():
-        typer.echo(f"  {name:>24}: mean {row['mean']:.4f}  std {row['std']:.4f}  median {row['median']:.4f}")
-    typer.echo(f"wrote {out / 'results.json'}")
-
-
-@finetune_app.command("glue")
-def finetune_glue(
-    task: Annotated[str, typer.Option("--task", help="CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE or WNLI.")],
-    model: _FtModel,
-    data: _FtData,
-    out: _FtOut,
-    seeds: _FtSeeds = "1",
-    lr: Annotated[float, typer.Option("--lr", help="Peak learning rate.")] = 2e-5,
-    epochs: _FtEpochs = 3.0,
-    batch_size: _FtBatch = 32,
-    max_length: Annotated[int, typer.Option("--max-length", help="Pieces per input, specials included.")] = 128,
-    warmup: _FtWarmup = 0.1,
-    max_train_examples: _FtTrainN = None,
-    max_eval_examples: _FtEvalN = None,
-    precision: _FtPrecision = "fp32",
-    reinit_layers: _FtReinit = 0,
-) -> None:
-    """Fine-tune on a GLUE task (sequence classification; STS-B regression) and score its dev set.
+_FT_DOCS = {
+    "glue": """Fine-tune on a GLUE task (sequence classification; STS-B regression) and score its dev set.
 
     Example: `bertforge finetune glue --task RTE --model models/minilm --data data/glue --out runs/rte --seeds 1,2,3`
-    """
-    _finetune_run("glue", task, model, data, out, seeds, lr=lr, epochs=epochs, batch_size=batch_size,
-                  max_length=max_length, warmup=warmup, max_train_examples=max_train_examples,
-                  max_eval_examples=max_eval_examples, precision=precision, reinit_layers=reinit_layers)
-
-
-@finetune_app.command("ner")
-def finetune_ner(
-    model: _FtModel,
-    data: Annotated[Path, typer.Option("--data", help="Directory with eng.train / eng.testa / eng.testb "
-                                                      "(or train.txt / dev.txt / test.txt).")],
-    out: _FtOut,
-    task: Annotated[str, typer.Option("--task", help="A name for the data set.")] = "conll2003",
-    seeds: _FtSeeds = "1",
-    lr: Annotated[float, typer.Option("--lr", help="Peak learning rate.")] = 5e-5,
-    epochs: _FtEpochs = 3.0,
-    batch_size: _FtBatch = 32,
-    max_length: Annotated[int, typer.Option("--max-length", help="Pieces per window; longer sentences "
-                                                                 "are split into windows.")] = 128,
-    warmup: _FtWarmup = 0.1,
-    max_train_examples: _FtTrainN = None,
-    max_eval_examples: _FtEvalN = None,
-    precision: _FtPrecision = "fp32",
-    frozen: Annotated[bool, typer.Option("--frozen", help="Feature-based instead: freeze the encoder and train "
-                                                          "a two-layer BiLSTM tagger on its features.")] = False,
-    strategy: Annotated[str, typer.Option("--strategy", help="With --frozen: embeddings, last, second_to_last, "
-                                                             "sum_last_four, concat_last_four or sum_all.")] = "concat_last_four",
-) -> None:
-    """Fine-tune token classification on CoNLL-2003 (IOB2 tags, first sub-token labelled) and report
+    From a bundled recipe: `bertforge finetune glue --config recipes/finetune/mrpc.yaml --set lr=3e-5 --model models/minilm --data data/glue --out runs/mrpc`
+    """,
+    "ner": """Fine-tune token classification on CoNLL-2003 (IOB2 tags, first sub-token labelled) and report
     conlleval's entity-level F1 on the dev set. With --frozen, the paper's feature-based set-up instead.
 
     Example: `bertforge finetune ner --model models/minilm --data data/conll2003 --out runs/ner`
     Feature-based: `bertforge finetune ner --frozen --strategy sum_last_four --model models/minilm --data data/conll2003 --out runs/ner-frozen`
-    """
-    if frozen:
-        from bertforge.checkpoint import CheckpointError
-        from bertforge.features import STRATEGIES
-        from bertforge.tasks.base import DataFormatError
-        from bertforge.tasks.frozen_ner import FrozenNerConfig, ablate
-
-        if strategy not in STRATEGIES:
-            raise _fail(f"--strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
-        try:
-            (row,) = ablate(model, data, out, strategies=(strategy,), train_sentences=max_train_examples,
-                            config=FrozenNerConfig(seed=int(seeds.split(",")[0])))
-        except (CheckpointError, DataFormatError, FileNotFoundError, ValueError) as exc:
-            raise _fail(str(exc)) from exc
-        typer.echo(f"{strategy}: hidden states {row['layers']} ({row['combine']}) -> dev F1 {100 * row['dev_f1']:.2f}")
-        return
-    _finetune_run("ner", task, model, data, out, seeds, lr=lr, epochs=epochs, batch_size=batch_size,
-                  max_length=max_length, warmup=warmup, max_train_examples=max_train_examples,
-                  max_eval_examples=max_eval_examples, precision=precision)
-
-
-@finetune_app.command("squad")
-def finetune_squad(
-    model: _FtModel,
-    data: Annotated[Path, typer.Option("--data", help="Directory with train-*.json and dev-*.json, or one "
-                                                      "SQuAD file split with --train-articles.")],
-    out: _FtOut,
-    task: Annotated[str, typer.Option("--task", help="squad (version from the file), v1.1 or v2.0.")] = "squad",
-    seeds: _FtSeeds = "1",
-    lr: Annotated[float, typer.Option("--lr", help="Peak learning rate.")] = 5e-5,
-    epochs: _FtEpochs = 3.0,
-    batch_size: _FtBatch = 32,
-    max_length: Annotated[int, typer.Option("--max-length", help="Pieces per window, question included.")] = 384,
-    doc_stride: Annotated[int, typer.Option("--doc-stride", help="Pieces between window starts.")] = 128,
-    max_query_length: Annotated[int, typer.Option("--max-query-length", help="Question pieces kept.")] = 64,
-    train_articles: Annotated[int | None, typer.Option(
-        "--train-articles", help="Train on the first N articles of the (dev) file, evaluate on the rest.")] = None,
-    warmup: _FtWarmup = 0.1,
-    max_train_examples: _FtTrainN = None,
-    max_eval_examples: _FtEvalN = None,
-    precision: _FtPrecision = "fp32",
-) -> None:
-    """Fine-tune span QA on SQuAD v1.1 or v2.0 and report the official EM / F1 (v2.0: also the tuned
+    """,
+    "squad": """Fine-tune span QA on SQuAD v1.1 or v2.0 and report the official EM / F1 (v2.0: also the tuned
     no-answer threshold, saved with the model).
 
     Example: `bertforge finetune squad --model models/minilm --data data/squad/dev-v1.1.json --train-articles 38 --out runs/squad`
-    """
-    if train_articles is not None and train_articles < 1:
-        raise _fail("--train-articles must be at least 1")
-    settings = {"doc_stride": doc_stride, "max_query_length": max_query_length, "train_articles": train_articles}
-    _finetune_run("squad", task, model, data, out, seeds, settings=settings, lr=lr, epochs=epochs,
-                  batch_size=batch_size, max_length=max_length, warmup=warmup,
-                  max_train_examples=max_train_examples, max_eval_examples=max_eval_examples, precision=precision)
-
-
-@finetune_app.command("swag")
-def finetune_swag(
-    model: _FtModel,
-    data: Annotated[Path, typer.Option("--data", help="Directory with train.csv / val.csv (or .jsonl).")],
-    out: _FtOut,
-    seeds: _FtSeeds = "1",
-    lr: Annotated[float, typer.Option("--lr", help="Peak learning rate.")] = 2e-5,
-    epochs: _FtEpochs = 3.0,
-    batch_size: _FtBatch = 16,
-    max_length: Annotated[int, typer.Option("--max-length", help="Pieces per (context, ending) pair.")] = 128,
-    warmup: _FtWarmup = 0.1,
-    max_train_examples: _FtTrainN = None,
-    max_eval_examples: _FtEvalN = None,
-    precision: _FtPrecision = "fp32",
-) -> None:
-    """Fine-tune multiple choice on SWAG (four endings, softmax over their [CLS] scores); reports accuracy.
+    """,
+    "swag": """Fine-tune multiple choice on SWAG (four endings, softmax over their [CLS] scores); reports accuracy.
 
     Example: `bertforge finetune swag --model models/minilm --data data/swag --out runs/swag`
-    """
-    _finetune_run("swag", "swag", model, data, out, seeds, lr=lr, epochs=epochs, batch_size=batch_size,
-                  max_length=max_length, warmup=warmup, max_train_examples=max_train_examples,
-                  max_eval_examples=max_eval_examples, precision=precision)
+    """,
+}
+
+
+def _task_setting_parameters(family: str) -> list[pyinspect.Parameter]:
+    """Options for a family's own task settings (SQuAD's --doc-stride, ...), as the task declares them."""
+    from bertforge.tasks import FAMILIES
+
+    return [pyinspect.Parameter(name, pyinspect.Parameter.KEYWORD_ONLY, default=None,
+                                annotation=Annotated[kind | None, typer.Option(
+                                    f"--{name.replace('_', '-')}", help=f"{text} [recipe: task_settings.{name}]",
+                                    show_default=False)])
+            for name, (kind, text) in FAMILIES[family].setting_options.items()]
+
+
+_NER_FROZEN = [
+    pyinspect.Parameter("frozen", pyinspect.Parameter.KEYWORD_ONLY, default=False, annotation=Annotated[
+        bool, typer.Option("--frozen", help="Feature-based instead: freeze the encoder and train a two-layer "
+                                            "BiLSTM tagger on its features.")]),
+    pyinspect.Parameter("strategy", pyinspect.Parameter.KEYWORD_ONLY, default="concat_last_four", annotation=Annotated[
+        str, typer.Option("--strategy", help="With --frozen: embeddings, last, second_to_last, sum_last_four, "
+                                             "concat_last_four or sum_all.")]),
+]
+
+
+def finetune_recipe(family: str, config: Path | None, given: dict[str, Any], assignments: list[str],
+                    task_options: dict[str, Any] | None = None) -> Any:
+    """The recipe a `finetune FAMILY` command runs: defaults, then --config, then options, then --set."""
+    from bertforge.finetune import FinetuneRecipe
+    from bertforge.recipe import override, parse_assignments, resolve
+
+    base = FinetuneRecipe(family=family, task="swag" if family == "swag" else None)
+    recipe = resolve(FinetuneRecipe, config, given, base=base)
+    if recipe.family != family:
+        raise ValueError(f"{config}: the recipe is for `finetune {recipe.family}`, not `finetune {family}`")
+    if task_options:
+        recipe = override(recipe, {"task_settings": {**recipe.task_settings, **task_options}}, source="command line")
+    values = parse_assignments(assignments)
+    return override(recipe, values, source="--set") if values else recipe
+
+
+def _finetune_command(family: str) -> None:
+    task_params = _task_setting_parameters(family)
+    task_names = [p.name for p in task_params]
+
+    def body(*, given: dict[str, Any], config: Path | None, assignments: list[str], out: Path,
+             frozen: bool = False, strategy: str = "", **task_values: Any) -> None:
+        from bertforge.finetune import run_finetune
+
+        task_options = {k: v for k, v in task_values.items() if k in task_names and v is not None}
+        try:
+            recipe = finetune_recipe(family, config, given, assignments, task_options)
+            if frozen:
+                return _frozen_ner(recipe, out, strategy)
+            results = run_finetune(recipe, out)
+        except _recipe_errors() as exc:
+            raise _fail(str(exc)) from exc
+        typer.echo(f"{results['family']} {results['task']}: {len(results['seeds'])} seed(s), "
+                   f"{results['train_examples']} training examples, {results['wall_s']:.0f} s")
+        for name, row in results["summary"].items():
+            typer.echo(f"  {name:>24}: mean {row['mean']:.4f}  std {row['std']:.4f}  median {row['median']:.4f}")
+        typer.echo(f"wrote {out / 'results.json'}, {out / 'run_config.yaml'}")
+
+    leading = [_FT_OUT, *task_params, *(_NER_FROZEN if family == "ner" else [])]
+    skip = ("family", "task_settings", *(("task",) if family == "swag" else ()))
+    recipe_command(finetune_app, family, _finetune_recipe_class(), body, doc=_FT_DOCS[family], leading=leading,
+                   skip=skip)
+
+
+def _finetune_recipe_class() -> type:
+    from bertforge.finetune import FinetuneRecipe
+
+    return FinetuneRecipe
+
+
+def _frozen_ner(recipe: Any, out: Path, strategy: str) -> None:
+    """`finetune ner --frozen`: the feature-based tagger on the recipe's model, data and first seed."""
+    from bertforge.features import STRATEGIES
+    from bertforge.tasks.frozen_ner import FrozenNerConfig, ablate
+
+    if strategy not in STRATEGIES:
+        raise ValueError(f"--strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
+    if recipe.model is None or recipe.data is None:
+        raise ValueError("--frozen needs --model and --data")
+    (row,) = ablate(Path(recipe.model), Path(recipe.data), out, strategies=(strategy,),
+                    train_sentences=recipe.train.max_train_examples, config=FrozenNerConfig(seed=recipe.seeds[0]))
+    typer.echo(f"{strategy}: hidden states {row['layers']} ({row['combine']}) -> dev F1 {100 * row['dev_f1']:.2f}")
+
+
+for _family in ("glue", "ner", "squad", "swag"):
+    _finetune_command(_family)
 
 
 @app.command("predict")

@@ -4,31 +4,38 @@
     results = finetune("glue", "RTE", "models/minilm", "data/glue", "runs/rte", seeds=(1, 2, 3), lr=2e-5)
     predict("glue", "RTE", "runs/rte/seed-1", "data/glue", "submission/")
 
-`finetune` reads the task's train and dev splits, turns them into features once, and for each seed
-loads the pre-trained encoder with the task's new output layer, trains it with `bertforge.train.train`
-(AdamW with BERT's weight-decay exclusions, linear warm-up over `warmup` of the steps, then linear
-decay to zero; the paper's batch 32, 3 epochs), scoring the dev split(s) after every epoch. The
-defaults are the paper's: lr 2e-5 (GLUE, SWAG), 5e-5 (NER, SQuAD), max length 128 (384 for SQuAD).
-Batches are padded to their longest row and drawn from length buckets (`tasks.base.TaskBatches`).
+A run is described by a `FinetuneRecipe` (the task, the model and data, the seeds, an optimiser
+section and a loop section), read from YAML (`recipes/finetune/*.yaml` hold the paper's settings per
+task) or given as keyword settings; where it leaves a setting empty, the task's declaration decides
+(learning rate 2e-5 for GLUE and SWAG, 5e-5 for NER and SQuAD; max length 128, 384 for SQuAD; batch
+32, 16 for SWAG). `finetune` reads the task's train and dev splits, turns them into features once,
+and for each seed loads the pre-trained encoder with the task's new output layer, trains it with
+`bertforge.train.train` (AdamW with BERT's weight-decay exclusions, linear warm-up then linear decay
+to zero; 3 epochs), scoring the dev split(s) after every epoch. Batches are padded to their longest
+row and drawn from length buckets (`tasks.base.TaskBatches`).
 
 Files, per run directory `out_dir`:
 
+    run_config.yaml         the resolved recipe: `bertforge finetune FAMILY --config OUT/run_config.yaml`
+                            repeats the run
     seed-N/                 the fine-tuned model in Hugging Face layout (config.json with id2label,
                             model.safetensors, tokenizer files): loads in `transformers` as is
     seed-N/task.json        family, task, max_length, task settings (SQuAD v2.0: the tuned null
-                            threshold), label names, final dev metrics, steps, wall time
+                            threshold), label names, final dev metrics, steps, wall time, and the
+                            resolved settings (`hyperparameters`)
     seed-N/<dev predictions> the task's prediction files for the dev split(s)
     seed-N/run/             the loop's metrics.jsonl (train loss, lr, dev metrics per epoch)
     results.json            hyper-parameters, per-seed metrics, and mean / std / median across seeds
 
-A seed whose `task.json` already holds metrics is reused, not retrained, so an interrupted multi-seed
-run can be started again with the same command. `predict` loads a fine-tuned `seed-N` directory and
-writes the task's submission files for its test splits (GLUE leaderboard .tsv files, SQuAD
-predictions.json and null_odds.json, CoNLL word/gold/predicted lines, SWAG csv).
+A seed whose `task.json` already holds metrics for the same settings is reused, not retrained, so an
+interrupted multi-seed run can be started again with the same command. `predict` loads a fine-tuned
+`seed-N` directory and writes the task's submission files for its test splits (GLUE leaderboard .tsv
+files, SQuAD predictions.json and null_odds.json, CoNLL word/gold/predicted lines, SWAG csv).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -36,16 +43,24 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bertforge.recipe import override as recipe_override
+from bertforge.recipe import save as save_recipe
+from bertforge.recipe import setting
+from bertforge.recipe import settings_of as recipe_settings
 from bertforge.tasks import FAMILIES, make_task
 from bertforge.tasks.base import Task, TaskBatches, run_model, subsample
+from bertforge.train.loop import TrainConfig
+from bertforge.train.optim import OptimConfig
 
 TASK_FILE = "task.json"
 RESULTS_FILE = "results.json"
+RUN_CONFIG_FILE = "run_config.yaml"
 
 
 def _say(message: str, verbose: bool) -> None:
@@ -97,84 +112,173 @@ class _Evaluator:
         return metrics
 
 
+# ------------------------------------------------------------------------------------------------
+# the recipe
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class FinetuneOptim(OptimConfig):
+    """The optimiser section of a fine-tuning recipe: `OptimConfig` with the paper's fine-tuning
+    defaults (10% warm-up; the learning rate, when left empty, is the task's `default_lr`)."""
+
+    lr: float | None = setting(None, help="Peak learning rate (default: the task's: 2e-5 GLUE and SWAG, "
+                                          "5e-5 NER and SQuAD).")
+    warmup_ratio: float = setting(0.1, help="Fraction of the steps spent warming up.", aliases=("--warmup",))
+
+    def __post_init__(self) -> None:
+        OptimConfig.__post_init__(self if self.lr is not None else dataclasses.replace(self, lr=1.0))
+
+
+@dataclass
+class FinetuneLoop:
+    """How long and on what the fine-tuning runs; empty settings fall back on the task's defaults."""
+
+    epochs: float = setting(3.0, help="Passes over the training set (fractions allowed).")
+    batch_size: int | None = setting(None, help="Training batch size (default: the task's: 32, SWAG 16).")
+    max_length: int | None = setting(None, help="Pieces per input, specials included; longer inputs are cut "
+                                                "into windows or truncated (default: 128, SQuAD 384).")
+    eval_batch_size: int = setting(64, help="Rows per forward pass when scoring.")
+    eval_every_epoch: bool = setting(True, help="Score the dev split(s) after every epoch (else at the end).")
+    max_train_examples: int | None = setting(None, help="Train on a fixed random sub-sample of this many examples.")
+    max_eval_examples: int | None = setting(None, help="Score only the first N dev examples.")
+    reinit_layers: int = setting(0, help="Start the top N encoder layers and the pooler afresh (N = all keeps "
+                                         "only the embeddings; Zhang et al. 2021).")
+    precision: str = setting(TrainConfig.precision, help="fp32, bf16 (CPU or GPU) or fp16 (GPU).")
+    max_grad_norm: float = setting(TrainConfig.max_grad_norm, help="Gradient clipping norm (0: no clipping).")
+    device: str | None = setting(None, help="torch device (default: cuda if visible, else cpu).")
+    keep_checkpoints: bool = setting(False, help="Keep the loop's resumable checkpoints after each seed.")
+
+    def __post_init__(self) -> None:
+        if self.epochs <= 0 or (self.batch_size is not None and self.batch_size < 1):
+            raise ValueError(f"epochs must be positive and batch_size at least 1, got {self.epochs}, {self.batch_size}")
+        if self.reinit_layers < 0:
+            raise ValueError(f"reinit_layers must be 0 or more, got {self.reinit_layers}")
+
+
+@dataclass
+class FinetuneRecipe:
+    """Everything a fine-tuning run depends on; OUT/run_config.yaml holds it resolved.
+
+    `family` and `task` name the task (`bertforge.tasks`), `model` the pre-trained checkpoint and
+    `data` the task's data; `task_settings` are the task's own options (SQuAD's `doc_stride`, ...).
+    """
+
+    family: str = setting("glue", help="Task family: glue, ner, squad or swag.")
+    task: str | None = setting(None, help="The task within the family: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, "
+                                          "QNLI, RTE, WNLI; conll2003; squad, v1.1, v2.0; swag.")
+    model: str | None = setting(None, help="The pre-trained checkpoint (Hugging Face layout).")
+    data: str | None = setting(None, help="The task's data directory (or file, for SQuAD).")
+    seeds: list[int] = setting(default_factory=lambda: [1], help="Comma-separated seeds, one run each.")
+    task_settings: dict[str, Any] = setting(default_factory=dict, help="Task options (SQuAD: doc_stride, ...).")
+    optim: FinetuneOptim = dataclasses.field(default_factory=FinetuneOptim)
+    train: FinetuneLoop = dataclasses.field(default_factory=FinetuneLoop)
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"unknown task family {self.family!r}; choose one of {', '.join(FAMILIES)}")
+        if not self.seeds:
+            raise ValueError("seeds: at least one seed is needed")
+
+    def resolved(self, task: Task) -> FinetuneRecipe:
+        """The recipe with every empty default filled in from `task`'s declaration."""
+        optim = dataclasses.replace(self.optim, lr=task.default_lr if self.optim.lr is None else self.optim.lr)
+        loop = dataclasses.replace(
+            self.train, batch_size=self.train.batch_size or task.default_batch_size,
+            max_length=self.train.max_length or task.default_max_length)
+        return dataclasses.replace(self, task=self.task or task.name, task_settings=dict(task.settings),
+                                   optim=optim, train=loop)
+
+
+# settings that change where or how visibly a run happens, not what it computes
+_NOT_RESULT_SETTINGS = ("seeds", "device", "keep_checkpoints", "eval_batch_size")
+
+
+def hyperparameters(recipe: FinetuneRecipe) -> dict[str, Any]:
+    """The resolved settings a seed's results depend on, flat by name (task.json's `hyperparameters`):
+    a seed is reused only when they are equal."""
+    found = recipe_settings(FinetuneRecipe)
+    flat = {name: _get_path(recipe, s.path) for name, s in found.items() if name not in _NOT_RESULT_SETTINGS}
+    return json.loads(json.dumps(flat))  # as it reads back from task.json
+
+
+def _get_path(obj: Any, path: tuple[str, ...]) -> Any:
+    for part in path:
+        obj = getattr(obj, part)
+    return obj
+
+
+# ------------------------------------------------------------------------------------------------
+# the run
+# ------------------------------------------------------------------------------------------------
 def finetune(
-    task_family: str,
-    task: str,
-    model_dir: str | Path,
-    data_dir: str | Path,
-    out_dir: str | Path,
+    task_family: str | FinetuneRecipe,
+    task: str | None = None,
+    model_dir: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    out_dir: str | Path | None = None,
     *,
-    seeds: Sequence[int] = (1,),
-    lr: float | None = None,
-    batch_size: int = 32,
-    epochs: float = 3.0,
-    warmup: float = 0.1,
-    max_length: int | None = None,
-    weight_decay: float = 0.01,
-    max_train_examples: int | None = None,
-    max_eval_examples: int | None = None,
-    eval_batch_size: int = 64,
-    eval_every_epoch: bool = True,
-    task_settings: dict[str, Any] | None = None,
-    precision: str = "fp32",
-    reinit_layers: int = 0,
-    device: str | None = None,
-    keep_checkpoints: bool = False,
     progress: bool = True,
     verbose: bool = True,
+    **settings: Any,
 ) -> dict[str, Any]:
-    """Fine-tune `model_dir` on a task once per seed; returns (and writes) `out_dir/results.json`'s content.
+    """Fine-tune a checkpoint on a task once per seed; returns (and writes) `out_dir/results.json`'s content.
 
-    `task_family` is glue / ner / squad / swag and `task` the task within it ("SST-2", "MNLI",
-    "conll2003", "v1.1", "v2.0", "swag"). `lr` and `max_length` default to the family's (see the
-    module doc). `max_train_examples` trains on a fixed random sub-sample (the same for every seed);
-    `max_eval_examples` scores the first N dev examples. `task_settings` sets task options (SQuAD:
-    `doc_stride`, `max_query_length`, `n_best`, `max_answer_length`, `null_threshold`,
-    `train_articles`; NER: `stride`). `precision` is the loop's (fp32, bf16, fp16 on GPU).
-    `reinit_layers` re-initialises the top N encoder layers (and the pooler) before fine-tuning, as in
-    Zhang et al. 2021 ("Revisiting Few-sample BERT Fine-tuning"); N = L keeps only the embeddings.
+    Either a `FinetuneRecipe` and `out_dir`, or the family ("glue", "ner", "squad", "swag"), the task
+    within it ("SST-2", "MNLI", "conll2003", "v1.1", "v2.0", "swag"), the model and data paths, and
+    any recipe settings by name (`lr=3e-5`, `epochs=2`, `seeds=(1, 2)`, `task_settings={...}`: see
+    `FinetuneRecipe`, `FinetuneOptim`, `FinetuneLoop`). Empty settings take the task's defaults.
+    `progress` and `verbose` change what is shown, not what is computed.
     """
+    if isinstance(task_family, FinetuneRecipe):
+        recipe = recipe_override(task_family, settings, source="finetune()") if settings else task_family
+    else:
+        base = FinetuneRecipe(family=task_family, task=task,
+                              model=None if model_dir is None else str(model_dir),
+                              data=None if data_dir is None else str(data_dir))
+        recipe = recipe_override(base, settings, source="finetune()")
+    if out_dir is None:
+        raise ValueError("finetune needs an output directory (out_dir)")
+    return run_finetune(recipe, Path(out_dir), progress=progress, verbose=verbose)
+
+
+def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True,
+                 verbose: bool = True) -> dict[str, Any]:
+    """Run a fine-tuning recipe into `out_dir` (see the module docstring for the files)."""
     from bertforge.tokenizer import BertTokenizer
-    from bertforge.train import OptimConfig, TrainConfig, train
+    from bertforge.train import train
     from bertforge.train.state import seed_everything
 
     started = time.perf_counter()
-    spec = make_task(task_family, task, task_settings)
-    model_dir, data_dir, out_dir = Path(model_dir), Path(data_dir), Path(out_dir)
-    if not seeds:
-        raise ValueError("at least one seed is needed")
-    if batch_size < 1 or epochs <= 0 or not 0 <= warmup < 1:
-        raise ValueError(f"invalid batch_size={batch_size}, epochs={epochs} or warmup={warmup}")
-    if reinit_layers < 0:
-        raise ValueError(f"reinit_layers must be 0 or more, got {reinit_layers}")
-    lr = spec.default_lr if lr is None else lr
-    max_length = spec.default_max_length if max_length is None else max_length
+    if recipe.model is None or recipe.data is None:
+        raise ValueError(f"the recipe names no {'model' if recipe.model is None else 'data'} "
+                         "(give --model and --data, or model: and data: in the recipe)")
+    spec = make_task(recipe.family, recipe.task, recipe.task_settings)
+    recipe = recipe.resolved(spec)
+    loop, optim = recipe.train, recipe.optim
+    model_dir, data_dir = Path(recipe.model), Path(recipe.data)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
 
-    train_examples = subsample(spec.read(data_dir, spec.train_split), max_train_examples)
+    train_examples = subsample(spec.read(data_dir, spec.train_split), loop.max_train_examples)
     labels = spec.label_names(train_examples)
     label_list = labels if isinstance(labels, list) else None
-    train_features = spec.featurize(train_examples, tokenizer, max_length, label_names=label_list)
+    train_features = spec.featurize(train_examples, tokenizer, loop.max_length, label_names=label_list)
     if not train_features:
         raise ValueError(f"{data_dir}: no training examples for {spec.family} {spec.name}")
     eval_sets = {}
     for split in spec.eval_splits():
         examples = spec.read(data_dir, split)
-        examples = examples[:max_eval_examples] if max_eval_examples else examples
-        eval_sets[split] = (examples, spec.featurize(examples, tokenizer, max_length, label_names=label_list))
+        examples = examples[:loop.max_eval_examples] if loop.max_eval_examples else examples
+        eval_sets[split] = (examples, spec.featurize(examples, tokenizer, loop.max_length, label_names=label_list))
     _say(f"{spec.family} {spec.name}: {len(train_examples)} training examples -> {len(train_features)} features; "
          + ", ".join(f"{s}: {len(e)} examples" for s, (e, _) in eval_sets.items()), verbose)
 
-    hyper = {"lr": lr, "batch_size": batch_size, "epochs": epochs, "warmup": warmup, "max_length": max_length,
-             "weight_decay": weight_decay, "max_train_examples": max_train_examples,
-             "max_eval_examples": max_eval_examples, "precision": precision, "schedule": "linear",
-             "optimizer": "adamw", "adam_eps": 1e-6, "max_grad_norm": 1.0, "task_settings": spec.settings}
-    if reinit_layers:  # only when set, so that earlier runs' saved hyper-parameters still match
-        hyper["reinit_layers"] = reinit_layers
-    hyper = json.loads(json.dumps(hyper))  # as it reads back from a file, to compare with saved runs
+    recipe = dataclasses.replace(recipe, task_settings=dict(spec.settings))  # as the reader completed them
+    hyper = hyperparameters(recipe)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_recipe(recipe, out_dir / RUN_CONFIG_FILE,
+                header=f"bertforge finetune {spec.family} --config {out_dir / RUN_CONFIG_FILE} repeats this run")
     base_settings = dict(spec.settings)
     runs = []
-    for seed in seeds:
+    for seed in recipe.seeds:
         seed_dir = out_dir / f"seed-{seed}"
         spec.settings = dict(base_settings)  # each seed tunes its own (SQuAD v2.0's null threshold)
         saved = _read_json(seed_dir / TASK_FILE)
@@ -191,15 +295,15 @@ def finetune(
             overrides = {"id2label": {str(i): n for i, n in enumerate(names)},
                          "label2id": {n: i for i, n in enumerate(names)}}
         model = load_for_task(spec.head, model_dir, **overrides)
-        reinitialize_top_layers(model, reinit_layers)
-        batches = TaskBatches(train_features, batch_size, seed=seed, pad_id=tokenizer.pad_token_id)
+        reinitialize_top_layers(model, loop.reinit_layers)
+        batches = TaskBatches(train_features, loop.batch_size, seed=seed, pad_id=tokenizer.pad_token_id)
         steps_per_epoch = len(batches)
-        max_steps = max(1, math.ceil(steps_per_epoch * epochs))
-        evaluator = _Evaluator(spec, eval_sets, label_list, eval_batch_size, tokenizer.pad_token_id)
-        loop_config = TrainConfig(max_steps=max_steps, seed=seed, precision=precision, device=device,
-                                  eval_every=steps_per_epoch if eval_every_epoch else 0, save_every=0, keep_last=1,
-                                  log_every=max(1, min(50, steps_per_epoch // 5)), progress=progress)
-        optim = OptimConfig(lr=lr, weight_decay=weight_decay, warmup_ratio=warmup, schedule="linear")
+        max_steps = max(1, math.ceil(steps_per_epoch * loop.epochs))
+        evaluator = _Evaluator(spec, eval_sets, label_list, loop.eval_batch_size, tokenizer.pad_token_id)
+        loop_config = TrainConfig(max_steps=max_steps, seed=seed, precision=loop.precision, device=loop.device,
+                                  max_grad_norm=loop.max_grad_norm,
+                                  eval_every=steps_per_epoch if loop.eval_every_epoch else 0, save_every=0,
+                                  keep_last=1, log_every=max(1, min(50, steps_per_epoch // 5)), progress=progress)
         _say(f"seed {seed}: {max_steps} steps ({steps_per_epoch} per epoch) -> {seed_dir}", verbose)
         result = train(model, batches, seed_dir / "run", loop_config, optim, evaluate=evaluator, resume=True)
         metrics = result.metrics if evaluator.outputs else evaluator(model)
@@ -212,11 +316,11 @@ def finetune(
         for split, (examples, _) in eval_sets.items():
             spec.write_predictions(examples, evaluator.predictions(split), seed_dir, split)
         wall = time.perf_counter() - seed_started
-        record = {"family": spec.family, "task": spec.name, "seed": seed, "max_length": max_length,
+        record = {"family": spec.family, "task": spec.name, "seed": seed, "max_length": loop.max_length,
                   "settings": dict(spec.settings), "labels": label_list, "metrics": metrics, "steps": result.step,
                   "wall_s": round(wall, 1), "hyperparameters": hyper, "source_model": str(model_dir)}
         _write_json(seed_dir / TASK_FILE, record)
-        if not keep_checkpoints:
+        if not loop.keep_checkpoints:
             shutil.rmtree(seed_dir / "run" / "checkpoints", ignore_errors=True)
         _say(f"seed {seed}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()) + f"  ({wall:.0f} s)", verbose)
         runs.append({"seed": seed, "metrics": metrics, "steps": result.step, "wall_s": round(wall, 1),
@@ -359,5 +463,6 @@ def _write_json(path: Path, value: Any) -> None:
     write_text_atomic(path, json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
 
-__all__ = ["FAMILIES", "RESULTS_FILE", "TASK_FILE", "finetune", "load_for_task", "predict",
-           "reinitialize_top_layers", "summarize"]
+__all__ = ["FAMILIES", "RESULTS_FILE", "RUN_CONFIG_FILE", "TASK_FILE", "FinetuneLoop", "FinetuneOptim",
+           "FinetuneRecipe", "finetune", "hyperparameters", "load_for_task", "predict", "reinitialize_top_layers",
+           "run_finetune", "summarize"]

@@ -14,7 +14,7 @@ A recipe is a YAML or JSON file with four sections, each optional:
 A preset name, a config.json or a checkpoint directory is accepted in place of a recipe (defaults for
 the rest). Keyword overrides name a field of any section (`lr=3e-4`, `batch_size=64`,
 `hidden_dropout_prob=0.0`); the names are unique across sections. The run directory receives
-`run_config.json`, the resolved recipe, which is itself a recipe: `pretrain("RUN/run_config.json", ...)`
+`run_config.yaml`, the resolved recipe, which is itself a recipe: `pretrain("RUN/run_config.yaml", ...)`
 repeats the run. Vocabulary size and special ids always come from the data's tokenizer.
 """
 
@@ -32,14 +32,17 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+import yaml
 from torch import nn
 
 from bertforge.config import BertConfig, resolve_config
 from bertforge.fileio import write_text_atomic
+from bertforge.recipe import from_mapping, override, read_mapping, setting
 from bertforge.train import OptimConfig, TrainConfig, TrainResult, distributed, fsdp, train
 from bertforge.train.loop import Batch, EvalFn, to_device
 
 IGNORE_INDEX = -100
+RUN_CONFIG_FILE = "run_config.yaml"  # the resolved recipe, itself a recipe
 log = logging.getLogger(__name__)
 
 
@@ -47,16 +50,18 @@ log = logging.getLogger(__name__)
 class DataOptions:
     """How the shards are read; one section of a recipe."""
 
-    batch_size: int = 32  # sequences per device per micro-batch
-    eval_batch_size: int = 64
-    eval_max_batches: int = 0  # 0: the whole validation split at every evaluation
-    num_workers: int = 0  # DataLoader worker processes
-    pad_to_multiple_of: int | None = 8  # tensor-core friendly lengths on GPU; harmless on CPU
+    batch_size: int = setting(32, help="Sequences per device per micro-batch.")
+    eval_batch_size: int = setting(64, help="Sequences per validation batch.")
+    eval_max_batches: int = setting(0, help="Validation batches per evaluation (0: the whole split).")
+    num_workers: int = setting(0, help="DataLoader worker processes.")
+    pad_to_multiple_of: int | None = setting(8, help="Pad batches to a multiple of this length (tensor-core "
+                                                     "friendly on GPU; harmless on CPU).")
     # BERT's two phases: the last `long_fraction` of the steps read `long_data` (shards made with
     # max_seq_length 512); a relative path is taken beside the --data directory
-    long_data: str | None = None
-    long_fraction: float = 0.0
-    tokenizer: str | None = None  # tokenizer directory for the export, when the data does not record one
+    long_data: str | None = setting(None, help="Shards of long sequences for BERT's second phase (a relative "
+                                               "path is taken beside --data).")
+    long_fraction: float = setting(0.0, help="Share of the steps, at the end, that read long_data.")
+    tokenizer: str | None = setting(None, help="Tokenizer to ship in final/ (default: the data's).")
 
 
 @dataclass
@@ -65,7 +70,7 @@ class Recipe:
     data: DataOptions = field(default_factory=DataOptions)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    source: str | None = None  # where the recipe came from (for run_config.json)
+    source: str | None = None  # where the recipe came from (recorded in run_config.yaml)
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "data": dataclasses.asdict(self.data), "optim": dataclasses.asdict(self.optim),
@@ -103,7 +108,7 @@ def load_recipe(spec: str | os.PathLike[str] | Recipe) -> Recipe:
 
 
 def recipe_from_dict(data: dict[str, Any], source: str = "<dict>") -> Recipe:
-    # run_config.json adds facts about the run; they are records, not settings
+    # run_config.yaml adds facts about the run; they are records, not settings
     unknown = set(data) - {"model", "data", "optim", "train", "source", "data_dir", "dataset_options", "world_size"}
     if unknown:
         raise ValueError(f"{source}: unknown recipe sections {sorted(unknown)} (expected model, data, optim, train)")
@@ -113,10 +118,7 @@ def recipe_from_dict(data: dict[str, Any], source: str = "<dict>") -> Recipe:
         names = {f.name for f in dataclasses.fields(cls)}
         if set(values) - names:
             raise ValueError(f"{source}: unknown {name} fields {sorted(set(values) - names)}; known: {sorted(names)}")
-        try:
-            sections[name] = cls(**values)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{source}: {name}: {exc}") from exc
+        sections[name] = from_mapping(cls, values, f"{source}: {name}")
     model = data.get("model") or {"preset": "tiny"}
     if isinstance(model, str):
         model = {"preset": model} if not model.endswith(".json") else {"config": model}
@@ -125,19 +127,18 @@ def recipe_from_dict(data: dict[str, Any], source: str = "<dict>") -> Recipe:
 
 def with_overrides(recipe: Recipe, **overrides: Any) -> Recipe:
     """A copy with fields replaced by name, whichever section holds them (model fields included)."""
-    changes: dict[str, dict[str, Any]] = {}
     model = dict(recipe.model)
+    settings: dict[str, Any] = {}
     for name, value in overrides.items():
         if value is None:
             continue
         if name in _MODEL_FIELDS:
             model[name] = value
         elif name in _FIELD_SECTION:
-            changes.setdefault(_FIELD_SECTION[name], {})[name] = value
+            settings[name] = value
         else:
             raise ValueError(f"unknown recipe field {name!r}")
-    sections = {name: dataclasses.replace(getattr(recipe, name), **values) for name, values in changes.items()}
-    return dataclasses.replace(recipe, model=model, **sections)
+    return dataclasses.replace(override(recipe, settings, source="recipe override"), model=model)
 
 
 def _is_recipe_json(path: Path) -> bool:
@@ -146,17 +147,7 @@ def _is_recipe_json(path: Path) -> bool:
 
 
 def _read_mapping(path: Path) -> dict[str, Any]:
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))  # YAML is a superset of JSON
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        raise ValueError(f"{where}: invalid YAML/JSON ({getattr(exc, 'problem', exc)})") from exc
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping with model/data/optim/train sections")
-    return data
+    return read_mapping(path)
 
 
 def model_config(recipe: Recipe, tokenizer_facts: dict[str, Any], max_seq_length: int) -> BertConfig:
@@ -359,7 +350,10 @@ def pretrain(
         if init_from is not None:
             record["init_from"] = str(Path(init_from).resolve())
         out_dir.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(out_dir / "run_config.json", json.dumps(record, indent=1) + "\n")
+        header = (f"bertforge pretrain --config {out_dir / RUN_CONFIG_FILE} --data {data_dir} --out DIR repeats "
+                  "this run\n(data_dir, dataset_options, world_size and init_from are records, not settings)")
+        write_text_atomic(out_dir / RUN_CONFIG_FILE, "".join(f"# {line}\n" for line in header.splitlines())
+                          + yaml.safe_dump(record, sort_keys=False))
 
     from bertforge.model import BertForMaskedLM, BertForPreTraining
 

@@ -22,6 +22,7 @@ statically, once, so the validation loss is comparable between runs with differe
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -31,6 +32,7 @@ import time
 import warnings
 import zlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,11 +60,15 @@ from bertforge.data.instances import (
 from bertforge.data.masking import IGNORE_INDEX, Masker
 from bertforge.data.shards import ShardWriter, read_json, shard_name, token_dtype
 from bertforge.fileio import atomic_path, write_text_atomic
+from bertforge.recipe import override as recipe_override
+from bertforge.recipe import save as save_recipe
+from bertforge.recipe import setting
 
-__all__ = ["MASKING_MODES", "DataWarning", "prepare"]
+__all__ = ["MASKING_MODES", "RUN_CONFIG_FILE", "DataWarning", "PrepareOptions", "prepare"]
 
 MASKING_MODES = ("static", "dynamic")
 DATASET_FORMAT = "bertforge-pretraining-data"
+RUN_CONFIG_FILE = "run_config.yaml"  # the resolved PrepareOptions
 VALIDATION_SEED = 20181011  # fixed: validation instances and masks do not depend on `seed`
 _POOL_SEED = 7  # fixed: which blocks the NotNext pool keeps does not depend on `seed` either
 _PREFILL_PROBES = 16
@@ -73,34 +79,64 @@ class DataWarning(UserWarning):
     """Input problems that `prepare` skipped and counted (bad bytes, empty files, overlong lines...)."""
 
 
+@dataclass
+class PrepareOptions:
+    """Everything `prepare` makes shards from: the inputs, the tokenizer and how instances are made.
+
+    One section, the recipe of `bertforge prepare` (`--config FILE`, `--set key=value`, or one option
+    per setting); DATA/run_config.yaml holds it resolved.
+    """
+
+    inputs: list[str] = setting(default_factory=list, aliases=("--input", "-i"),
+                                help="Text file or directory of .txt files (repeat).")
+    tokenizer: str | None = setting(None, help="Tokenizer directory (vocab.txt ...).")
+    max_seq_length: int = setting(128, help="Tokens per instance, [CLS] and [SEP] included.")
+    workers: int = setting(1, help="Processes, one shard each at a time.")
+    seed: int = setting(12345, help="Seed of the training instances and masks.")
+    objective: str = setting("nsp", help="nsp (BERT), sop (ALBERT) or none (RoBERTa packing).")
+    masking: str = setting("static", help="static (masked here) or dynamic (masked by the loader each epoch).")
+    dupe_factor: int | None = setting(None, help="Copies of the data, each masked differently "
+                                                 "(default 10 static, 1 dynamic).")
+    whole_word: bool = setting(False, help="Mask whole words.")
+    span: bool = setting(False, help="SpanBERT span masking (whole words).")
+    masked_lm_prob: float = setting(0.15, help="Share of tokens masked.")
+    max_predictions_per_seq: int | None = setting(None, aliases=("--max-predictions",),
+                                                  help="Masks per sequence at most (default ceil(0.15 x length)).")
+    short_seq_prob: float = setting(0.1, help="Share of shorter target lengths.")
+    plain_text: bool = setting(False, help="Running text, split into sentences here (default: one sentence "
+                                           "per line).")
+    strip_gutenberg: bool = setting(False, help="Drop Project Gutenberg headers and licences.")
+    validation_fraction: float = setting(0.01, help="Share of text held out for validation.")
+    validation_inputs: list[str] = setting(default_factory=list, aliases=("--validation-input",),
+                                           help="Text file or directory held out whole for validation, e.g. a "
+                                                "test split (repeat).")
+    shard_mb: float = setting(256.0, help="Input megabytes per shard at most.")
+    block_sentences: int = setting(256, help="Sentences per block (the unit held out for validation).")
+    max_line_chars: int = setting(10_000, help="Longer lines are cut (and counted).")
+    bad_bytes: str = setting("skip", help="Lines that are not UTF-8: skip, replace or error.")
+
+    def __post_init__(self) -> None:
+        _check_options(self)
+
+    def job_options(self) -> dict[str, Any]:
+        """The settings the shards depend on, as dataset.json records them (resume compares them)."""
+        skip = {"inputs", "tokenizer", "validation_inputs", "workers"}
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
+
+
 def prepare(
-    inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-    tokenizer_dir: str | os.PathLike[str],
-    out_dir: str | os.PathLike[str],
+    inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | PrepareOptions,
+    tokenizer_dir: str | os.PathLike[str] | None = None,
+    out_dir: str | os.PathLike[str] | None = None,
     *,
-    max_seq_length: int = 128,
-    workers: int = 1,
-    seed: int = 12345,
-    objective: str = "nsp",
-    masking: str = "static",
-    dupe_factor: int | None = None,
-    whole_word: bool = False,
-    span: bool = False,
-    masked_lm_prob: float = 0.15,
-    max_predictions_per_seq: int | None = None,
-    short_seq_prob: float = 0.1,
-    plain_text: bool = False,
-    strip_gutenberg: bool = False,
-    validation_fraction: float = 0.01,
-    validation_inputs: Sequence[str | os.PathLike[str]] = (),
-    shard_mb: float = 256.0,
-    block_sentences: int = 256,
-    max_line_chars: int = 10_000,
-    bad_bytes: str = "skip",
     overwrite: bool = False,
     progress: bool = True,
+    **settings: Any,
 ) -> dict[str, Any]:
     """Make pre-training shards from text files and return the statistics (also in `out_dir/stats.json`).
+
+    `inputs` is a `PrepareOptions` (then `tokenizer_dir` may stay None), or the input paths, with any
+    other setting of `PrepareOptions` by name (`max_seq_length=64`, `objective="sop"`, ...).
 
     Args:
         inputs: text files or directories (their `*.txt`, recursively). BERT layout (one sentence per
@@ -123,14 +159,13 @@ def prepare(
         >>> stats["instances"], stats["masked_fraction"]  # doctest: +SKIP
     """
     started = time.time()
-    options = _check_options(
-        max_seq_length=max_seq_length, workers=workers, seed=seed, objective=objective, masking=masking,
-        dupe_factor=dupe_factor, whole_word=whole_word, span=span, masked_lm_prob=masked_lm_prob,
-        max_predictions_per_seq=max_predictions_per_seq, short_seq_prob=short_seq_prob,
-        plain_text=plain_text, strip_gutenberg=strip_gutenberg, validation_fraction=validation_fraction,
-        shard_mb=shard_mb, block_sentences=block_sentences, max_line_chars=max_line_chars, bad_bytes=bad_bytes,
-    )
-    options.pop("workers")  # not part of the job: the plan below says what the output depends on
+    recipe = _prepare_options(inputs, tokenizer_dir, settings)
+    if out_dir is None:
+        raise ValueError("prepare needs an output directory (out_dir)")
+    tokenizer_dir, workers, strip_gutenberg = recipe.tokenizer, recipe.workers, recipe.strip_gutenberg
+    shard_mb, plain_text = recipe.shard_mb, recipe.plain_text
+    inputs, validation_inputs = recipe.inputs, recipe.validation_inputs
+    options = recipe.job_options()  # workers are not part of the job: the plan below says what the output depends on
     out = Path(out_dir)
     held_out = expand_inputs(validation_inputs) if validation_inputs else []
     files = [f for f in expand_inputs(inputs) if f not in held_out] + held_out
@@ -150,6 +185,8 @@ def prepare(
         "shards": [[r.to_json() for r in shard] for shard in plan],
     }
     _start_output(out, dataset, overwrite)
+    save_recipe(recipe, out / RUN_CONFIG_FILE, header=f"bertforge prepare --config {out / RUN_CONFIG_FILE} "
+                                                       "--out DIR makes the same shards")
     continuation = np.zeros(tokenizer.vocab_size, dtype=bool)
     for token, index in tokenizer.vocab.items():
         continuation[index] = token.startswith("##")
@@ -188,32 +225,45 @@ def prepare(
 # ---------------------------------------------------------------------------------------------------
 
 
-def _check_options(**o: Any) -> dict[str, Any]:
+def _prepare_options(inputs: Any, tokenizer_dir: Any, settings: dict[str, Any]) -> PrepareOptions:
+    """The options of one `prepare` call: a `PrepareOptions` as is, or one built from paths and settings."""
+    if isinstance(inputs, PrepareOptions):
+        base = inputs if tokenizer_dir is None else dataclasses.replace(inputs, tokenizer=str(tokenizer_dir))
+        return recipe_override(base, settings, source="prepare()") if settings else base
+    paths = [inputs] if isinstance(inputs, str | os.PathLike) else list(inputs)
+    settings = {"inputs": [str(p) for p in paths], "tokenizer": None if tokenizer_dir is None else str(tokenizer_dir),
+                **{k: ([str(p) for p in v] if k == "validation_inputs" else v) for k, v in settings.items()}}
+    recipe = recipe_override(PrepareOptions(), settings, source="prepare()")
+    if recipe.tokenizer is None:
+        raise ValueError("prepare needs a tokenizer directory (tokenizer_dir, --tokenizer)")
+    return recipe
+
+
+def _check_options(o: PrepareOptions) -> None:
+    """Check the settings, and fill in the defaults that depend on others (dupe_factor, max predictions)."""
     def need(ok: bool, message: str) -> None:
         if not ok:
             raise ValueError(message)
 
-    need(o["objective"] in OBJECTIVES, f"objective must be one of {OBJECTIVES}, not {o['objective']!r}")
-    need(o["masking"] in MASKING_MODES, f"masking must be one of {MASKING_MODES}, not {o['masking']!r}")
-    need(o["bad_bytes"] in BAD_BYTES_POLICIES, f"bad_bytes must be one of {BAD_BYTES_POLICIES}, not {o['bad_bytes']!r}")
-    need(8 <= o["max_seq_length"] <= 65535, f"max_seq_length must be in [8, 65535], not {o['max_seq_length']}")
-    need(o["workers"] >= 1, f"workers must be at least 1, not {o['workers']}")
-    need(0.0 < o["masked_lm_prob"] < 1.0, f"masked_lm_prob must be in (0, 1), not {o['masked_lm_prob']}")
-    need(0.0 <= o["short_seq_prob"] <= 1.0, f"short_seq_prob must be in [0, 1], not {o['short_seq_prob']}")
-    need(0.0 <= o["validation_fraction"] < 1.0,
-         f"validation_fraction must be in [0, 1), not {o['validation_fraction']}")
-    need(o["shard_mb"] > 0, f"shard_mb must be positive, not {o['shard_mb']}")
-    need(o["block_sentences"] >= 2, f"block_sentences must be at least 2, not {o['block_sentences']}")
-    need(o["max_line_chars"] >= 100, f"max_line_chars must be at least 100, not {o['max_line_chars']}")
-    if o["dupe_factor"] is None:
-        o["dupe_factor"] = 10 if o["masking"] == "static" else 1
-    need(o["dupe_factor"] >= 1, f"dupe_factor must be at least 1, not {o['dupe_factor']}")
-    if o["max_predictions_per_seq"] is None:
-        o["max_predictions_per_seq"] = math.ceil(o["masked_lm_prob"] * o["max_seq_length"])
-    need(o["max_predictions_per_seq"] >= 1, "max_predictions_per_seq must be at least 1")
-    if o["span"]:
-        o["whole_word"] = True  # SpanBERT spans are made of whole words
-    return dict(o)
+    need(o.objective in OBJECTIVES, f"objective must be one of {OBJECTIVES}, not {o.objective!r}")
+    need(o.masking in MASKING_MODES, f"masking must be one of {MASKING_MODES}, not {o.masking!r}")
+    need(o.bad_bytes in BAD_BYTES_POLICIES, f"bad_bytes must be one of {BAD_BYTES_POLICIES}, not {o.bad_bytes!r}")
+    need(8 <= o.max_seq_length <= 65535, f"max_seq_length must be in [8, 65535], not {o.max_seq_length}")
+    need(o.workers >= 1, f"workers must be at least 1, not {o.workers}")
+    need(0.0 < o.masked_lm_prob < 1.0, f"masked_lm_prob must be in (0, 1), not {o.masked_lm_prob}")
+    need(0.0 <= o.short_seq_prob <= 1.0, f"short_seq_prob must be in [0, 1], not {o.short_seq_prob}")
+    need(0.0 <= o.validation_fraction < 1.0, f"validation_fraction must be in [0, 1), not {o.validation_fraction}")
+    need(o.shard_mb > 0, f"shard_mb must be positive, not {o.shard_mb}")
+    need(o.block_sentences >= 2, f"block_sentences must be at least 2, not {o.block_sentences}")
+    need(o.max_line_chars >= 100, f"max_line_chars must be at least 100, not {o.max_line_chars}")
+    if o.dupe_factor is None:
+        o.dupe_factor = 10 if o.masking == "static" else 1
+    need(o.dupe_factor >= 1, f"dupe_factor must be at least 1, not {o.dupe_factor}")
+    if o.max_predictions_per_seq is None:
+        o.max_predictions_per_seq = math.ceil(o.masked_lm_prob * o.max_seq_length)
+    need(o.max_predictions_per_seq >= 1, "max_predictions_per_seq must be at least 1")
+    if o.span:
+        o.whole_word = True  # SpanBERT spans are made of whole words
 
 
 _TOKENIZERS: dict[str, Any] = {}

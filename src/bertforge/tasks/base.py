@@ -261,9 +261,13 @@ class Task(ABC):
     head: ClassVar[type]  # the BertFor* class: the pre-trained encoder plus one new output layer
     output_names: ClassVar[tuple[str, ...]] = ("logits",)  # the head outputs post-processing reads
     token_outputs: ClassVar[tuple[str, ...]] = ()  # those of them with one value per token
+    # the fine-tuning defaults a recipe falls back on where it leaves a setting empty (the paper's)
     default_max_length: ClassVar[int] = 128
     default_lr: ClassVar[float] = 2e-5
+    default_batch_size: ClassVar[int] = 32
     train_split: ClassVar[str] = "train"
+    # task settings offered as command-line options: name -> (type, help); their defaults are the task's
+    setting_options: ClassVar[dict[str, tuple[type, str]]] = {}
 
     # ---- reader
     @abstractmethod

@@ -193,6 +193,9 @@ class Ner(Task):
     family: ClassVar[str] = "ner"
     default_lr: ClassVar[float] = 5e-5
     token_outputs: ClassVar[tuple[str, ...]] = ("logits",)
+    setting_options: ClassVar[dict[str, tuple[type, str]]] = {
+        "stride": (int, "Pieces between the starts of two windows of a long sentence (default: half a window)."),
+    }
 
     @property
     def head(self) -> type:  # type: ignore[override]

@@ -265,6 +265,13 @@ class Squad(Task):
     default_lr: ClassVar[float] = 5e-5
     output_names: ClassVar[tuple[str, ...]] = ("start_logits", "end_logits")
     token_outputs: ClassVar[tuple[str, ...]] = ("start_logits", "end_logits")
+    setting_options: ClassVar[dict[str, tuple[type, str]]] = {
+        "doc_stride": (int, f"Pieces between window starts (default {SQUAD_DEFAULTS['doc_stride']})."),
+        "max_query_length": (int, f"Question pieces kept (default {SQUAD_DEFAULTS['max_query_length']})."),
+        "train_articles": (int, "Train on the first N articles of the (dev) file, evaluate on the rest."),
+        "n_best": (int, f"Start and end candidates per window (default {SQUAD_DEFAULTS['n_best']})."),
+        "max_answer_length": (int, f"Answer pieces at most (default {SQUAD_DEFAULTS['max_answer_length']})."),
+    }
 
     def __post_init__(self) -> None:
         versions = {"squad": None, "v1.1": "1.1", "1.1": "1.1", "v2.0": "2.0", "2.0": "2.0",

@@ -149,6 +149,7 @@ class Swag(Task):
 
     name: str = "swag"
     family: ClassVar[str] = "swag"
+    default_batch_size: ClassVar[int] = 16  # four (context, ending) rows per example
 
     @property
     def head(self) -> type:  # type: ignore[override]
