@@ -304,7 +304,7 @@ def _fmt(cell: dict[str, Any], scale: float = 100.0) -> str:
 def render(rows: list[dict[str, Any]]) -> str:
     machine = next((r[f]["machine"] for r in rows for f in RUNNERS if r[f]["machine"]), None)
     lines = [
-        "## Fine-tuning quality: bertforge vs transformers' Trainer (all-MiniLM-L6-v2)",
+        "### Fine-tuning quality: bertforge vs transformers' Trainer (all-MiniLM-L6-v2)",
         "",
         "Made by `python -m experiments.hf_finetune_baseline` (raw figures in",
         "`experiments/results/finetune_baseline/`). Same encoder, same training examples, same",

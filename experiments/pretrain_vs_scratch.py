@@ -248,7 +248,7 @@ def render(name: str, payload: dict[str, Any], curves: Path) -> str:
         values = ", ".join(f"{100 * v:.1f}" for v in acc["values"])
         sst2.append([label, mean_std(acc), values, f"{result['wall_s']:.0f}"])
     return "\n".join([
-        f"## Pre-training from scratch: BERT-{name} on the shared books + WikiText-2 (CPU budget run)",
+        f"### Pre-training from scratch: BERT-{name} on the shared books + WikiText-2 (CPU budget run)",
         "",
         f"L={config['num_hidden_layers']}, H={config['hidden_size']}, A={config['num_attention_heads']}, "
         f"vocabulary {config['vocab_size']} WordPiece pieces trained here; {steps} steps of batch "

@@ -80,7 +80,7 @@ def render(payload: dict[str, Any]) -> str:
     rows = [["all-MiniLM-L6-v2, bertforge", f"{metrics['exact_match']:.1f}", f"{metrics['f1']:.1f}",
              payload["train_questions"], eval_questions, run["steps"], f"{run['wall_s']:.0f}"]]
     return "\n".join([
-        f"## SQuAD v1.1: fine-tuned on {n_train} dev articles, scored on the others",
+        f"### SQuAD v1.1: fine-tuned on {n_train} dev articles, scored on the others",
         "",
         f"Made by `python -m experiments.squad_dev_split --train-questions {payload['train_questions']} --epochs "
         f"{hyper['epochs']:g}` (raw figures in `experiments/results/squad_dev_split.json`). "
