@@ -3,7 +3,7 @@
     python benchmarks/speed.py [--data ../shared/data] [--rounds 3] [--threads 2] [--only inference,finetune,pretrain]
                                [--models minilm,base]
 
-Workloads (issue 9):
+Workloads:
   inference  sequences/s on the SST-2 dev sentences and MRPC dev pairs, tokenised, batch 32, in file
              order with per-batch padding (both libraries get the very same batches); bertforge also
              with length bucketing (its own batching for inference), reported separately.
@@ -321,13 +321,13 @@ is the growth of the process's peak RSS during the timed run, after the model wa
 """
 
 
-# Issue 9's CPU targets: bertforge / transformers on the same model and batches.
+# The CPU speed targets: bertforge / transformers on the same model and batches.
 TARGETS = {"inference": 2.0, "finetune": 1.3}
 
 
 def render_targets(results: list[dict[str, Any]]) -> str:
     """Each CPU target met or missed, and by how much; for a missed inference row, the bound that padding sets."""
-    lines = ["Targets (issue 9): variable-length inference >= 2.0x, training step >= 1.3x, each library given the "
+    lines = ["Targets: variable-length inference >= 2.0x, training step >= 1.3x, each library given the "
              "same batches (in file order, and sorted by length for the bucketing rows)."]
     for result in results:
         spec, summary = result["scenario"], result["median"]
@@ -338,7 +338,7 @@ def render_targets(results: list[dict[str, Any]]) -> str:
             lines.append(target_line(spec, summary, label, target))
     if not any(r["scenario"].get("device", "cpu") != "cpu" for r in results):
         lines.append("- GPU (BERT-base seq-128 pre-training bf16 >= 2x, MFU >= 50%): not measured, no GPU was "
-                     "available to the sessions that ran these benchmarks; the GPU code paths (bf16 autocast, "
+                     "available to the runs of these benchmarks; the GPU code paths (bf16 autocast, "
                      "fused attention, packed tokens) are tested for correctness on CPU.")
     return "\n".join(lines)
 

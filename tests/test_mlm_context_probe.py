@@ -1,15 +1,10 @@
-"""The context variants of benchmarks/mlm_context_probe.py: what each one keeps and what it takes away."""
+"""The context variants of experiments/mlm_context_probe.py: what each one keeps and what it takes away."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-
-from mlm_context_probe import IGNORE_INDEX, context_variants  # noqa: E402
+from experiments.mlm_context_probe import IGNORE_INDEX, context_variants
 
 SPECIAL, MASK = [0, 1, 2, 3, 4], 4
 

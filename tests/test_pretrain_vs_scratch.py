@@ -1,25 +1,21 @@
-"""benchmarks/pretrain_vs_scratch.py names a committed recipe only when it matches what the run recorded."""
+"""experiments/pretrain_vs_scratch.py names a committed recipe only when it matches what the run recorded."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-
-from pretrain_vs_scratch import (  # noqa: E402
+from bertforge.pretrain import load_recipe, model_config
+from experiments.pretrain_vs_scratch import (
     fewer_examples_table,
     int_list,
     majority_share,
     recipe_differences,
     verdict,
 )
-
-from bertforge.pretrain import load_recipe, model_config  # noqa: E402
 
 RECIPE = """model:
   preset: mini

@@ -396,14 +396,13 @@ def test_tensorboard_has_the_jsonl_curves_and_a_resume_does_not_double_them(tmp_
 
 
 KILL_SCRIPT = """
-import sys, time
+import time
 from pathlib import Path
 import torch
 torch.set_num_threads(1)  # as the test process, so that the arithmetic is the same
-sys.path.insert(0, {tests!r})
 import bertforge.train.state as state
 from bertforge.train import OptimConfig, train
-from test_train import SyntheticBatches, run_config, tiny_model
+from test_train import SyntheticBatches, run_config, tiny_model  # tests/ is on the child's PYTHONPATH
 
 real_save_model, calls = state.save_model, []
 
@@ -421,8 +420,10 @@ train(tiny_model(), SyntheticBatches(), {run!r}, run_config(max_steps=8, save_ev
 
 def test_sigkill_during_a_checkpoint_write_resumes_from_the_last_complete_one(tmp_path: Path) -> None:
     run, marker = tmp_path / "run", tmp_path / "marker"
-    script = KILL_SCRIPT.format(tests=str(Path(__file__).parent), marker=str(marker), run=str(run))
-    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], stderr=subprocess.PIPE)
+    script = KILL_SCRIPT.format(marker=str(marker), run=str(run))
+    python_path = os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p)
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], stderr=subprocess.PIPE,
+                             env={**os.environ, "PYTHONPATH": python_path})
     deadline = time.monotonic() + 90
     while not marker.exists():
         assert child.poll() is None, child.stderr.read().decode()

@@ -1,6 +1,6 @@
 """What a fine-tuning task declares, and the pieces every task shares.
 
-A task is five declarations (DESIGN.md): reader ▸ head ▸ collate ▸ metric ▸ post-process. Everything
+A task is five declarations (docs/architecture.md): reader ▸ head ▸ collate ▸ metric ▸ post-process. Everything
 else (the optimiser, the schedule, checkpoints, logging) is the one training loop in `bertforge.train`,
 driven by `bertforge.finetune`. A `Task` subclass says:
 

@@ -7,11 +7,11 @@ tested against the official GLUE / conlleval definitions), so the only differenc
 code: tokenizer, model, data order, optimiser and loop.
 
     pip install -e ".[bench]"                                      # transformers and accelerate
-    python benchmarks/hf_finetune_baseline.py                      # the default job list below
-    python benchmarks/hf_finetune_baseline.py --tasks RTE --seeds 1 # one task, one seed
-    python benchmarks/hf_finetune_baseline.py --shard 0/2 &         # split the jobs over two processes
-    python benchmarks/hf_finetune_baseline.py --shard 1/2 &
-    python benchmarks/hf_finetune_baseline.py --summarize           # table from what has finished
+    python -m experiments.hf_finetune_baseline                      # the default job list below
+    python -m experiments.hf_finetune_baseline --tasks RTE --seeds 1 # one task, one seed
+    python -m experiments.hf_finetune_baseline --shard 0/2 &         # split the jobs over two processes
+    python -m experiments.hf_finetune_baseline --shard 1/2 &
+    python -m experiments.hf_finetune_baseline --summarize           # table from what has finished
 
 Shared hyper-parameters: batch 32, AdamW (eps 1e-6, weight decay 0.01 except biases and LayerNorm),
 linear warm-up over 10% of the steps then linear decay to 0, gradient clipping at 1.0, 3 epochs,
@@ -19,9 +19,9 @@ max length 128, dynamic padding with length-grouped batches (`train_sampling_str
 "group_by_length"` on the Trainer's side), fp32, scored on dev once, after the last epoch. Each (task, seed) runs both frameworks back to back, the order alternating
 with the seed, so that both see the same machine load.
 
-Every finished run writes `benchmarks/results/finetune_baseline/<task>-seed<N>-<framework>.json`; a run
+Every finished run writes `experiments/results/finetune_baseline/<task>-seed<N>-<framework>.json`; a run
 whose file exists is skipped, so an interrupted job list resumes. `--summarize` (also done after
-every run) writes `benchmarks/results/finetune_baseline.json` and the `finetune-baseline` section
+every run) writes `experiments/results/finetune_baseline.json` and the `finetune-baseline` section
 of `docs/results.md`.
 """
 
@@ -37,15 +37,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+if __package__:  # python -m experiments.<name> from the repository root, or imported from there
+    from experiments.common import DOC, RESULTS, ROOT, machine, machine_line, update_doc_section
+else:  # python experiments/<name>.py: this directory is first on the path
+    from common import DOC, RESULTS, ROOT, machine, machine_line, update_doc_section
 
-from common import machine, machine_line, update_doc_section  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results"
 RUNS = RESULTS / "finetune_baseline"
-DOCS_RESULTS = ROOT / "docs" / "results.md"
+DOCS_RESULTS = DOC
 
 # task -> (family, bertforge task name, main metric, train sub-sample or None, data sub-directory)
 TASKS: dict[str, tuple[str, str, str, int | None, str]] = {
@@ -59,7 +57,7 @@ TASKS: dict[str, tuple[str, str, str, int | None, str]] = {
 # Sub-samples: both frameworks fine-tune MiniLM at about 400-600 tokens/s per core here, so the full
 # training sets x 3 seeds x 2 frameworks would take about 7 core-hours; these take about 3.5 (RTE's
 # full set alone about 2: some 21 min per run). The 1,000-pair RTE runs that RTE used before are in
-# benchmarks/results/finetune_baseline_rte1000/ (5 seeds).
+# experiments/results/finetune_baseline_rte1000/ (5 seeds).
 DEFAULT_SEEDS = {"RTE": (1, 2, 3), "MRPC": (1, 2, 3), "STS-B": (1, 2, 3), "CoLA": (1, 2, 3),
                  "SST-2": (1,), "CoNLL-2003": (1,)}
 HYPER = {"lr": 5e-5, "batch_size": 32, "epochs": 3.0, "warmup": 0.1, "weight_decay": 0.01, "max_length": 128,
@@ -141,8 +139,8 @@ def run_transformers(task: str, seed: int, model: Path, data: Path, work: Path) 
         TrainingArguments,
     )
 
-    from bertforge.tasks.base import subsample
     from bertforge.tasks import make_task
+    from bertforge.tasks.base import subsample
 
     transformers.logging.set_verbosity_error()
     family, name, _, max_train, _ = TASKS[task]
@@ -306,10 +304,10 @@ def _fmt(cell: dict[str, Any], scale: float = 100.0) -> str:
 def render(rows: list[dict[str, Any]]) -> str:
     machine = next((r[f]["machine"] for r in rows for f in RUNNERS if r[f]["machine"]), None)
     lines = [
-        "## Fine-tuning quality: bertforge vs transformers' Trainer (all-MiniLM-L6-v2)",
+        "### Fine-tuning quality: bertforge vs transformers' Trainer (all-MiniLM-L6-v2)",
         "",
-        "Made by `python benchmarks/hf_finetune_baseline.py` (raw figures in",
-        "`benchmarks/results/finetune_baseline/`). Same encoder, same training examples, same",
+        "Made by `python -m experiments.hf_finetune_baseline` (raw figures in",
+        "`experiments/results/finetune_baseline/`). Same encoder, same training examples, same",
         f"hyper-parameters (lr {HYPER['lr']:g}, batch {HYPER['batch_size']}, {HYPER['epochs']:g} epochs, "
         f"10% warm-up then linear decay, weight decay {HYPER['weight_decay']}, max length {HYPER['max_length']},",
         "length-grouped dynamic padding, fp32) and the same metric code; dev-set scores after the last",

@@ -1,31 +1,48 @@
 """Does our pre-training help? A pre-training run's held-out curves, and SST-2 from it vs from random weights.
 
-    python benchmarks/pretrain_vs_scratch.py --run runs/mini/pretrain [--train-examples 6000[,2000,1000]] [--seeds 1,2,3]
+    python -m experiments.pretrain_vs_scratch --run runs/mini/pretrain [--train-examples 6000[,2000,1000]] [--seeds 1,2,3]
 
 Reads RUN/metrics.jsonl (held-out MLM and NSP accuracy at every evaluation) and draws RUN's curves
-to docs/img/<name>_pretrain_curves.png; then fine-tunes SST-2 (GLUE layout, ../shared/data/glue) twice
+to experiments/results/img/<name>_pretrain_curves.png; then fine-tunes SST-2 (GLUE layout, ../shared/data/glue) twice
 per seed with identical settings: once from RUN/final, once from a model of the same config with
 BERT's random initialisation (same tokenizer). The first `--train-examples` size is the comparison the
 verdict is about; further sizes (fewer labelled sentences, the same epochs) are scored the same way and
 tabulated under it, with how many random-weights seeds never left the majority class. Results:
-benchmarks/results/pretrain_vs_scratch.json and the `pretrain-run` section of docs/results.md.
+experiments/results/pretrain_vs_scratch.json and the `pretrain-run` section of docs/results.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import machine, machine_line, markdown_table, save_results, update_doc_section  # noqa: E402
+if __package__:  # python -m experiments.<name> from the repository root, or imported from there
+    from experiments.common import (
+        DOC,
+        RESULTS,
+        ROOT,
+        machine,
+        machine_line,
+        markdown_table,
+        save_results,
+        update_doc_section,
+    )
+else:  # python experiments/<name>.py: this directory is first on the path
+    from common import (
+        DOC,
+        RESULTS,
+        ROOT,
+        machine,
+        machine_line,
+        markdown_table,
+        save_results,
+        update_doc_section,
+    )
 
 
 def random_twin(final: Path, out: Path, seed: int = 0) -> Path:
@@ -112,13 +129,13 @@ def run_name(run: Path) -> str:
 
 
 def curves_path(run: Path) -> Path:
-    return ROOT / "docs" / "img" / f"{run_name(run)}_pretrain_curves.png"
+    return RESULTS / "img" / f"{run_name(run)}_pretrain_curves.png"
 
 
 def write_section(run: Path, payload: dict[str, Any]) -> str:
     """The `pretrain-run` section of docs/results.md, rewritten from `payload`; returns its text."""
     text = render(run_name(run), payload, curves_path(run))
-    update_doc_section("pretrain-run", text, ROOT / "docs" / "results.md")
+    update_doc_section("pretrain-run", text, DOC)
     return text
 
 
@@ -158,7 +175,7 @@ def main() -> None:
     parser.add_argument("--summarize", action="store_true", help="only rewrite the section from the saved results")
     args = parser.parse_args()
     if args.summarize:
-        payload = json.loads((ROOT / "benchmarks" / "results" / "pretrain_vs_scratch.json").read_text())
+        payload = json.loads((RESULTS / "pretrain_vs_scratch.json").read_text())
         write_section(Path(payload["run"]), payload)
         return
     if args.run is None:
@@ -231,7 +248,7 @@ def render(name: str, payload: dict[str, Any], curves: Path) -> str:
         values = ", ".join(f"{100 * v:.1f}" for v in acc["values"])
         sst2.append([label, mean_std(acc), values, f"{result['wall_s']:.0f}"])
     return "\n".join([
-        f"## Pre-training from scratch: BERT-{name} on the shared books + WikiText-2 (CPU budget run)",
+        f"### Pre-training from scratch: BERT-{name} on the shared books + WikiText-2 (CPU budget run)",
         "",
         f"L={config['num_hidden_layers']}, H={config['hidden_size']}, A={config['num_attention_heads']}, "
         f"vocabulary {config['vocab_size']} WordPiece pieces trained here; {steps} steps of batch "
@@ -245,7 +262,7 @@ def render(name: str, payload: dict[str, Any], curves: Path) -> str:
         "figures here are the run's own, from its `run_config.json`). Pre-training wall time: "
         f"{payload.get('pretrain_wall_s', 0) / 60:.0f} min {payload.get('compute', DEFAULT_COMPUTE)}.",
         "",
-        f"![pre-training curves](img/{curves.name})",
+        f"![pre-training curves]({Path(os.path.relpath(curves, DOC.parent)).as_posix()})",
         "",
         markdown_table(["step", "held-out MLM loss", "MLM accuracy %", f"{pair_task.upper()} accuracy %"], rows),
         "",

