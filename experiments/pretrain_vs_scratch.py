@@ -64,8 +64,16 @@ def random_twin(final: Path, out: Path, seed: int = 0) -> Path:
 DISPLAY_ONLY = {("train", "progress")}
 
 
+def recorded_recipe(run: Path) -> dict[str, Any]:
+    """The resolved recipe a pre-training run recorded: run_config.yaml (run_config.json before it)."""
+    from bertforge.recipe import read_mapping
+
+    path = run / "run_config.yaml"
+    return read_mapping(path if path.is_file() else run / "run_config.json")
+
+
 def recipe_differences(recipe_file: Path, run_config: dict[str, Any]) -> list[str]:
-    """Where a recipe file disagrees with the settings a run recorded (run_config.json), as "section.key"
+    """Where a recipe file disagrees with the settings a run recorded (run_config.yaml), as "section.key"
     names; empty when the file describes the run, so a report can name it as the run's recipe."""
     from bertforge.config import BertConfig
     from bertforge.pretrain import load_recipe, model_config
@@ -162,7 +170,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=float, default=3.0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--recipe", type=Path, default=None,
-                        help="the committed recipe file the run was made with: checked against RUN/run_config.json "
+                        help="the committed recipe file the run was made with: checked against RUN/run_config.yaml "
                              "and named in the report instead of the path the run recorded")
     parser.add_argument("--finetune-dropout", type=float, default=None,
                         help="dropout of both starting points while fine-tuning (default: the run's config)")
@@ -191,7 +199,7 @@ def main() -> None:
     work = args.work or run.parent
     plot_run(run, curves_path(run))
     config = json.loads((final / "config.json").read_text())
-    run_config = json.loads((run / "run_config.json").read_text())
+    run_config = recorded_recipe(run)
     if args.recipe is not None:
         differences = recipe_differences(args.recipe, run_config)
         if differences:

@@ -31,7 +31,7 @@ train:
 
 
 def recorded_settings(recipe_file: Path) -> dict[str, Any]:
-    """What `bertforge pretrain` writes to run_config.json for this recipe (the parts compared)."""
+    """What `bertforge pretrain` writes to run_config.yaml for this recipe (the parts compared)."""
     recipe = load_recipe(recipe_file)
     settings = recipe.to_dict()
     settings["model"] = model_config(recipe, {"vocab_size": 1000, "pad_id": 0}, 64).to_dict()
