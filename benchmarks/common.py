@@ -60,9 +60,9 @@ def machine_line(info: dict[str, Any]) -> str:
             f"1-minute load average {info.get('load_average_1min', '?')} when the run ended.")
 
 
-def save_results(name: str, payload: dict[str, Any]) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+def save_results(name: str, payload: dict[str, Any], results: Path = RESULTS) -> Path:
+    results.mkdir(parents=True, exist_ok=True)
+    path = results / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path
 
@@ -73,9 +73,9 @@ def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def update_doc_section(name: str, body: str, doc: Path = DOC) -> None:
+def update_doc_section(name: str, body: str, doc: Path = DOC, header: str = DOC_HEADER) -> None:
     """Replace (or append) the section between <!-- name --> and <!-- /name --> in `doc` (docs/benchmarks.md)."""
-    text = doc.read_text() if doc.exists() else DOC_HEADER
+    text = doc.read_text() if doc.exists() else header
     block = f"<!-- {name} -->\n{body.strip()}\n<!-- /{name} -->"
     pattern = re.compile(rf"<!-- {re.escape(name)} -->.*?<!-- /{re.escape(name)} -->", re.DOTALL)
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"

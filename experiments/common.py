@@ -6,13 +6,11 @@ rewrites only that section, so the studies can be rerun independently.
 
 from __future__ import annotations
 
-import datetime as dt
-import json
-import os
-import platform
-import re
 from pathlib import Path
 from typing import Any
+
+from benchmarks import common as shared
+from benchmarks.common import machine, machine_line, markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
@@ -20,59 +18,14 @@ DOC = ROOT / "docs" / "results.md"
 DOC_HEADER = "# Results\n"
 
 
-def machine() -> dict[str, Any]:
-    import torch
-    import transformers
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    info = {
-        "date": dt.date.today().isoformat(),
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-        "device": "cpu",
-        # Other work on the machine skews timings (on 2 cores, badly): say how busy it was.
-        "load_average_1min": round(os.getloadavg()[0], 2),
-    }
-    if torch.cuda.is_available():
-        info["device"] = torch.cuda.get_device_name(0)
-    return info
-
-
-def machine_line(info: dict[str, Any]) -> str:
-    return (f"Machine: {info['cpu']}, {info['cores']} cores, torch threads {info['torch_threads']}, "
-            f"device {info['device']}; torch {info['torch']}, transformers {info['transformers']}; {info['date']}; "
-            f"1-minute load average {info.get('load_average_1min', '?')} when the run ended.")
-
-
 def save_results(name: str, payload: dict[str, Any]) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps(payload, indent=2) + "\n")
-    return path
-
-
-def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
+    return shared.save_results(name, payload, RESULTS)
 
 
 def update_doc_section(name: str, body: str, doc: Path = DOC) -> None:
     """Replace (or append) the section between <!-- name --> and <!-- /name --> in `doc` (docs/results.md)."""
-    text = doc.read_text() if doc.exists() else DOC_HEADER
-    block = f"<!-- {name} -->\n{body.strip()}\n<!-- /{name} -->"
-    pattern = re.compile(rf"<!-- {re.escape(name)} -->.*?<!-- /{re.escape(name)} -->", re.DOTALL)
-    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
-    doc.parent.mkdir(parents=True, exist_ok=True)
-    doc.write_text(text)
+    shared.update_doc_section(name, body, doc, DOC_HEADER)
+
+
+__all__ = ["DOC", "RESULTS", "ROOT", "machine", "machine_line", "markdown_table", "save_results",
+           "update_doc_section"]

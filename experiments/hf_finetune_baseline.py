@@ -37,10 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-if __package__:  # python -m experiments.<name> from the repository root, or imported from there
-    from experiments.common import DOC, RESULTS, ROOT, machine, machine_line, update_doc_section
-else:  # python experiments/<name>.py: this directory is first on the path
-    from common import DOC, RESULTS, ROOT, machine, machine_line, update_doc_section
+from experiments.common import DOC, RESULTS, ROOT, machine, machine_line, update_doc_section
 
 RUNS = RESULTS / "finetune_baseline"
 DOCS_RESULTS = DOC

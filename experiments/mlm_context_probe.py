@@ -25,11 +25,7 @@ from bertforge.data.loader import PretrainingLoader
 from bertforge.data.masking import IGNORE_INDEX
 from bertforge.pretrain import pretraining_metrics
 from bertforge.tokenizer import BertTokenizer
-
-if __package__:  # python -m experiments.<name> from the repository root, or imported from there
-    from experiments.common import RESULTS, machine, save_results
-else:  # python experiments/<name>.py: this directory is first on the path
-    from common import RESULTS, machine, save_results
+from experiments.common import RESULTS, machine, save_results
 
 
 def context_variants(batch: dict[str, torch.Tensor], special_ids: list[int], mask_id: int,

@@ -21,28 +21,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-if __package__:  # python -m experiments.<name> from the repository root, or imported from there
-    from experiments.common import (
-        DOC,
-        RESULTS,
-        ROOT,
-        machine,
-        machine_line,
-        markdown_table,
-        save_results,
-        update_doc_section,
-    )
-else:  # python experiments/<name>.py: this directory is first on the path
-    from common import (
-        DOC,
-        RESULTS,
-        ROOT,
-        machine,
-        machine_line,
-        markdown_table,
-        save_results,
-        update_doc_section,
-    )
+from experiments.common import (
+    DOC,
+    RESULTS,
+    ROOT,
+    machine,
+    machine_line,
+    markdown_table,
+    save_results,
+    update_doc_section,
+)
 
 
 def random_twin(final: Path, out: Path, seed: int = 0) -> Path:

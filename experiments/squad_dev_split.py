@@ -19,17 +19,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-if __package__:  # python -m experiments.<name> from the repository root, or imported from there
-    from experiments.common import (
-        ROOT,
-        machine,
-        machine_line,
-        markdown_table,
-        save_results,
-        update_doc_section,
-    )
-else:  # python experiments/<name>.py: this directory is first on the path
-    from common import ROOT, machine, machine_line, markdown_table, save_results, update_doc_section
+from experiments.common import (
+    ROOT,
+    machine,
+    machine_line,
+    markdown_table,
+    save_results,
+    update_doc_section,
+)
 
 TRAIN_ARTICLES = 38
 

@@ -23,12 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
-if __package__:  # python -m experiments.<name> from the repository root, or imported from there
-    from experiments.common import RESULTS, ROOT, machine, save_results
-    from experiments.pretrain_vs_scratch import random_twin
-else:  # python experiments/<name>.py: this directory is first on the path
-    from common import RESULTS, ROOT, machine, save_results
-    from pretrain_vs_scratch import random_twin
+from experiments.common import RESULTS, ROOT, machine, save_results
+from experiments.pretrain_vs_scratch import random_twin
 
 
 def encode(model_dir: Path, texts: list[str], max_length: int, batch_size: int = 128) -> dict[str, np.ndarray]:

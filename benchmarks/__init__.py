@@ -1,0 +1,1 @@
+"""Speed and memory, side by side with Hugging Face transformers (docs/benchmarks.md)."""
