@@ -1,4 +1,9 @@
-"""Training checkpoints: everything a run needs to continue bit-exactly, written atomically.
+"""A run's state and its checkpoints: everything a run needs to continue bit-exactly, written atomically.
+
+`TrainState` is what the loop carries from step to step: the step, its `Counters`, the model,
+optimiser, schedule, grad scaler and data source. `state.save(run_dir)` writes it as one checkpoint
+(with the process's RNG states) and `state.resume_from(path)` puts all of it back; `save_checkpoint` /
+`load_checkpoint` below are the file format underneath.
 
 One checkpoint is a directory `RUN/checkpoints/step-000123/`:
 
@@ -13,11 +18,6 @@ never a half one under a real name. An FSDP run gathers its shards to rank 0 and
 files, so a checkpoint resumes under FSDP, DDP or alone alike. Nothing is unpickled on load: safetensors, `torch.load(...,
 weights_only=True)` and JSON only. With several nodes the run directory must be on a filesystem they
 share, since every rank writes its own file into the same directory.
-
-`TrainState` is what the loop carries from step to step: the step, its `Counters`, the model,
-optimiser, schedule, grad scaler and data source. `state.save(run_dir)` writes it as one checkpoint
-(with the process's RNG states) and `state.resume_from(path)` puts all of it back; `save_checkpoint` /
-`load_checkpoint` below are the file format underneath.
 """
 
 from __future__ import annotations
