@@ -342,3 +342,18 @@ def test_init_from_continues_from_a_checkpoint_s_weights_and_refuses_one_that_do
                                               max_position_embeddings=64)).save_pretrained(shallower)
     with pytest.raises(CheckpointError, match="MISSING from the file: bert.encoder.layers.1"):
         pretrain("tiny", data, tmp_path / "bad-shape", max_steps=1, init_from=shallower, **settings)
+
+
+def test_pretrain_joins_the_distributed_context_once(shards, tmp_path: Path, monkeypatch) -> None:
+    from bertforge.train import distributed
+
+    real_init, calls = distributed.init_distributed, []
+
+    def counting_init(*args, **kwargs):
+        calls.append(args)
+        return real_init(*args, **kwargs)
+
+    monkeypatch.setattr(distributed, "init_distributed", counting_init)
+    data, _ = shards
+    pretrain("tiny", data, tmp_path / "run", max_steps=1, max_position_embeddings=64, **SMALL)
+    assert len(calls) == 1

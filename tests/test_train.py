@@ -28,11 +28,13 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from bertforge import BertConfig, BertForPreTraining
 from bertforge.train import (
+    Counters,
     Lamb,
     NonFiniteLossError,
     OptimConfig,
     ResumableBatches,
     TrainConfig,
+    TrainState,
     distributed,
     latest_checkpoint,
     list_checkpoints,
@@ -373,6 +375,31 @@ def test_keep_last_k_prunes_and_metrics_are_not_doubled_on_resume(tmp_path: Path
           OptimConfig(), resume=True)
     steps = [r["step"] for r in read_metrics(tmp_path) if r["split"] == "train"]
     assert steps == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_train_state_saves_and_resumes_as_one(tmp_path: Path) -> None:
+    def fresh_state(seed: int) -> TrainState:
+        model = tiny_model(seed=seed)
+        optimizer = build_optimizer(model, OptimConfig())
+        return TrainState(model, optimizer, build_scheduler(optimizer, OptimConfig(), 10), None, SyntheticBatches())
+
+    state = fresh_state(0)
+    state.step, state.counters = 3, Counters(skipped_steps=1, nonfinite_in_a_row=1, tokens=42)
+    next(iter(state.batches))
+    path = state.save(tmp_path)
+    assert path == state.checkpoint == latest_checkpoint(tmp_path)
+
+    other = fresh_state(7)
+    assert other.resume_from(path)  # same world size: the RNG states came back
+    assert (other.step, other.counters, other.checkpoint) == (3, state.counters, path)
+    assert other.batches.state_dict() == state.batches.state_dict()
+    assert_identical(params(other.model), params(state.model))
+
+
+def test_a_cadence_of_zero_means_only_at_the_end(tmp_path: Path) -> None:
+    train(tiny_model(), SyntheticBatches(), tmp_path, run_config(max_steps=3, log_every=0), OptimConfig())
+    assert [r["step"] for r in read_metrics(tmp_path) if r["split"] == "train"] == [3]
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-000003"]
 
 
 def test_tensorboard_has_the_jsonl_curves_and_a_resume_does_not_double_them(tmp_path: Path) -> None:

@@ -692,12 +692,14 @@ def _parse_layers(text: str | None) -> list[int] | None:
 
 def _text_lines(path: Path, pairs: bool) -> list[str | tuple[str, str]]:
     """Every line of a UTF-8 file (blank ones too, to keep line numbers); "a ||| b" as a pair with `pairs`."""
+    from bertforge.fileio import NotUtf8Error, decode_utf8
+
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = decode_utf8(path.read_bytes(), path).splitlines()
     except OSError as exc:
         raise _fail(f"{path}: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise _fail(f"{path}: not UTF-8 text ({exc})") from exc
+    except NotUtf8Error as exc:
+        raise _fail(str(exc)) from None
     if not pairs:
         return list(lines)
     out: list[str | tuple[str, str]] = []

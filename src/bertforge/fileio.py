@@ -1,4 +1,6 @@
-"""Small file helpers shared by every module that writes: atomic writes, so a crash never leaves half a file."""
+"""Small file helpers shared by every module: atomic writes, so a crash never leaves half a file; and UTF-8
+decoding whose error names the file, the line and the byte, which every reader turns into its own error type.
+"""
 
 from __future__ import annotations
 
@@ -46,3 +48,43 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+# ------------------------------------------------------------------------------------------------
+# reading UTF-8
+# ------------------------------------------------------------------------------------------------
+class NotUtf8Error(ValueError):
+    """Bytes that are not UTF-8, located: `path:line: not UTF-8 text (b'\\xe9' at byte 4 of the line)`.
+
+    `line` is 1-based, `byte` the 1-based position in that line, `offset` the 0-based position in the
+    bytes decoded, `bad` the offending bytes; `detail` is the parenthesised part, for callers that word
+    their own message around it.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], line: int, byte: int, offset: int, bad: bytes) -> None:
+        self.path, self.line, self.byte, self.offset, self.bad = str(path), line, byte, offset, bad
+        self.detail = f"{bad!r} at byte {byte} of the line"
+        super().__init__(f"{self.path}:{line}: not UTF-8 text ({self.detail})")
+
+
+def decode_utf8(data: bytes, path: str | os.PathLike[str], first_line: int = 1) -> str:
+    """`data`, read from `path` and starting at its line `first_line`, as text (a BOM stays: U+FEFF).
+
+    Bytes that are not UTF-8 raise `NotUtf8Error` naming the file, the line and the byte.
+    """
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line_start = data.rfind(b"\n", 0, exc.start) + 1
+        raise NotUtf8Error(path, first_line + data.count(b"\n", 0, exc.start), exc.start - line_start + 1,
+                           exc.start, data[exc.start:exc.end]) from None
+
+
+def read_utf8_lines(path: str | os.PathLike[str]) -> list[str]:
+    """The lines of a UTF-8 file without their endings, split on "\\n" only (a stray \\x1c or \\u2028 inside
+    a sentence stays in it) and without a trailing "\\r"; a BOM at the start is dropped. Bytes that are
+    not UTF-8 raise `NotUtf8Error`, located."""
+    lines = decode_utf8(Path(path).read_bytes(), path).removeprefix("\ufeff").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]

@@ -365,7 +365,7 @@ def pretrain(
         initialise_from(model, Path(init_from), info)
     batches = training_batches(data_dir, recipe, ctx)
     evaluate = validation_evaluator(data_dir, recipe.data, options["objective"])
-    result = train(model, batches, out_dir, recipe.train, recipe.optim, evaluate=evaluate, resume=resume)
+    result = train(model, batches, out_dir, recipe.train, recipe.optim, evaluate=evaluate, resume=resume, ctx=ctx)
 
     final = None
     # FSDP leaves the model sharded: every rank helps gather it, and rank 0 exports a plain copy

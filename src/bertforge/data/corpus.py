@@ -27,6 +27,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bertforge.fileio import NotUtf8Error, decode_utf8
+
 __all__ = [
     "DataError",
     "InputRange",
@@ -510,13 +512,12 @@ def read_blocks(
         nbytes += len(raw)
         stats.bytes += len(raw)
         try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
+            line = decode_utf8(raw, rng.path, first_line=line_no)
+        except NotUtf8Error as exc:
             if bad_bytes == "error":
                 raise DataError(
-                    f"{rng.path}:{line_no}: bytes that are not UTF-8 ({raw[exc.start:exc.start + 4]!r} at "
-                    f"byte {exc.start + 1} of the line); re-encode the file as UTF-8, or use "
-                    f"bad_bytes='skip' or 'replace'"
+                    f"{exc.path}:{exc.line}: bytes that are not UTF-8 ({exc.detail}); re-encode the file as "
+                    f"UTF-8, or use bad_bytes='skip' or 'replace'"
                 ) from None
             if bad_bytes == "replace":
                 line = raw.decode("utf-8", errors="replace")

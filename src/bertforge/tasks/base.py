@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from bertforge.fileio import NotUtf8Error, read_utf8_lines
+
 if TYPE_CHECKING:
     import torch
 
@@ -56,19 +58,11 @@ def read_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     Lines are split on "\\n" only (a stray \\x1c or \\u2028 inside a sentence stays in it); a UTF-8 BOM
     at the start is dropped; bytes that are not UTF-8 raise `DataFormatError` with their line.
     """
-    data = Path(path).read_bytes()
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    raw_lines = data.split(b"\n")
-    if raw_lines and raw_lines[-1] == b"":
-        raw_lines.pop()
-    for number, raw in enumerate(raw_lines, start=1):
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise DataFormatError(path, number, None, f"not UTF-8 text (byte {exc.start}: "
-                                                      f"{raw[exc.start:exc.start + 1]!r})") from None
-        yield number, text.removesuffix("\r")
+    try:
+        lines = read_utf8_lines(path)
+    except NotUtf8Error as exc:
+        raise DataFormatError(path, exc.line, None, f"not UTF-8 text ({exc.detail})") from None
+    yield from enumerate(lines, start=1)
 
 
 def subsample(examples: Sequence[Any], limit: int | None, seed: int = 0) -> list[Any]:

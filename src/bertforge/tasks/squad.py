@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
+from bertforge.fileio import NotUtf8Error, decode_utf8
 from bertforge.tasks.base import DataFormatError, Feature, Task, max_context_score
 from bertforge.tasks.metrics import detect_squad_version, squad_evaluate
 
@@ -93,12 +94,10 @@ def load_squad_json(path: str | Path) -> dict[str, Any]:
 
 
 def _parse(path: Path) -> tuple[str, dict[str, Any]]:
-    raw = path.read_bytes()
     try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise DataFormatError(path, line, None, f"not UTF-8 text (byte offset {exc.start})") from None
+        text = decode_utf8(path.read_bytes(), path).removeprefix("\ufeff")
+    except NotUtf8Error as exc:
+        raise DataFormatError(path, exc.line, None, f"not UTF-8 text ({exc.detail})") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from bertforge.fileio import NotUtf8Error, decode_utf8
 from bertforge.tasks.base import DataFormatError, Feature, Task
 from bertforge.tasks.metrics import multiple_choice_accuracy
 
@@ -52,12 +53,10 @@ def read_swag(path: str | Path) -> list[SwagExample]:
     """Read a SWAG csv or jsonl file. Missing columns or keys, labels outside 0..3 and malformed
     lines raise `DataFormatError` with the file, the 1-based line and the field."""
     path = Path(path)
-    raw = path.read_bytes()
     try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise DataFormatError(path, line, None, f"not UTF-8 text (byte offset {exc.start})") from None
+        text = decode_utf8(path.read_bytes(), path).removeprefix("\ufeff")
+    except NotUtf8Error as exc:
+        raise DataFormatError(path, exc.line, None, f"not UTF-8 text ({exc.detail})") from None
     suffix = path.suffix.lower()
     is_json = suffix in (".jsonl", ".json") or (suffix != ".csv" and text.lstrip().startswith("{"))
     return _read_jsonl(path, text) if is_json else _read_csv(path, text)

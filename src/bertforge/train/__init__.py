@@ -5,7 +5,8 @@
                    evaluate=my_metrics, resume=True)
 
 `model(**batch).loss` is all the loop asks of a model, and `ResumableBatches` (iterate, state_dict,
-load_state_dict) all it asks of the data. Under torchrun the ranks share the work by DDP, or by
+load_state_dict) all it asks of the data; `TrainState` holds what a run carries from step to step and
+saves it as one checkpoint. Under torchrun the ranks share the work by DDP, or by
 FSDP with `TrainConfig(parallel="fsdp")`; checkpoints are the same full files either way.
 """
 
@@ -20,10 +21,18 @@ from bertforge.train.loop import (
     train,
 )
 from bertforge.train.optim import Lamb, OptimConfig, build_optimizer, build_scheduler, lr_factor, param_groups
-from bertforge.train.state import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from bertforge.train.state import (
+    Counters,
+    TrainState,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
 
 __all__ = [
     "distributed", "fsdp", "Lamb", "OptimConfig", "build_optimizer", "build_scheduler", "lr_factor", "param_groups",
-    "latest_checkpoint", "list_checkpoints", "load_checkpoint", "save_checkpoint", "RunLogger", "read_metrics",
+    "Counters", "TrainState", "latest_checkpoint", "list_checkpoints", "load_checkpoint", "save_checkpoint",
+    "RunLogger", "read_metrics",
     "NonFiniteLossError", "ResumableBatches", "TrainConfig", "TrainResult", "first_nonfinite_module", "train",
 ]

@@ -20,7 +20,8 @@ import torch.distributed as dist
 from torch import nn
 
 T = TypeVar("T")
-_TIMEOUT_S = [1800.0]  # the timeout init_distributed gave the group, for messages
+DEFAULT_TIMEOUT_S = 1800.0  # how long a rank waits for the others before giving up (TrainConfig.dist_timeout_s)
+_TIMEOUT_S = [DEFAULT_TIMEOUT_S]  # the timeout init_distributed gave the group, for messages
 
 
 class DistributedTimeout(RuntimeError):
@@ -33,7 +34,7 @@ class DistContext:
     world_size: int = 1
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
-    timeout_s: float = 1800.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
 
     @property
     def is_main(self) -> bool:
@@ -44,7 +45,7 @@ class DistContext:
         return self.world_size > 1
 
 
-def init_distributed(device: str | None = None, timeout_s: float = 1800.0) -> DistContext:
+def init_distributed(device: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> DistContext:
     """Join the process group that torchrun describes in the environment (or run alone without one).
 
     NCCL on GPU, gloo on CPU. Each rank uses GPU LOCAL_RANK. `timeout_s` bounds every collective and

@@ -8,6 +8,10 @@ synchronised on the last only), averages the loss over micro-batches
 and ranks, skips the update when the loss or the gradient norm is not finite, clips, steps the
 optimiser and the schedule, and then logs, evaluates and checkpoints on their cadences.
 
+Everything that changes as the run goes on (step, counters, optimiser, schedule, grad scaler, data
+position) lives in one `TrainState` (`bertforge.train.state`), which is saved and resumed as one
+checkpoint; the rest of this module is stateless between steps but for the logging window.
+
 Step arithmetic: `step` counts optimiser steps attempted, skipped ones included, so that the step,
 the schedule and the data position always agree; after `step` steps a run has consumed exactly
 `step * grad_accum` micro-batches per rank. The loss of a step is the mean of its micro-batches'
@@ -24,7 +28,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 from torch import nn
@@ -33,37 +37,19 @@ from bertforge.train import distributed, fsdp
 from bertforge.train.log import RunLogger
 from bertforge.train.optim import OptimConfig, build_optimizer, build_scheduler
 from bertforge.train.state import (
+    Batch,
+    Counters,
+    ResumableBatches,
+    TrainState,
     capture_rng,
     latest_checkpoint,
     list_checkpoints,
-    load_checkpoint,
     restore_rng,
-    save_checkpoint,
     seed_everything,
 )
 
 PRECISIONS = ("fp32", "bf16", "fp16")
-Batch = dict[str, torch.Tensor]
 EvalFn = Callable[[nn.Module], dict[str, float]]
-
-
-@runtime_checkable
-class ResumableBatches(Protocol):
-    """A source of batch dicts whose position can be saved and restored.
-
-    `iter()` yields the rest of the current epoch, from the current position; when an epoch is
-    exhausted the source moves on by itself, so the next `iter()` starts the next one (reshuffled,
-    re-masked: the source's business). `state_dict()` is the position after the last batch yielded,
-    in JSON types; `load_state_dict()` must seek there without producing the skipped batches.
-    The loop restores torch's global RNG after every fetch, so a source that wants randomness seeds
-    its own generators (a DataLoader's per-epoch draw from the global RNG is thereby harmless).
-    """
-
-    def __iter__(self) -> Iterator[Batch]: ...
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 @dataclass
@@ -79,10 +65,10 @@ class TrainConfig:
     eval_every: int = 0  # steps between evaluations; 0 = only at the end
     save_every: int = 0  # steps between checkpoints; 0 = only at the end
     keep_last: int = 3  # checkpoints kept (older ones are deleted)
-    log_every: int = 10  # steps between metrics.jsonl records
+    log_every: int = 10  # steps between metrics.jsonl records; 0 = only at the end
     max_nonfinite: int = 5  # stop after this many skipped steps in a row
     device: str | None = None  # default: cuda:LOCAL_RANK if a GPU is visible, else cpu
-    dist_timeout_s: float = 1800.0  # a rank waiting longer than this for the others gives up, with a message
+    dist_timeout_s: float = distributed.DEFAULT_TIMEOUT_S  # a rank waiting longer than this for the others gives up, with a message
     ddp_find_unused: bool = False  # for models whose forward leaves some parameters unused
     parallel: str = "ddp"  # ddp | fsdp (sharded; for models too big for a copy per rank); alone: neither
     progress: bool = True  # the progress bar (the JSONL file is always written)
@@ -126,89 +112,99 @@ def train(
     *,
     evaluate: EvalFn | None = None,
     resume: bool = False,
+    ctx: distributed.DistContext | None = None,
 ) -> TrainResult:
     """Train `model` on `batches` for `config.max_steps` optimiser steps; checkpoints go to `run_dir`.
 
     `evaluate(model)` (called on rank 0 in eval mode, without gradients, under the run's autocast)
     returns metrics to log. With `resume=True` the run continues from the newest complete checkpoint
     in `run_dir`, bit-exactly on CPU; without it, a `run_dir` that already holds checkpoints is refused.
-    Under torchrun every rank calls this with its own part of the data. With `parallel="fsdp"` on
-    several ranks the model is sharded in place and stays so after the run: its parameters are
-    DTensor shards (`fsdp.unsharded` gives rank 0 a plain copy, `fsdp.full_model_state` the weights).
+    Under torchrun every rank calls this with its own part of the data; `ctx` is the caller's
+    `distributed.init_distributed(config.device, config.dist_timeout_s)` where it has joined the process
+    group already (by default the loop joins it). With `parallel="fsdp"` on several ranks the model is
+    sharded in place and stays so after the run: its parameters are DTensor shards (`fsdp.unsharded`
+    gives rank 0 a plain copy, `fsdp.full_model_state` the weights).
     """
     run_dir = Path(run_dir)
-    ctx = distributed.init_distributed(config.device, config.dist_timeout_s)
+    ctx = ctx if ctx is not None else distributed.init_distributed(config.device, config.dist_timeout_s)
+    state = _start(model, batches, run_dir, config, optim, ctx, resume)
+    start_step = state.step
+    runner = model if fsdp.is_sharded(model) else distributed.wrap_ddp(model, ctx, find_unused=config.ddp_find_unused)
+    if config.compile:
+        runner = torch.compile(runner)
+    logger = RunLogger(run_dir, total_steps=config.max_steps, start_step=start_step, enabled=ctx.is_main,
+                       progress=config.progress)
+    if resume:
+        logger.info(f"resumed from {state.checkpoint}" if state.checkpoint else
+                    f"nothing to resume in {run_dir}; starting")
+    stepper = _Stepper(runner, state, config, ctx)
+    data = _forever(batches)
+    result = TrainResult(step=state.step, checkpoint=state.checkpoint)
+    window = _Window()
+    model.train()
+    try:
+        while state.step < config.max_steps:
+            micro_batches = [next(data) for _ in range(config.grad_accum)]
+            outcome = stepper.step(micro_batches)
+            state.step += 1
+            state.counters.add(outcome.tokens, outcome.skipped, outcome.scaler_skip)
+            window.add(outcome)
+            step = state.step
+            if step == start_step + 1:  # this process's first step
+                _log_run_facts(logger, model, micro_batches[0], config, ctx, step)
+            if state.counters.nonfinite_in_a_row >= config.max_nonfinite:
+                state.save(run_dir, config.keep_last)
+                _raise_nonfinite(state, micro_batches, config, ctx)
+            logger.progress(step, {"loss": outcome.loss, "lr": outcome.lr, "tok/s": window.tokens_per_s()})
+            if _due(config.log_every, step, config.max_steps):
+                logger.log(step, "train", window.summary(state.counters))
+                result.train_loss = window.mean_loss()
+                window = _Window()
+            if _due(config.eval_every, step, config.max_steps):
+                result.metrics = _evaluate(evaluate, model, config, ctx)
+                if result.metrics:
+                    logger.log(step, "eval", result.metrics)
+                    logger.info(f"step {step}: " + "  ".join(f"{k} {v:.4g}" for k, v in result.metrics.items()))
+            if _due(config.save_every, step, config.max_steps):
+                state.save(run_dir, config.keep_last)
+    finally:
+        logger.close()
+    result.step, result.checkpoint, result.skipped_steps = state.step, state.checkpoint, state.counters.skipped_steps
+    return result
+
+
+def _start(model: nn.Module, batches: ResumableBatches, run_dir: Path, config: TrainConfig, optim: OptimConfig,
+           ctx: distributed.DistContext, resume: bool) -> TrainState:
+    """The state at the first step of this process: fresh, or the newest checkpoint's with `resume`."""
     if config.precision == "fp16" and ctx.device.type != "cuda":
         raise ValueError("precision fp16 needs a GPU (its loss scaler is CUDA-only); use bf16 on CPU")
-    seed_everything(config.seed + ctx.rank)
+    _seed(config, ctx, step=0)
     if config.parallel == "fsdp":
         # before the optimizer, since sharding replaces the parameters; and before the move to the
         # device, since sharding moves one unit at a time, so the whole model is never there unsharded
         distributed.shard_fsdp(model, ctx)
     model.to(ctx.device)
     optimizer = build_optimizer(model, optim)
-    scheduler = build_scheduler(optimizer, optim, config.max_steps)
-    scaler = torch.amp.GradScaler("cuda") if config.precision == "fp16" else None
-    counters = {"skipped_steps": 0, "nonfinite_in_a_row": 0, "scaler_skips": 0, "tokens": 0}
-
-    step, last_saved = 0, None
+    state = TrainState(model, optimizer, scheduler=build_scheduler(optimizer, optim, config.max_steps),
+                       scaler=torch.amp.GradScaler("cuda") if config.precision == "fp16" else None,
+                       batches=batches)
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is not None and not resume:
         raise FileExistsError(f"{run_dir} already holds checkpoints ({checkpoint.name}); resume it "
                               f"(resume=True, --resume) or choose a new run directory")
-    if resume and checkpoint is not None:
-        trainer = load_checkpoint(checkpoint, model=model, optimizer=optimizer, scheduler=scheduler,
-                                  scaler=scaler)
-        batches.load_state_dict(trainer["data"])
-        step, last_saved = trainer["step"], checkpoint
-        counters.update(trainer["counters"])
-        if not trainer["rng_restored"]:  # another world size: fresh, distinct streams per rank
-            seed_everything(config.seed + ctx.rank + 1_000_003 * step)
+    if resume and checkpoint is not None and not state.resume_from(checkpoint):
+        _seed(config, ctx, step=state.step)  # another world size: fresh, distinct streams per rank
+    return state
 
-    start_step = step
-    runner = model if fsdp.is_sharded(model) else distributed.wrap_ddp(model, ctx, find_unused=config.ddp_find_unused)
-    if config.compile:
-        runner = torch.compile(runner)
-    logger = RunLogger(run_dir, total_steps=config.max_steps, start_step=step, enabled=ctx.is_main,
-                       progress=config.progress)
-    if resume:
-        logger.info(f"resumed from {checkpoint}" if checkpoint else f"nothing to resume in {run_dir}; starting")
-    stepper = _Stepper(runner, model, optimizer, scheduler, scaler, config, ctx)
-    data = _forever(batches)
-    result = TrainResult(step=step, checkpoint=last_saved, skipped_steps=counters["skipped_steps"])
-    window = _Window()
-    model.train()
-    try:
-        while step < config.max_steps:
-            micro_batches = [next(data) for _ in range(config.grad_accum)]
-            outcome = stepper.step(micro_batches)
-            step += 1
-            if step == start_step + 1:  # this process's first step
-                _log_run_facts(logger, model, micro_batches[0], config, ctx, step)
-            _count(counters, outcome)
-            window.add(outcome)
 
-            if counters["nonfinite_in_a_row"] >= config.max_nonfinite:
-                path = _save(run_dir, step, model, optimizer, scheduler, scaler, batches, counters, config)
-                _raise_nonfinite(model, micro_batches, config, ctx, counters, step, path)
-            logger.progress(step, {"loss": outcome.loss, "lr": outcome.lr, "tok/s": window.tokens_per_s()})
-            if step % config.log_every == 0 or step == config.max_steps:
-                logger.log(step, "train", window.summary(counters))
-                result.train_loss = window.mean_loss()
-                window = _Window()
-            if (config.eval_every and step % config.eval_every == 0) or step == config.max_steps:
-                result.metrics = _evaluate(evaluate, model, config, ctx)
-                if result.metrics:
-                    logger.log(step, "eval", result.metrics)
-                    logger.info(f"step {step}: " + "  ".join(f"{k} {v:.4g}" for k, v in result.metrics.items()))
-            if (config.save_every and step % config.save_every == 0) or step == config.max_steps:
-                last_saved = _save(run_dir, step, model, optimizer, scheduler, scaler, batches, counters, config)
-                result.checkpoint = last_saved
-            result.step = step
-    finally:
-        logger.close()
-    result.skipped_steps = counters["skipped_steps"]
-    return result
+def _seed(config: TrainConfig, ctx: distributed.DistContext, step: int) -> None:
+    """Seed this rank's RNGs for a run that starts (or, without saved RNG states, resumes) at `step`."""
+    seed_everything(config.seed + ctx.rank + 1_000_003 * step)
+
+
+def _due(every: int, step: int, max_steps: int) -> bool:
+    """Whether a cadence of `every` steps falls on `step`; 0 means only at the end. The last step always."""
+    return (every > 0 and step % every == 0) or step == max_steps
 
 
 @dataclass
@@ -224,12 +220,10 @@ class StepOutcome:
 class _Stepper:
     """One optimiser step over a list of micro-batches."""
 
-    def __init__(self, runner: nn.Module, model: nn.Module, optimizer: torch.optim.Optimizer,
-                 scheduler: Any, scaler: torch.amp.GradScaler | None, config: TrainConfig,
-                 ctx: distributed.DistContext) -> None:
-        self.runner, self.model, self.optimizer, self.scheduler, self.scaler = runner, model, optimizer, scheduler, scaler
+    def __init__(self, runner: nn.Module, state: TrainState, config: TrainConfig, ctx: distributed.DistContext) -> None:
+        self.runner, self.optimizer, self.scheduler, self.scaler = runner, state.optimizer, state.scheduler, state.scaler
         self.config, self.ctx = config, ctx
-        self.params = [p for group in optimizer.param_groups for p in group["params"]]
+        self.params = [p for group in self.optimizer.param_groups for p in group["params"]]
 
     def step(self, micro_batches: list[Batch]) -> StepOutcome:
         self.optimizer.zero_grad(set_to_none=True)
@@ -281,16 +275,6 @@ class _Stepper:
             outcome.skipped = True
 
 
-def _count(counters: dict[str, Any], outcome: StepOutcome) -> None:
-    counters["tokens"] += outcome.tokens
-    counters["scaler_skips"] += int(outcome.scaler_skip)
-    if outcome.skipped:
-        counters["skipped_steps"] += 1
-        counters["nonfinite_in_a_row"] += 1
-    else:
-        counters["nonfinite_in_a_row"] = 0
-
-
 class _Window:
     """Running numbers between two log records."""
 
@@ -312,11 +296,11 @@ class _Window:
     def mean_loss(self) -> float:
         return sum(self.losses) / len(self.losses) if self.losses else math.nan
 
-    def summary(self, counters: dict[str, Any]) -> dict[str, Any]:
+    def summary(self, counters: Counters) -> dict[str, Any]:
         last = self.last
         return {"loss": self.mean_loss(), "lr": last.lr if last else math.nan,
                 "grad_norm": last.grad_norm if last else math.nan, "tokens_per_s": round(self.tokens_per_s(), 1),
-                "tokens": counters["tokens"], "skipped_steps": counters["skipped_steps"]}
+                "tokens": counters.tokens, "skipped_steps": counters.skipped_steps}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -397,13 +381,6 @@ def _evaluate(evaluate: EvalFn | None, model: nn.Module, config: TrainConfig,
     return distributed.broadcast_object(metrics)
 
 
-def _save(run_dir: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
-          scaler: torch.amp.GradScaler | None, batches: ResumableBatches, counters: dict[str, Any],
-          config: TrainConfig) -> Path:
-    return save_checkpoint(run_dir, step, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler,
-                           data_state=batches.state_dict(), counters=dict(counters), keep_last=config.keep_last)
-
-
 def _log_run_facts(logger: RunLogger, model: nn.Module, batch: Batch, config: TrainConfig,
                    ctx: distributed.DistContext, step: int) -> None:
     """Once per run: the effective batch (per device x accumulation x world size) and the model size."""
@@ -421,9 +398,10 @@ def _log_run_facts(logger: RunLogger, model: nn.Module, batch: Batch, config: Tr
 # ------------------------------------------------------------------------------------------------
 # non-finite diagnosis
 # ------------------------------------------------------------------------------------------------
-def _raise_nonfinite(model: nn.Module, micro_batches: list[Batch], config: TrainConfig,
-                     ctx: distributed.DistContext, counters: dict[str, Any], step: int, path: Path) -> None:
-    module = None
+def _raise_nonfinite(state: TrainState, micro_batches: list[Batch], config: TrainConfig,
+                     ctx: distributed.DistContext) -> None:
+    """After a checkpoint of the state at the end of the streak: name the module that went non-finite."""
+    model, module = state.model, None
     for batch in micro_batches:
         found = first_nonfinite_module(model, to_device(batch, ctx.device), config.precision)
         module = module or found
@@ -432,10 +410,10 @@ def _raise_nonfinite(model: nn.Module, micro_batches: list[Batch], config: Train
     where = (f"the first module whose output went non-finite: {module}" if module else
              "no module output was non-finite on a re-run (the loss itself, or a non-deterministic overflow)")
     raise NonFiniteLossError(
-        f"{counters['nonfinite_in_a_row']} steps in a row (up to step {step}) had a non-finite loss or "
-        f"gradient norm and were skipped; {where}. A checkpoint was written to {path}. Try a lower learning "
-        f"rate or longer warm-up, bf16 instead of fp16, or look at the data of these steps.",
-        module, path,
+        f"{state.counters.nonfinite_in_a_row} steps in a row (up to step {state.step}) had a non-finite loss "
+        f"or gradient norm and were skipped; {where}. A checkpoint was written to {state.checkpoint}. Try a "
+        f"lower learning rate or longer warm-up, bf16 instead of fp16, or look at the data of these steps.",
+        module, state.checkpoint,
     )
 
 

@@ -1,4 +1,9 @@
-"""Training checkpoints: everything a run needs to continue bit-exactly, written atomically.
+"""A run's state and its checkpoints: everything a run needs to continue bit-exactly, written atomically.
+
+`TrainState` is what the loop carries from step to step: the step, its `Counters`, the model,
+optimiser, schedule, grad scaler and data source. `state.save(run_dir)` writes it as one checkpoint
+(with the process's RNG states) and `state.resume_from(path)` puts all of it back; `save_checkpoint` /
+`load_checkpoint` below are the file format underneath.
 
 One checkpoint is a directory `RUN/checkpoints/step-000123/`:
 
@@ -17,14 +22,17 @@ share, since every rank writes its own file into the same directory.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
 import re
 import shutil
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -37,6 +45,79 @@ from bertforge.train import distributed, fsdp
 FORMAT_VERSION = 1
 CHECKPOINTS = "checkpoints"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+Batch = dict[str, torch.Tensor]
+
+
+@runtime_checkable
+class ResumableBatches(Protocol):
+    """A source of batch dicts whose position can be saved and restored.
+
+    `iter()` yields the rest of the current epoch, from the current position; when an epoch is
+    exhausted the source moves on by itself, so the next `iter()` starts the next one (reshuffled,
+    re-masked: the source's business). `state_dict()` is the position after the last batch yielded,
+    in JSON types; `load_state_dict()` must seek there without producing the skipped batches.
+    The loop restores torch's global RNG after every fetch, so a source that wants randomness seeds
+    its own generators (a DataLoader's per-epoch draw from the global RNG is thereby harmless).
+    """
+
+    def __iter__(self) -> Iterator[Batch]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class Counters:
+    """Running totals of a run, carried across resumes (trainer.json's "counters")."""
+
+    skipped_steps: int = 0  # steps whose update was not applied: non-finite loss or gradient norm
+    nonfinite_in_a_row: int = 0  # the current streak of such steps
+    scaler_skips: int = 0  # fp16: updates the grad scaler skipped on inf gradients (expected, rare)
+    tokens: int = 0  # non-padding tokens over all ranks
+
+    def add(self, tokens: int, skipped: bool, scaler_skip: bool) -> None:
+        """Count one optimiser step."""
+        self.tokens += tokens
+        self.scaler_skips += int(scaler_skip)
+        self.skipped_steps += int(skipped)
+        self.nonfinite_in_a_row = self.nonfinite_in_a_row + 1 if skipped else 0
+
+
+@dataclass
+class TrainState:
+    """Everything of a run that changes as it trains, saved and restored as one checkpoint.
+
+    `step` counts optimiser steps attempted (skipped ones included). The RNG states are not fields:
+    they are the process's global generators, captured by `save` and put back by `resume_from`.
+    """
+
+    model: nn.Module  # the bare module (not DDP / compiled; sharded in place by FSDP is fine)
+    optimizer: torch.optim.Optimizer
+    scheduler: Any  # a torch LR scheduler
+    scaler: torch.amp.GradScaler | None
+    batches: ResumableBatches
+    step: int = 0
+    counters: Counters = field(default_factory=Counters)
+    checkpoint: Path | None = None  # the last checkpoint written or resumed from
+
+    def save(self, run_dir: str | os.PathLike[str], keep_last: int | None = None) -> Path:
+        """Write checkpoint `step` (every rank calls this), keeping the newest `keep_last`. Returns its path."""
+        self.checkpoint = save_checkpoint(
+            run_dir, self.step, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
+            scaler=self.scaler, data_state=self.batches.state_dict(), counters=dataclasses.asdict(self.counters),
+            keep_last=keep_last)
+        return self.checkpoint
+
+    def resume_from(self, path: str | os.PathLike[str]) -> bool:
+        """Continue from checkpoint `path`: weights, optimiser, schedule, scaler, data position, step,
+        counters and this rank's RNG states. Returns whether the RNG states were restored, which they
+        are not on another world size than the checkpoint's (the caller then reseeds)."""
+        trainer = load_checkpoint(path, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
+                                  scaler=self.scaler)
+        self.batches.load_state_dict(trainer["data"])
+        self.step, self.counters, self.checkpoint = trainer["step"], Counters(**trainer["counters"]), Path(path)
+        return trainer["rng_restored"]
 
 
 def step_dir_name(step: int) -> str:
