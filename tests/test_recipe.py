@@ -227,3 +227,12 @@ def test_pretraining_recipes_still_load_and_take_text_numbers(tmp_path: Path) ->
     recipe.write_text("model: tiny\noptim:\n  lr: 3e-4\n")  # YAML 1.1 reads 3e-4 as text
     assert load_recipe(recipe).optim.lr == 3e-4
     assert dataclasses.asdict(from_mapping(PrepareOptions, {"objective": "sop"}))["objective"] == "sop"
+
+
+def test_the_command_line_builds_its_options_without_importing_torch() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, bertforge.cli; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

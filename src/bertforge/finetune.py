@@ -55,8 +55,7 @@ from bertforge.recipe import setting
 from bertforge.recipe import settings_of as recipe_settings
 from bertforge.tasks import FAMILIES, make_task
 from bertforge.tasks.base import Task, TaskBatches, run_model, subsample
-from bertforge.train.loop import TrainConfig
-from bertforge.train.optim import OptimConfig
+from bertforge.train.config import OptimConfig, TrainConfig
 
 TASK_FILE = "task.json"
 RESULTS_FILE = "results.json"

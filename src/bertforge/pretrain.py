@@ -28,18 +28,22 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-import torch.nn.functional as F
 import yaml
-from torch import nn
 
 from bertforge.config import BertConfig, resolve_config
 from bertforge.fileio import write_text_atomic
 from bertforge.recipe import from_mapping, override, read_mapping, setting
-from bertforge.train import OptimConfig, TrainConfig, TrainResult, distributed, fsdp, train
-from bertforge.train.loop import Batch, EvalFn, to_device
+from bertforge.train.config import OptimConfig, TrainConfig
+
+if TYPE_CHECKING:  # torch is imported where it is used: the command line builds its options from Recipe
+    import torch
+    from torch import nn
+
+    from bertforge.train import TrainResult
+    from bertforge.train.distributed import DistContext
+    from bertforge.train.loop import Batch, EvalFn
 
 IGNORE_INDEX = -100
 RUN_CONFIG_FILE = "run_config.yaml"  # the resolved recipe, itself a recipe
@@ -234,7 +238,7 @@ def read_dataset_info(data_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def training_batches(data_dir: Path, recipe: Recipe, ctx: distributed.DistContext) -> ShardBatches | PhasedBatches:
+def training_batches(data_dir: Path, recipe: Recipe, ctx: DistContext) -> ShardBatches | PhasedBatches:
     from bertforge.data.loader import PretrainingLoader
 
     def loader(directory: Path) -> ShardBatches:
@@ -263,6 +267,10 @@ def _beside(data_dir: Path, other: str) -> Path:
 def pretraining_metrics(model: nn.Module, batches: Any, max_batches: int = 0, objective: str = "nsp") -> dict[str, float]:
     """MLM loss and accuracy over all predicted tokens (not a mean of batch means); NSP/SOP loss and accuracy;
     the span-boundary loss when the model has that head."""
+    import torch
+
+    from bertforge.train.loop import to_device
+
     device = next(model.parameters()).device
     mlm = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, count
     sentence = torch.zeros(3, dtype=torch.float64)
@@ -289,6 +297,9 @@ def pretraining_metrics(model: nn.Module, batches: Any, max_batches: int = 0, ob
 
 def _sums(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """(loss sum, correct, count) of one batch, as float64 on the CPU."""
+    import torch
+    import torch.nn.functional as F
+
     return torch.tensor([F.cross_entropy(logits, targets, reduction="sum").item(),
                          (logits.argmax(-1) == targets).sum().item(), targets.numel()], dtype=torch.float64)
 
@@ -342,6 +353,10 @@ def pretrain(
     if options["objective"] != "none" and not bert_config.next_sentence_head:
         raise ValueError(f"the data has a sentence objective ({options['objective']}) but the model has no head "
                          "for it (next_sentence_head: false); prepare the data with objective 'none'")
+
+    import torch
+
+    from bertforge.train import distributed, fsdp, train
 
     ctx = distributed.init_distributed(recipe.train.device, recipe.train.dist_timeout_s)
     if ctx.is_main:

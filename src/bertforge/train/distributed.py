@@ -19,8 +19,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from bertforge.train.config import DEFAULT_TIMEOUT_S
+
 T = TypeVar("T")
-DEFAULT_TIMEOUT_S = 1800.0  # how long a rank waits for the others before giving up (TrainConfig.dist_timeout_s)
+
 _TIMEOUT_S = [DEFAULT_TIMEOUT_S]  # the timeout init_distributed gave the group, for messages
 
 

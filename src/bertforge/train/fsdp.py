@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-PARALLEL_MODES = ("ddp", "fsdp")
+from bertforge.train.config import PARALLEL_MODES  # noqa: F401  (re-exported)
 
 
 def is_sharded(model: nn.Module) -> bool:

@@ -34,8 +34,9 @@ import torch
 from torch import nn
 
 from bertforge.train import distributed, fsdp
+from bertforge.train.config import PRECISIONS, OptimConfig, TrainConfig  # noqa: F401  (re-exported)
 from bertforge.train.log import RunLogger
-from bertforge.train.optim import OptimConfig, build_optimizer, build_scheduler
+from bertforge.train.optim import build_optimizer, build_scheduler
 from bertforge.train.state import (
     Batch,
     Counters,
@@ -48,38 +49,7 @@ from bertforge.train.state import (
     seed_everything,
 )
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 EvalFn = Callable[[nn.Module], dict[str, float]]
-
-
-@dataclass
-class TrainConfig:
-    """How the loop runs; one section of a recipe (field names unique across sections)."""
-
-    max_steps: int = 1000
-    grad_accum: int = 1  # micro-batches per optimiser step
-    max_grad_norm: float = 1.0  # 0 turns clipping off (the norm is still computed, to catch inf)
-    precision: str = "fp32"  # fp32 | bf16 (autocast, CPU or GPU) | fp16 (autocast + GradScaler, GPU)
-    compile: bool = False  # torch.compile the model for training steps
-    seed: int = 0  # rank r seeds its RNGs with seed + r
-    eval_every: int = 0  # steps between evaluations; 0 = only at the end
-    save_every: int = 0  # steps between checkpoints; 0 = only at the end
-    keep_last: int = 3  # checkpoints kept (older ones are deleted)
-    log_every: int = 10  # steps between metrics.jsonl records; 0 = only at the end
-    max_nonfinite: int = 5  # stop after this many skipped steps in a row
-    device: str | None = None  # default: cuda:LOCAL_RANK if a GPU is visible, else cpu
-    dist_timeout_s: float = distributed.DEFAULT_TIMEOUT_S  # a rank waiting longer than this for the others gives up, with a message
-    ddp_find_unused: bool = False  # for models whose forward leaves some parameters unused
-    parallel: str = "ddp"  # ddp | fsdp (sharded; for models too big for a copy per rank); alone: neither
-    progress: bool = True  # the progress bar (the JSONL file is always written)
-
-    def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision {self.precision!r} is not one of {PRECISIONS}")
-        if self.parallel not in fsdp.PARALLEL_MODES:
-            raise ValueError(f"parallel {self.parallel!r} is not one of {fsdp.PARALLEL_MODES}")
-        if self.max_steps < 1 or self.grad_accum < 1 or self.max_nonfinite < 1:
-            raise ValueError("max_steps, grad_accum and max_nonfinite must be at least 1")
 
 
 @dataclass

@@ -10,37 +10,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-OPTIMIZERS = ("adamw", "lamb")
-SCHEDULES = ("linear", "cosine", "constant")
-
-
-@dataclass
-class OptimConfig:
-    """The optimiser and its schedule; one section of a recipe (field names unique across sections)."""
-
-    optimizer: str = "adamw"  # adamw | lamb
-    lr: float = 1e-4
-    weight_decay: float = 0.01
-    beta1: float = 0.9
-    beta2: float = 0.999
-    adam_eps: float = 1e-6  # BERT's value; torch's default 1e-8 matters little
-    warmup_steps: int = 0
-    warmup_ratio: float = 0.0  # used when warmup_steps is 0: a fraction of max_steps (fine-tuning style)
-    schedule: str = "linear"  # linear | cosine | constant (after warm-up)
-    min_lr_ratio: float = 0.0  # the floor the decay ends at, as a fraction of lr
-
-    def __post_init__(self) -> None:
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule {self.schedule!r} is not one of {SCHEDULES}")
-        if self.lr <= 0 or self.weight_decay < 0 or self.warmup_steps < 0 or not 0 <= self.warmup_ratio < 1:
-            raise ValueError(f"invalid optimiser settings: {self}")
+from bertforge.train.config import OPTIMIZERS, SCHEDULES, OptimConfig  # noqa: F401  (re-exported)
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
