@@ -34,12 +34,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertforge.config import BertConfig, resolve_config
+from bertforge.config import IGNORE_INDEX, BertConfig, resolve_config
 from bertforge.fileio import write_text_atomic
 from bertforge.train import OptimConfig, TrainConfig, TrainResult, distributed, fsdp, train
 from bertforge.train.loop import Batch, EvalFn, to_device
 
-IGNORE_INDEX = -100
 log = logging.getLogger(__name__)
 
 

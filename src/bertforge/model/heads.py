@@ -14,11 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertforge.config import BertConfig
+from bertforge.config import IGNORE_INDEX, BertConfig
 from bertforge.model.bert import BertModel, BertPreTrainedModel, EncoderOutput
 from bertforge.model.layers import activation
-
-IGNORE_INDEX = -100  # label value for positions that are not predicted (F.cross_entropy's default)
 
 
 class MaskedLMHead(nn.Module):
