@@ -301,30 +301,14 @@ def predict(
 
 
 def load_for_task(head: type, model_dir: str | Path, **config_overrides: Any) -> Any:
-    """`head.from_pretrained`, except that a pooler in the file is fine for a head that has none.
+    """`head.from_pretrained(model_dir, **config_overrides)`: a checkpoint under a task head.
 
-    Token classification and span QA read every token's vector, not the pooled [CLS], so their models
-    have no pooler; checkpoints of pre-trained encoders usually carry one (MiniLM's does). Those
-    weights are simply not used, as in `transformers`. Any other missing or unexpected key still fails.
+    What such a load may find is declared on the head classes and applied by `bertforge.checkpoint`:
+    a pooler in the file is fine for a head that has none (token classification and span QA read
+    every token, not the pooled [CLS]), as in `transformers`; any other missing or unexpected key
+    raises `CheckpointError`.
     """
-    import logging
-
-    from bertforge.checkpoint import CheckpointError
-
-    logger = logging.getLogger("bertforge.checkpoint")
-    level = logger.level
-    logger.setLevel(logging.ERROR)  # the non-strict load warns about the pooler; we judge the report here
-    try:
-        model = head.from_pretrained(model_dir, strict=False, **config_overrides)
-    finally:
-        logger.setLevel(level)
-    report = model.load_report
-    unexpected = [k for k in report.unexpected if not k.split("bert.", 1)[-1].startswith("pooler.")]
-    if report.missing or unexpected:
-        raise CheckpointError(f"{model_dir}: checkpoint does not fit {head.__name__}\n{report.summary()}")
-    report.unused += [k for k in report.unexpected if k not in unexpected]
-    report.unexpected = unexpected
-    return model
+    return head.from_pretrained(model_dir, **config_overrides)
 
 
 def reinitialize_top_layers(model: Any, count: int) -> None:
