@@ -12,8 +12,9 @@ tokenizer files. Our modules have short names and a fused q/k/v projection; Hugg
 that knows both, so saving and loading cannot drift apart.
 
 Loading checks before it allocates: the safetensors headers are read first (a truncated file is
-named as such), an absurd parameter count is refused, and the model is built on the `meta` device
-so that every shape config.json implies is compared with the file's. Only then is the model built
+named as such), a model that config.json makes bigger than this machine's memory is refused, and
+the model is built on the `meta` device so that every shape config.json implies is compared with
+the file's. Only then is the model built
 for real and the tensors read. A wrong config.json thus ends in one line naming the field, never in
 a traceback or a request for terabytes.
 
@@ -31,7 +32,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -66,15 +67,15 @@ class Checkpointable(Protocol):
     config: BertConfig
     # The attribute that holds the BertModel, and so our state-dict prefix of the backbone's keys;
     # "" when the model is the BertModel itself.
-    base_model_prefix: str
+    base_model_prefix: ClassVar[str]
     # Our task-head modules: a file without them loads, and they keep BERT's initialisation.
-    head_prefixes: tuple[str, ...]
+    head_prefixes: ClassVar[tuple[str, ...]]
     # Other keys of ours that a file may lack (the pooler, say): freshly initialised, reported as new.
-    keys_to_ignore_on_load_missing: tuple[str, ...]
+    keys_to_ignore_on_load_missing: ClassVar[tuple[str, ...]]
     # Keys a file may carry that this model does not use (a pooler under a head without one): unused.
-    keys_to_ignore_on_load_unexpected: tuple[str, ...]
+    keys_to_ignore_on_load_unexpected: ClassVar[tuple[str, ...]]
     # Keys a file may carry that repeat what the model computes or ties: dropped without a mention.
-    keys_redundant_on_load: tuple[str, ...]
+    keys_redundant_on_load: ClassVar[tuple[str, ...]]
 
     def state_dict(self) -> dict[str, torch.Tensor]: ...
 
