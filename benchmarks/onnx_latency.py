@@ -60,8 +60,8 @@ def main() -> None:
     import onnxruntime as ort
     import torch
 
-    from bertforge.checkpoint import load_any
     from bertforge.export import INPUTS, OUTPUTS, export_onnx, onnx_session
+    from bertforge.model import load_any
 
     model_dir = args.model or minilm_dir()
     model, _ = load_any(model_dir)

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
+import time
 
 import pytest
 import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
-from bertforge import BertConfig, BertForMaskedLM, BertForPreTraining, BertModel
-from bertforge.checkpoint import CheckpointError, load_any, to_hf_state_dict
+from bertforge import (
+    BertConfig,
+    BertForMaskedLM,
+    BertForPreTraining,
+    BertForSequenceClassification,
+    BertModel,
+)
+from bertforge.checkpoint import CheckpointError, to_hf_state_dict
+from bertforge.model import load_any
 
 CONFIG = BertConfig(vocab_size=120, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                     intermediate_size=128, max_position_embeddings=40)
@@ -180,6 +190,96 @@ def test_missing_directory_and_files_are_clear(tmp_path) -> None:
     CONFIG.to_json_file(tmp_path / "config.json")
     with pytest.raises(CheckpointError, match="no model.safetensors"):
         BertModel.from_pretrained(tmp_path)
+
+
+# ------------------------------------------------------------------------------------------------
+# Checked before anything is allocated: a truncated file, a config.json that disagrees with the
+# weights, an absurd size. Each ends in one line naming the file (and the field), from the Python
+# API and from `bertforge inspect` (exit status 2).
+# ------------------------------------------------------------------------------------------------
+def edited_config(directory, **changes) -> None:
+    config = json.loads((directory / "config.json").read_text())
+    config.update(changes)
+    (directory / "config.json").write_text(json.dumps(config))
+
+
+def inspect_error(directory) -> str:
+    from typer.testing import CliRunner
+
+    from bertforge.cli import app
+
+    result = CliRunner().invoke(app, ["inspect", str(directory)])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    return lines[0]
+
+
+def test_truncated_safetensors_is_named_before_loading(tmp_path) -> None:
+    BertModel(CONFIG).save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    full = weights.read_bytes()
+    weights.write_bytes(full[: len(full) // 2])
+    expected = f"model.safetensors: truncated: header describes {len(full)} bytes, file has {len(full) // 2}"
+    with pytest.raises(CheckpointError, match=expected):
+        BertModel.from_pretrained(tmp_path)
+    assert expected in inspect_error(tmp_path)
+    weights.write_bytes(full[:5])  # not even the header's length
+    with pytest.raises(CheckpointError, match="model.safetensors: truncated"):
+        BertModel.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize(("change", "culprit", "key"), [
+    ({"hidden_size": 32}, "hidden_size 32", r"embeddings.word_embeddings.weight has shape \[120, 64\] in the file, "
+                                            r"\[120, 32\] from the config"),
+    ({"intermediate_size": 100}, "intermediate_size 100", r"encoder.layers.0.ffn.up.weight has shape \[128, 64\]"),
+    ({"max_position_embeddings": 50}, "max_position_embeddings 50", "embeddings.position_embeddings.weight"),
+])
+def test_config_that_disagrees_with_the_weights_names_the_field(tmp_path, change, culprit, key) -> None:
+    BertForPreTraining(CONFIG).save_pretrained(tmp_path)
+    edited_config(tmp_path, **change)
+    pattern = f"config.json: {culprit} disagrees with model.safetensors: (bert.)?{key}"
+    with pytest.raises(CheckpointError, match=pattern):
+        BertForPreTraining.from_pretrained(tmp_path)
+    with pytest.raises(CheckpointError, match=pattern):
+        BertModel.from_pretrained(tmp_path)  # the same file read as a bare encoder
+    assert re.search(pattern, inspect_error(tmp_path))
+
+
+def test_a_disagreement_no_single_field_explains_is_still_one_line(tmp_path) -> None:
+    """A classifier saved with 3 labels read with 2: type_vocab_size is also 2, but is not blamed."""
+    BertForSequenceClassification(dataclasses.replace(CONFIG, extra={"num_labels": 3})).save_pretrained(tmp_path)
+    edited_config(tmp_path, num_labels=2)
+    with pytest.raises(CheckpointError, match=r"config.json disagrees with model.safetensors: classifier.weight "
+                                              r"has shape \[3, 64\] in the file, \[2, 64\] from the config"):
+        BertForSequenceClassification.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize(("change", "culprit"), [
+    ({"hidden_size": 1_000_000_000}, "hidden_size 1000000000"),
+    ({"hidden_size": 100_000_000}, "hidden_size 100000000"),
+    ({"num_hidden_layers": 1_000_000_000}, "num_hidden_layers 1000000000"),
+])
+def test_absurd_sizes_are_refused_fast_without_allocating(tmp_path, change, culprit) -> None:
+    BertModel(CONFIG).save_pretrained(tmp_path)
+    edited_config(tmp_path, **change)
+    started = time.monotonic()
+    with pytest.raises(CheckpointError, match=f"config.json: .*{culprit}"):
+        BertModel.from_pretrained(tmp_path)
+    assert time.monotonic() - started < 3
+    started = time.monotonic()
+    assert culprit in inspect_error(tmp_path)
+    assert time.monotonic() - started < 3
+
+
+def test_new_heads_get_berts_initialisation(tmp_path) -> None:
+    """The model is built for real only after the checks; a head the file lacks is drawn as BERT's."""
+    torch.manual_seed(6)
+    BertModel(CONFIG).save_pretrained(tmp_path)
+    model = BertForSequenceClassification.from_pretrained(tmp_path)
+    assert model.load_report.new_heads == ["classifier.bias", "classifier.weight"]
+    weight = model.classifier.weight
+    assert abs(weight.std().item() - CONFIG.initializer_range) < 0.005 and not model.classifier.bias.any()
 
 
 # ------------------------------------------------------------------------------------------------

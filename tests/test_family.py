@@ -20,8 +20,8 @@ from bertforge import (
     BertForSequenceClassification,
     BertModel,
 )
-from bertforge.checkpoint import load_any
 from bertforge.config import FAMILY_DEFAULTS
+from bertforge.model import load_any
 from bertforge.model.heads import span_boundaries
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gutenberg_sample.txt"

@@ -14,7 +14,7 @@ from bertforge import (
     BertForSequenceClassification,
     BertForTokenClassification,
 )
-from bertforge.model import set_labels
+from bertforge.model import label_names, set_labels
 
 ATOL = 1e-5
 
@@ -122,6 +122,14 @@ def test_label_names_are_saved_for_transformers(tmp_path) -> None:
     theirs = transformers.BertForSequenceClassification.from_pretrained(tmp_path)
     assert theirs.config.id2label == {0: "negative", 1: "positive"}
     assert BertForSequenceClassification.from_pretrained(tmp_path).num_labels == 2
+
+
+def test_label_names_read_back_in_id_order() -> None:
+    assert label_names(config(["O", "B-PER", "I-PER"])) == ["O", "B-PER", "I-PER"]
+    shuffled = BertConfig(extra={"id2label": {"1": "positive", "0": "negative"}})
+    assert label_names(shuffled) == ["negative", "positive"]
+    assert label_names(BertConfig(extra={"id2label": {0: "a", 2: "c", 1: "b"}})) == ["a", "b", "c"]  # int keys
+    assert label_names(BertConfig()) == []
 
 
 @pytest.mark.parametrize("head", [BertForTokenClassification, BertForQuestionAnswering])

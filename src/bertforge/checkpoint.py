@@ -1,9 +1,22 @@
-"""Hugging Face-layout checkpoints: one key map between our module names and theirs, used both ways.
+"""Hugging Face-layout checkpoints on disk: the key map, reading and writing, and the load report.
+
+This is the I/O layer under the models, as transformers' `modeling_utils`: it knows the file format
+and no model class. The model classes import it (their `save_pretrained` / `from_pretrained` call
+`save_pretrained` / `load_pretrained` here) and declare as class attributes the facts a load needs
+(see `Checkpointable`): where the backbone sits (`base_model_prefix`), which modules are task heads,
+and which keys a file may lack or carry without being wrong.
 
 A checkpoint directory holds `config.json`, `model.safetensors` (or shards with an index) and the
 tokenizer files. Our modules have short names and a fused q/k/v projection; Hugging Face's have
 `encoder.layer.{i}.attention.self.{query,key,value}` and so on. `KEY_MAP` below is the only place
 that knows both, so saving and loading cannot drift apart.
+
+Loading checks before it allocates: the safetensors headers are read first (a truncated file is
+named as such), a model that config.json makes bigger than this machine's memory is refused, and
+the model is built on the `meta` device so that every shape config.json implies is compared with
+the file's. Only then is the model built
+for real and the tensors read. A wrong config.json thus ends in one line naming the field, never in
+a traceback or a request for terabytes.
 
 Pickle files (`pytorch_model.bin`) can run code when loaded; they are refused unless the caller
 says `allow_pickle=True`, and then read with `torch.load(weights_only=True)`.
@@ -11,22 +24,25 @@ says `allow_pickle=True`, and then read with `torch.load(weights_only=True)`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import torch
 from safetensors.torch import load_file, save_file
+from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from bertforge.config import BertConfig
 from bertforge.fileio import atomic_path
 
 if TYPE_CHECKING:
-    from bertforge.model.bert import BertPreTrainedModel
     from bertforge.tokenizer import BertTokenizer
 
 log = logging.getLogger(__name__)
@@ -39,6 +55,31 @@ PICKLE_INDEX = "pytorch_model.bin.index.json"
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be loaded as asked: missing files, wrong keys or shapes, pickle refused."""
+
+
+class Checkpointable(Protocol):
+    """What this module needs of a model: its config, its state dict, and the declared facts below.
+
+    `bertforge.model.BertPreTrainedModel` declares them; each is a tuple of regular expressions
+    searched in our key names (`bert.pooler.dense.weight`), except the prefixes.
+    """
+
+    config: BertConfig
+    # The attribute that holds the BertModel, and so our state-dict prefix of the backbone's keys;
+    # "" when the model is the BertModel itself.
+    base_model_prefix: ClassVar[str]
+    # Our task-head modules: a file without them loads, and they keep BERT's initialisation.
+    head_prefixes: ClassVar[tuple[str, ...]]
+    # Other keys of ours that a file may lack (the pooler, say): freshly initialised, reported as new.
+    keys_to_ignore_on_load_missing: ClassVar[tuple[str, ...]]
+    # Keys a file may carry that this model does not use (a pooler under a head without one): unused.
+    keys_to_ignore_on_load_unexpected: ClassVar[tuple[str, ...]]
+    # Keys a file may carry that repeat what the model computes or ties: dropped without a mention.
+    keys_redundant_on_load: ClassVar[tuple[str, ...]]
+
+    def state_dict(self) -> dict[str, torch.Tensor]: ...
+
+    def load_state_dict(self, state_dict: dict[str, torch.Tensor], strict: bool = True) -> Any: ...
 
 
 # ------------------------------------------------------------------------------------------------
@@ -80,8 +121,8 @@ HEAD_KEY_MAP: list[tuple[str, str]] = [
     ("sbo.transform.layer_norm2.{p}", "cls.span_boundary.transform.LayerNorm2.{p}"),
 ]
 
-# Hugging Face keys that carry nothing we need: a buffer, and the decoder tied to the embeddings.
-HF_REDUNDANT = re.compile(r"(^|\.)embeddings\.position_ids$|^cls\.predictions\.decoder\.(weight|bias)$")
+# Hugging Face prefixes the backbone with `bert.` in a model with heads; these roots are the backbone's.
+HF_BASE_PREFIX = "bert."
 HF_BACKBONE_ROOTS = ("embeddings.", "encoder.", "pooler.")
 
 
@@ -106,12 +147,17 @@ def _rename(key: str, table: list[tuple[re.Pattern[str], str]]) -> str:
     return key  # task heads with Hugging Face names already
 
 
+def _key_prefix(base_model_prefix: str) -> str:
+    """Our state-dict prefix of the backbone's keys: 'bert.' in a model with heads, '' in a BertModel."""
+    return f"{base_model_prefix}." if base_model_prefix else ""
+
+
 # ------------------------------------------------------------------------------------------------
 # ours -> Hugging Face
 # ------------------------------------------------------------------------------------------------
-def to_hf_state_dict(model: BertPreTrainedModel) -> dict[str, torch.Tensor]:
+def to_hf_state_dict(model: Checkpointable) -> dict[str, torch.Tensor]:
     """Our state dict renamed to Hugging Face's keys, q/k/v split, contiguous tensors ready to save."""
-    prefix = _backbone_prefix(model)
+    prefix = _key_prefix(model.base_model_prefix)
     out: dict[str, torch.Tensor] = {}
     for key, tensor in model.state_dict().items():
         tensor = tensor.detach()
@@ -128,7 +174,7 @@ def to_hf_state_dict(model: BertPreTrainedModel) -> dict[str, torch.Tensor]:
 
 
 def save_pretrained(
-    model: BertPreTrainedModel,
+    model: Checkpointable,
     directory: str | os.PathLike[str],
     tokenizer: BertTokenizer | None = None,
 ) -> None:
@@ -171,48 +217,51 @@ class LoadReport:
         return "\n".join(lines)
 
 
-def from_hf_state_dict(
-    hf_state: dict[str, torch.Tensor], model: BertPreTrainedModel
-) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """Rename a Hugging Face state dict to our keys for `model`; also return the keys dropped as redundant."""
-    prefix = _backbone_prefix(model)
-    ours: dict[str, torch.Tensor] = {}
-    qkv_parts: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
-    redundant = []
-    for key, tensor in hf_state.items():
-        key = _modernise(key)
-        if HF_REDUNDANT.search(key):
-            redundant.append(key)
-            continue
-        local, is_backbone = _strip_backbone_prefix(key)
-        qkv = _HF_QKV.match(local)
-        if qkv:
-            qkv_parts.setdefault((qkv["i"], qkv["p"]), {})[qkv["part"]] = tensor
-            continue
-        name = _rename(local, _HF_TO_OURS)
-        ours[(prefix + name) if is_backbone else name] = tensor
-    for (layer, param), parts in qkv_parts.items():
-        name = prefix + FUSED_QKV[0].format(i=layer, p=param)
-        if len(parts) != 3:
-            absent = [p for p in QKV_PARTS if p not in parts]
-            raise CheckpointError(f"layer {layer} attention {param}: the file lacks {', '.join(absent)}")
-        ours[name] = torch.cat([parts[p] for p in QKV_PARTS], dim=0)
+def from_hf_state_dict(hf_state: dict[str, torch.Tensor], base_model_prefix: str) -> dict[str, torch.Tensor]:
+    """Rename a Hugging Face state dict to our keys, for a model whose backbone is `base_model_prefix`."""
+    renamed, fused = _hf_keys_to_ours(hf_state, base_model_prefix)
+    ours = {name: hf_state[key] for name, key in renamed.items()}
+    ours.update({name: torch.cat([hf_state[key] for key in keys], dim=0) for name, keys in fused.items()})
     # A checkpoint saved before the bias moved keeps the MLM bias only as the decoder's bias.
     decoder_bias = hf_state.get("cls.predictions.decoder.bias")
     if "mlm.bias" not in ours and decoder_bias is not None:
         ours["mlm.bias"] = decoder_bias
-    return ours, redundant
+    return ours
 
 
-def load_pretrained(
-    cls: type[BertPreTrainedModel],
-    directory: str | os.PathLike[str],
-    *,
-    strict: bool = True,
-    allow_pickle: bool = False,
-    **config_overrides: Any,
-) -> tuple[Any, LoadReport]:
-    """Build `cls` from a directory's config.json and load its weights; see `BertPreTrainedModel.from_pretrained`."""
+def _shapes_as_ours(shapes: dict[str, tuple[int, ...]], base_model_prefix: str) -> dict[str, tuple[int, ...]]:
+    """`from_hf_state_dict` for shapes alone: what the file's tensors will be under our keys."""
+    renamed, fused = _hf_keys_to_ours(shapes, base_model_prefix)
+    ours = {name: shapes[key] for name, key in renamed.items()}
+    for name, keys in fused.items():
+        ours[name] = (sum(shapes[key][0] for key in keys), *shapes[keys[0]][1:])
+    return ours
+
+
+def _hf_keys_to_ours(hf_keys: Iterable[str], base_model_prefix: str) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """Our key for each Hugging Face key ({ours: theirs}), and the q/k/v triples fused into one of ours."""
+    prefix = _key_prefix(base_model_prefix)
+    renamed: dict[str, str] = {}
+    qkv_parts: dict[tuple[str, str], dict[str, str]] = {}
+    for key in hf_keys:
+        local, is_backbone = _strip_backbone_prefix(_modernise(key))
+        qkv = _HF_QKV.match(local)
+        if qkv:
+            qkv_parts.setdefault((qkv["i"], qkv["p"]), {})[qkv["part"]] = key
+            continue
+        name = _rename(local, _HF_TO_OURS)
+        renamed[(prefix + name) if is_backbone else name] = key
+    fused: dict[str, list[str]] = {}
+    for (layer, param), parts in qkv_parts.items():
+        if len(parts) != 3:
+            absent = [p for p in QKV_PARTS if p not in parts]
+            raise CheckpointError(f"layer {layer} attention {param}: the file lacks {', '.join(absent)}")
+        fused[prefix + FUSED_QKV[0].format(i=layer, p=param)] = [parts[p] for p in QKV_PARTS]
+    return renamed, fused
+
+
+def read_config(directory: str | os.PathLike[str], **config_overrides: Any) -> BertConfig:
+    """A checkpoint directory's config.json, with the overrides applied (and validated) on top."""
     directory = Path(directory)
     _require_directory(directory)
     if not (directory / "config.json").exists():
@@ -220,24 +269,63 @@ def load_pretrained(
     config = BertConfig.from_pretrained(directory)
     if config_overrides:
         config = BertConfig.from_dict({**config.to_dict(), **config_overrides}, source=str(directory / "config.json"))
+    return config
+
+
+def read_architectures(directory: str | os.PathLike[str]) -> list[str]:
+    """The class names config.json's `architectures` lists (empty when it lists none)."""
+    path = Path(directory) / "config.json"
+    if not path.exists():
+        raise CheckpointError(f"{directory}: no config.json")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from exc
+    architectures = data.get("architectures") if isinstance(data, dict) else None
+    return [a for a in architectures if isinstance(a, str)] if isinstance(architectures, list) else []
+
+
+ModelT = TypeVar("ModelT", bound=nn.Module)  # a model class that is also Checkpointable
+
+
+def load_pretrained(
+    cls: type[ModelT],
+    directory: str | os.PathLike[str],
+    *,
+    strict: bool = True,
+    allow_pickle: bool = False,
+    **config_overrides: Any,
+) -> tuple[ModelT, LoadReport]:
+    """Build `cls` from a directory's config.json and load its weights; return both and the report.
+
+    Everything that can be checked without allocating is checked first (see the module docstring):
+    `cls` is built on the `meta` device for that, then once for real, which gives new heads BERT's
+    initialisation. The caller keeps the report (`BertPreTrainedModel.from_pretrained` puts it on
+    `model.load_report`).
+    """
+    directory = Path(directory)
+    config = read_config(directory, **config_overrides)
+    weights = WeightFiles.find(directory, allow_pickle=allow_pickle)
+    check_fits(cls, config, weights)
     model = cls(config)
-    report = load_weights_into(model, directory, strict=strict, allow_pickle=allow_pickle)
-    return model, report
+    return model, _load_files(model, weights, strict=strict)  # type: ignore[arg-type]
 
 
-def load_weights_into(model: BertPreTrainedModel, directory: str | os.PathLike[str], *, strict: bool = True,
+def load_weights_into(model: Checkpointable, directory: str | os.PathLike[str], *, strict: bool = True,
                       allow_pickle: bool = False) -> LoadReport:
-    """Copy a checkpoint directory's weights into a model already built (by `load_pretrained`, or
-    from a recipe for continued pre-training); the report is also kept on `model.load_report`.
+    """Copy a checkpoint directory's weights into a model already built (from a recipe, for continued
+    pre-training) and return the report.
 
     The model's config decides the architecture; every backbone weight must be in the file with the
     same shape. Heads the file lacks keep their fresh initialisation (and are listed in the report).
     """
-    directory = Path(directory)
-    _require_directory(directory)
-    state, _ = from_hf_state_dict(read_state_dict(directory, allow_pickle=allow_pickle), model)
+    return _load_files(model, WeightFiles.find(Path(directory), allow_pickle=allow_pickle), strict=strict)
+
+
+def _load_files(model: Checkpointable, weights: WeightFiles, *, strict: bool) -> LoadReport:
+    directory = weights.directory
+    state = from_hf_state_dict(weights.read(), model.base_model_prefix)
     report = _load_into(model, state, source=directory)
-    model.load_report = report
     if not report.ok:
         message = f"{directory}: checkpoint does not fit {type(model).__name__}\n{report.summary()}"
         if strict:
@@ -253,84 +341,268 @@ def _require_directory(directory: Path) -> None:
         raise CheckpointError(f"{directory}: not a directory (expected config.json + model.safetensors)")
 
 
-def load_any(directory: str | os.PathLike[str], **kwargs: Any) -> tuple[Any, LoadReport]:
-    """Load a checkpoint as the class its config.json names (`architectures`), BertModel if none we know."""
-    import bertforge.model  # noqa: F401  (registers the classes)
-    from bertforge.model.bert import BertModel, BertPreTrainedModel
+# ------------------------------------------------------------------------------------------------
+# The weight files, and the checks made before anything is allocated
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class WeightFiles:
+    """A checkpoint directory's weight files: found, and for safetensors their headers read; the
+    tensors themselves are read by `read`."""
 
-    config_path = Path(directory) / "config.json"
-    if not config_path.exists():
-        raise CheckpointError(f"{directory}: no config.json")
-    architectures = json.loads(config_path.read_text(encoding="utf-8")).get("architectures") or []
-    cls = next((BertPreTrainedModel.registry[a] for a in architectures if a in BertPreTrainedModel.registry),
-               BertModel)
-    return load_pretrained(cls, directory, **kwargs)
+    directory: Path
+    paths: list[Path]
+    name: str  # how messages call them: model.safetensors, the shards of an index, pytorch_model.bin
+    pickled: bool = False
+    _pickled_state: dict[str, torch.Tensor] | None = field(default=None, repr=False, init=False)
+
+    @classmethod
+    def find(cls, directory: Path, *, allow_pickle: bool = False) -> WeightFiles:
+        _require_directory(directory)
+        if (directory / SAFETENSORS_FILE).exists():
+            return cls(directory, [directory / SAFETENSORS_FILE], SAFETENSORS_FILE)
+        if (directory / SAFETENSORS_INDEX).exists():
+            return cls(directory, _shards(directory, SAFETENSORS_INDEX), f"the shards of {SAFETENSORS_INDEX}")
+        pickled = [name for name in (PICKLE_FILE, PICKLE_INDEX) if (directory / name).exists()]
+        if not pickled:
+            raise CheckpointError(f"{directory}: no {SAFETENSORS_FILE}, {SAFETENSORS_INDEX} or {PICKLE_FILE}")
+        if not allow_pickle:
+            raise CheckpointError(
+                f"{directory / pickled[0]} is a pickle file, which can run arbitrary code when loaded. "
+                "If you trust it, pass allow_pickle=True (Python API); it is then read with "
+                "torch.load(weights_only=True). Better: convert it once to safetensors."
+            )
+        if pickled[0] == PICKLE_FILE:
+            return cls(directory, [directory / PICKLE_FILE], PICKLE_FILE, pickled=True)
+        return cls(directory, _shards(directory, PICKLE_INDEX), f"the shards of {PICKLE_INDEX}", pickled=True)
+
+    def nbytes(self) -> int:
+        return sum(path.stat().st_size for path in self.paths)
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every tensor's shape under its Hugging Face key; safetensors answer from their headers."""
+        if self.pickled:  # a pickle has no header: its tensors must be read to be seen
+            return {key: tuple(tensor.shape) for key, tensor in self.read().items()}
+        shapes: dict[str, tuple[int, ...]] = {}
+        for path in self.paths:
+            shapes.update(read_safetensors_header(path))
+        return shapes
+
+    def read(self) -> dict[str, torch.Tensor]:
+        """All tensors, on the CPU."""
+        if self.pickled:
+            if self._pickled_state is None:
+                self._pickled_state = {}
+                for path in self.paths:
+                    self._pickled_state.update(torch.load(path, map_location="cpu", weights_only=True))
+            return self._pickled_state
+        state: dict[str, torch.Tensor] = {}
+        for path in self.paths:
+            read_safetensors_header(path)  # a truncated file is named as such, not left to the reader
+            state.update(load_file(str(path)))
+        return state
 
 
 def read_state_dict(directory: Path, *, allow_pickle: bool = False) -> dict[str, torch.Tensor]:
     """All tensors of a checkpoint directory: safetensors (single or sharded), else pickle if allowed."""
-    if (directory / SAFETENSORS_FILE).exists():
-        return load_file(str(directory / SAFETENSORS_FILE))
-    if (directory / SAFETENSORS_INDEX).exists():
-        return _read_shards(directory, SAFETENSORS_INDEX, lambda path: load_file(str(path)))
-    pickled = [name for name in (PICKLE_FILE, PICKLE_INDEX) if (directory / name).exists()]
-    if not pickled:
-        raise CheckpointError(f"{directory}: no {SAFETENSORS_FILE}, {SAFETENSORS_INDEX} or {PICKLE_FILE}")
-    if not allow_pickle:
-        raise CheckpointError(
-            f"{directory / pickled[0]} is a pickle file, which can run arbitrary code when loaded. "
-            "If you trust it, pass allow_pickle=True (Python API); it is then read with "
-            "torch.load(weights_only=True). Better: convert it once to safetensors."
-        )
-
-    def read_pickle(path: Path) -> dict[str, torch.Tensor]:
-        return torch.load(path, map_location="cpu", weights_only=True)
-
-    if pickled[0] == PICKLE_FILE:
-        return read_pickle(directory / PICKLE_FILE)
-    return _read_shards(directory, PICKLE_INDEX, read_pickle)
+    return WeightFiles.find(Path(directory), allow_pickle=allow_pickle).read()
 
 
-def _read_shards(directory: Path, index_name: str, read: Any) -> dict[str, torch.Tensor]:
+def _shards(directory: Path, index_name: str) -> list[Path]:
     index_path = directory / index_name
     try:
         weight_map = json.loads(index_path.read_text(encoding="utf-8"))["weight_map"]
-    except (json.JSONDecodeError, KeyError) as exc:
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise CheckpointError(f"{index_path}: not a shard index with a 'weight_map' ({exc})") from exc
-    state: dict[str, torch.Tensor] = {}
+    shards = []
     for shard in sorted(set(weight_map.values())):
         if not (directory / shard).exists():
             raise CheckpointError(f"{index_path}: names shard {shard}, which is not in {directory}")
-        state.update(read(directory / shard))
-    return state
+        shards.append(directory / shard)
+    return shards
 
 
-def _load_into(model: BertPreTrainedModel, state: dict[str, torch.Tensor], source: Path) -> LoadReport:
-    """Copy tensors into the model (casting dtype), checking shapes, and sort the key differences."""
+def read_safetensors_header(path: Path) -> dict[str, tuple[int, ...]]:
+    """A safetensors file's tensor shapes, from its header alone (stdlib only), checking that the file
+    is as long as the header says: 8 bytes of header length, the JSON header, then the data."""
+    size = path.stat().st_size
+    with path.open("rb") as file:
+        length_bytes = file.read(8)
+        if len(length_bytes) < 8:
+            raise CheckpointError(f"{path}: truncated: {size} bytes, not even the 8-byte header length")
+        header_end = 8 + int.from_bytes(length_bytes, "little")
+        if header_end > size:
+            raise CheckpointError(f"{path}: truncated: header describes {header_end} bytes, file has {size}")
+        try:
+            header = json.loads(file.read(header_end - 8))
+            tensors = {key: value for key, value in header.items() if key != "__metadata__"}
+            shapes = {key: tuple(int(n) for n in value["shape"]) for key, value in tensors.items()}
+            data_end = max((int(value["data_offsets"][1]) for value in tensors.values()), default=0)
+        except (ValueError, AttributeError, KeyError, TypeError, IndexError) as exc:
+            raise CheckpointError(f"{path}: not a safetensors file (unreadable header: {exc})") from exc
+    if header_end + data_end > size:
+        raise CheckpointError(f"{path}: truncated: header describes {header_end + data_end} bytes, file has {size}")
+    return shapes
+
+
+def check_fits(cls: type[nn.Module], config: BertConfig, weights: WeightFiles) -> None:
+    """Raise a one-line CheckpointError if `config` cannot describe these weights or this machine
+    cannot hold the model, without allocating the model: `cls` is built on the `meta` device only."""
+    in_file = _shapes_as_ours(weights.shapes(), cls.base_model_prefix)  # type: ignore[attr-defined]
+    needed = estimated_parameter_count(config) * torch.get_default_dtype().itemsize
+    memory = _physical_memory()
+    too_big = memory is not None and needed > memory
+    # A model too big for this machine is still compared with the file first, for the more precise
+    # message, when that is cheap: building on `meta` costs time per layer, so not for a layer count
+    # beyond what the file holds, and it fails for a tensor past 2**63 bytes.
+    if too_big and config.hidden_groups > _stored_layers(in_file):
+        raise CheckpointError(_too_big_message(config, weights, needed, memory))
+    try:
+        skeleton = _on_meta(cls, config)
+    except RuntimeError:
+        if too_big:
+            raise CheckpointError(_too_big_message(config, weights, needed, memory)) from None
+        raise
+    for key, tensor in skeleton.state_dict().items():
+        if key in in_file and in_file[key] != tuple(tensor.shape):
+            raise CheckpointError(_disagreement(cls, config, weights, key, in_file[key], tuple(tensor.shape)))
+    if too_big:
+        raise CheckpointError(_too_big_message(config, weights, needed, memory))
+
+
+def _on_meta(cls: type[nn.Module], config: BertConfig) -> nn.Module:
+    """`cls(config)` as shapes only: on the `meta` device, which allocates nothing."""
+    with torch.device("meta"), _NoRandomFill():
+        return cls(config)  # type: ignore[call-arg]
+
+
+class _NoRandomFill(TorchFunctionMode):
+    """Random initialisation as a no-op on `meta` tensors: there are no values to fill, and the first
+    such call in a process imports torch._dynamo, which would add about two seconds to every load."""
+
+    # torch.nn.init's functions as well as the tensor methods: a mode does not see the calls made
+    # inside a function it has handled.
+    RANDOM_FILLS = {"normal_", "uniform_", "kaiming_uniform_", "kaiming_normal_", "trunc_normal_",
+                    "xavier_uniform_", "xavier_normal_"}
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        target = args[0] if args else kwargs.get("tensor")  # torch.nn.init passes it by keyword
+        if getattr(func, "__name__", None) in self.RANDOM_FILLS and getattr(target, "is_meta", False):
+            return target
+        return func(*args, **kwargs)
+
+
+def _stored_layers(shapes: dict[str, tuple[int, ...]]) -> int:
+    indices = {match[1] for key in shapes if (match := re.search(r"(?:^|\.)encoder\.layers\.(\d+)\.", key))}
+    return len(indices)
+
+
+def estimated_parameter_count(config: BertConfig) -> int:
+    """The encoder's parameter count from config.json's sizes alone (heads add little), following the
+    rows of KEY_MAP: enough to refuse an absurd config before anything is allocated."""
+    hidden, inner, width = config.hidden_size, config.intermediate_size, config.embedding_dim
+    tables = config.vocab_size + config.max_position_embeddings + config.type_vocab_size
+    embeddings = tables * width + 2 * width
+    if config.embedding_size is not None:
+        embeddings += width * hidden + hidden  # the E -> H projection
+    attention = 4 * hidden * hidden + 4 * hidden  # fused q/k/v, then the output projection
+    ffn = 2 * hidden * inner + inner + hidden
+    layer = attention + ffn + 4 * hidden  # + two LayerNorms
+    return embeddings + config.hidden_groups * layer + hidden * hidden + hidden  # + the pooler
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # not on this platform: no limit known
+        return None
+
+
+def _too_big_message(config: BertConfig, weights: WeightFiles, needed: int, memory: int | None) -> str:
+    names = ["vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers"]
+    names += [name for name in ("embedding_size", "num_hidden_groups") if getattr(config, name) is not None]
+    sizes = ", ".join(f"{name} {getattr(config, name)}" for name in names)
+    message = (f"{weights.directory / 'config.json'}: describes a model of {_bytes(needed)} "
+               f"({sizes}), more than this machine's memory ({_bytes(memory or 0)})")
+    held = weights.nbytes()
+    if held < needed / 2:
+        message += f", while {weights.name} holds {_bytes(held)}: does config.json match the weights?"
+    return message
+
+
+def _disagreement(cls: type[nn.Module], config: BertConfig, weights: WeightFiles, key: str,
+                  in_file: tuple[int, ...], from_config: tuple[int, ...]) -> str:
+    shapes = f"{key} has shape {list(in_file)} in the file, {list(from_config)} from the config"
+    culprit = _field_behind(cls, config, key, in_file, from_config)
+    if culprit is None:
+        return f"{weights.directory / 'config.json'} disagrees with {weights.name}: {shapes}"
+    return (f"{weights.directory / 'config.json'}: {culprit} {getattr(config, culprit)} disagrees with "
+            f"{weights.name}: {shapes}")
+
+
+def _field_behind(cls: type[nn.Module], config: BertConfig, key: str, in_file: tuple[int, ...],
+                  from_config: tuple[int, ...]) -> str | None:
+    """The config field that, set to the file's size, gives `key` the file's shape (None if no single one).
+
+    Tried rather than guessed: a field whose value merely equals the wrong size (type_vocab_size 2
+    against a 2-label classifier) is not blamed unless changing it really fixes the shape.
+    """
+    if len(in_file) != len(from_config):
+        return None
+    for want, have in zip(in_file, from_config, strict=True):
+        if want == have:
+            continue
+        for candidate in dataclasses.fields(config):
+            value = getattr(config, candidate.name)
+            if candidate.name == "extra" or isinstance(value, bool) or value != have:
+                continue
+            try:
+                changed = dataclasses.replace(config, **{candidate.name: want})
+                tensor = _on_meta(cls, changed).state_dict().get(key)
+            except (ValueError, RuntimeError):  # not a valid value here (heads must divide H, say)
+                continue
+            if tensor is not None and tuple(tensor.shape) == in_file:
+                return candidate.name
+    return None
+
+
+def _bytes(count: float) -> str:
+    for unit in ("bytes", "kB", "MB", "GB", "TB"):
+        if count < 1000:
+            return f"{count:.0f} {unit}" if unit == "bytes" else f"{count:.1f} {unit}"
+        count /= 1000
+    return f"{count:,.0f} PB"
+
+
+# ------------------------------------------------------------------------------------------------
+# Sorting the keys
+# ------------------------------------------------------------------------------------------------
+def _load_into(model: Checkpointable, state: dict[str, torch.Tensor], source: Path) -> LoadReport:
+    """Copy tensors into the model (casting dtype), checking shapes, and sort the key differences
+    by what the model declares (see `Checkpointable`)."""
     own = model.state_dict()
     report = LoadReport()
-    heads = model.head_prefixes
-    prefix = _backbone_prefix(model)
+    prefix = _key_prefix(model.base_model_prefix)
     for key in own.keys() - state.keys():
-        local = key[len(prefix):] if key.startswith(prefix) else key
-        # A new task head, or a pooler the file omits (many encoders ship without one): expected.
-        if key.startswith(heads) or local.startswith("pooler."):
+        if key.startswith(model.head_prefixes) or _matches(key, model.keys_to_ignore_on_load_missing):
             report.new_heads.append(key)
         else:
             report.missing.append(key)
     for key in state.keys() - own.keys():
         local = key[len(prefix):] if prefix and key.startswith(prefix) else key
+        if _matches(key, model.keys_redundant_on_load):
+            continue
         # Weights of a head this model does not have (pre-training heads under a bare encoder, say),
-        # or a pooler under a head that reads every token (tagging, span QA): not needed, not wrong.
-        if not local.startswith(HF_BACKBONE_ROOTS) or local.startswith("pooler."):
+        # or keys the model declares it does not use: not needed, not wrong.
+        if not local.startswith(HF_BACKBONE_ROOTS) or _matches(key, model.keys_to_ignore_on_load_unexpected):
             report.unused.append(key)
         else:
             report.unexpected.append(key)
     for key in own.keys() & state.keys():
         if own[key].shape != state[key].shape:
             raise CheckpointError(
-                f"{source}: {key} has shape {tuple(state[key].shape)} in the file but "
-                f"{tuple(own[key].shape)} in the model (does config.json match the weights?)"
+                f"{source}: {key} has shape {list(state[key].shape)} in the file but "
+                f"{list(own[key].shape)} in the model (does config.json match the weights?)"
             )
     loadable = {k: v for k, v in state.items() if k in own}
     model.load_state_dict(loadable, strict=False)
@@ -339,15 +611,14 @@ def _load_into(model: BertPreTrainedModel, state: dict[str, torch.Tensor], sourc
     return report
 
 
-def _backbone_prefix(model: BertPreTrainedModel) -> str:
-    """Where the encoder sits in our state dict: 'bert.' in a model with heads, '' in a bare BertModel."""
-    return "bert." if hasattr(model, "bert") else ""
+def _matches(key: str, patterns: tuple[str, ...]) -> bool:
+    return any(re.search(pattern, key) for pattern in patterns)
 
 
 def _strip_backbone_prefix(key: str) -> tuple[str, bool]:
     """A Hugging Face key without its 'bert.' prefix, and whether it belongs to the backbone."""
-    if key.startswith("bert."):
-        return key[len("bert."):], True
+    if key.startswith(HF_BASE_PREFIX):
+        return key[len(HF_BASE_PREFIX):], True
     return key, key.startswith(HF_BACKBONE_ROOTS)
 
 

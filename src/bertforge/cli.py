@@ -142,7 +142,8 @@ def inspect(
 
     Example: `bertforge inspect runs/tiny/final`
     """
-    from bertforge.checkpoint import CheckpointError, load_any
+    from bertforge.checkpoint import CheckpointError
+    from bertforge.model import load_any
 
     try:
         model, report = load_any(model_dir)

@@ -11,6 +11,10 @@ from typing import Any
 
 from bertforge.fileio import write_text_atomic
 
+# The label of a position that is not scored (padding, specials, unmasked tokens, sub-word
+# continuations): F.cross_entropy's default ignore_index, and Hugging Face's convention.
+IGNORE_INDEX = -100
+
 SUPPORTED_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 
 # (layers, hidden, heads): the BERT paper's two sizes and the compact models of Turc et al. (2019).

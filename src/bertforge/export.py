@@ -150,7 +150,7 @@ def export_onnx(
     file serves any batch size and any length up to max_position_embeddings.
     """
     if not isinstance(model, nn.Module):
-        from bertforge.checkpoint import load_any
+        from bertforge.model import load_any
 
         model, _ = load_any(model)
     kind = type(model).__name__

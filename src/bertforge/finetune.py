@@ -242,6 +242,7 @@ def finetune(
 def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True,
                  verbose: bool = True) -> dict[str, Any]:
     """Run a fine-tuning recipe into `out_dir` (see the module docstring for the files)."""
+    from bertforge.model import label_maps
     from bertforge.tokenizer import BertTokenizer
     from bertforge.train import train
     from bertforge.train.state import seed_everything
@@ -288,11 +289,7 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
             continue
         seed_started = time.perf_counter()
         seed_everything(seed)  # the new output layer's initialisation depends on the seed
-        overrides = {}
-        if labels is not None:
-            names = [f"LABEL_{i}" for i in range(labels)] if isinstance(labels, int) else list(labels)
-            overrides = {"id2label": {str(i): n for i, n in enumerate(names)},
-                         "label2id": {n: i for i, n in enumerate(names)}}
+        overrides = label_maps(labels) if labels is not None else {}
         model = load_for_task(spec.head, model_dir, **overrides)
         reinitialize_top_layers(model, loop.reinit_layers)
         batches = TaskBatches(train_features, loop.batch_size, seed=seed, pad_id=tokenizer.pad_token_id)
@@ -366,6 +363,7 @@ def predict(
     """
     import torch
 
+    from bertforge.model import label_names as config_label_names
     from bertforge.tokenizer import BertTokenizer
 
     model_dir, data_dir, out_dir = Path(model_dir), Path(data_dir), Path(out_dir)
@@ -382,8 +380,7 @@ def predict(
         raise ValueError(f"{model_dir} has no trained {spec.head.__name__} output layer "
                          f"({', '.join(model.load_report.new_heads)} would be random); fine-tune it first")
     model.to(torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")))
-    id2label = model.config.extra.get("id2label")
-    label_names = [id2label[str(i)] for i in range(len(id2label))] if id2label else None
+    label_names = config_label_names(model.config) or None
 
     done: dict[str, dict[str, Any]] = {}
     for split in splits or spec.test_splits():
@@ -404,30 +401,14 @@ def predict(
 
 
 def load_for_task(head: type, model_dir: str | Path, **config_overrides: Any) -> Any:
-    """`head.from_pretrained`, except that a pooler in the file is fine for a head that has none.
+    """`head.from_pretrained(model_dir, **config_overrides)`: a checkpoint under a task head.
 
-    Token classification and span QA read every token's vector, not the pooled [CLS], so their models
-    have no pooler; checkpoints of pre-trained encoders usually carry one (MiniLM's does). Those
-    weights are simply not used, as in `transformers`. Any other missing or unexpected key still fails.
+    What such a load may find is declared on the head classes and applied by `bertforge.checkpoint`:
+    a pooler in the file is fine for a head that has none (token classification and span QA read
+    every token, not the pooled [CLS]), as in `transformers`; any other missing or unexpected key
+    raises `CheckpointError`.
     """
-    import logging
-
-    from bertforge.checkpoint import CheckpointError
-
-    logger = logging.getLogger("bertforge.checkpoint")
-    level = logger.level
-    logger.setLevel(logging.ERROR)  # the non-strict load warns about the pooler; we judge the report here
-    try:
-        model = head.from_pretrained(model_dir, strict=False, **config_overrides)
-    finally:
-        logger.setLevel(level)
-    report = model.load_report
-    unexpected = [k for k in report.unexpected if not k.split("bert.", 1)[-1].startswith("pooler.")]
-    if report.missing or unexpected:
-        raise CheckpointError(f"{model_dir}: checkpoint does not fit {head.__name__}\n{report.summary()}")
-    report.unused += [k for k in report.unexpected if k not in unexpected]
-    report.unexpected = unexpected
-    return model
+    return head.from_pretrained(model_dir, **config_overrides)
 
 
 def reinitialize_top_layers(model: Any, count: int) -> None:

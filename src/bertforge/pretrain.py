@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from bertforge.config import BertConfig, resolve_config
+from bertforge.config import IGNORE_INDEX, BertConfig, resolve_config
 from bertforge.fileio import write_text_atomic
 from bertforge.recipe import from_mapping, override, read_mapping, setting
 from bertforge.train.config import OptimConfig, TrainConfig
@@ -45,7 +45,6 @@ if TYPE_CHECKING:  # torch is imported where it is used: the command line builds
     from bertforge.train.distributed import DistContext
     from bertforge.train.loop import Batch, EvalFn
 
-IGNORE_INDEX = -100
 RUN_CONFIG_FILE = "run_config.yaml"  # the resolved recipe, itself a recipe
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["IGNORE_INDEX", "Masker", "MaskResult", "span_length_distribution"]
+from bertforge.config import IGNORE_INDEX
 
-IGNORE_INDEX = -100  # label of positions that are not predicted (PyTorch's cross-entropy default)
+__all__ = ["IGNORE_INDEX", "Masker", "MaskResult", "span_length_distribution"]
 
 
 def span_length_distribution(p: float = 0.2, max_length: int = 10) -> np.ndarray:

@@ -1,5 +1,7 @@
-"""The BERT model: `layers` (building blocks), `bert` (the encoder), `heads` (task heads on it)."""
+"""The BERT model: `layers` (building blocks), `bert` (the encoder), `heads` (task heads on it), and
+`auto.load_any` (the class a checkpoint's config.json names)."""
 
+from bertforge.model.auto import load_any
 from bertforge.model.bert import BertModel, BertPreTrainedModel, EncoderOutput
 from bertforge.model.heads import (
     BertForMaskedLM,
@@ -12,6 +14,8 @@ from bertforge.model.heads import (
     PreTrainingOutput,
     SpanOutput,
     TaskOutput,
+    label_maps,
+    label_names,
     num_labels,
     set_labels,
 )
@@ -20,5 +24,5 @@ __all__ = [
     "BertModel", "BertPreTrainedModel", "EncoderOutput",
     "BertForMaskedLM", "BertForPreTraining", "MaskedLMHead", "PreTrainingOutput",
     "BertForSequenceClassification", "BertForTokenClassification", "BertForQuestionAnswering",
-    "BertForMultipleChoice", "TaskOutput", "SpanOutput", "num_labels", "set_labels",
+    "BertForMultipleChoice", "TaskOutput", "SpanOutput", "label_names", "label_maps", "num_labels", "set_labels", "load_any",
 ]

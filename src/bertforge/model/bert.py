@@ -1,7 +1,11 @@
 """BertModel = embeddings + N encoder layers + pooler, and the base class every BERT model shares.
 
 The base class gives each model BERT's initialisation and Hugging Face-layout save/load
-(`save_pretrained` / `from_pretrained`), which live in `bertforge.checkpoint`.
+(`save_pretrained` / `from_pretrained`). The file format itself lives below the model, in
+`bertforge.checkpoint`, which knows no model class: the classes declare what a load needs to know
+about them (`base_model_prefix`, `head_prefixes`, the `keys_*_on_load` patterns) and hand
+themselves to it. Each class registers its name in `BertPreTrainedModel.registry`, so that
+`bertforge.model.load_any` can build whichever class a checkpoint's config.json names.
 """
 
 from __future__ import annotations
@@ -14,12 +18,17 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+import bertforge.checkpoint as hf_checkpoint
+from bertforge.checkpoint import LoadReport
 from bertforge.config import BertConfig
 from bertforge.model.layers import Embeddings, EncoderLayer, PackedLayout
 
 if TYPE_CHECKING:
-    from bertforge.checkpoint import LoadReport
     from bertforge.tokenizer import BertTokenizer
+
+
+# Our keys of the pooler, wherever the backbone sits.
+POOLER_KEYS = r"(^|\.)pooler\."
 
 
 @dataclass
@@ -35,8 +44,21 @@ class BertPreTrainedModel(nn.Module):
 
     # Hugging Face architecture name -> class, so a checkpoint's config.json picks the class to build.
     registry: ClassVar[dict[str, type[BertPreTrainedModel]]] = {}
+
+    # What loading a checkpoint needs to know of a class (see bertforge.checkpoint.Checkpointable).
+    # The attribute holding the BertModel, which is also our key prefix of the backbone's weights.
+    base_model_prefix: ClassVar[str] = "bert"
     # Our module names that are task heads (not the backbone): missing ones are "new", not errors.
     head_prefixes: ClassVar[tuple[str, ...]] = ()
+    # Patterns of our keys a file may lack: the pooler (many encoders ship without one).
+    keys_to_ignore_on_load_missing: ClassVar[tuple[str, ...]] = (POOLER_KEYS,)
+    # Patterns of keys a file may carry that this model does not use (reported as unused).
+    keys_to_ignore_on_load_unexpected: ClassVar[tuple[str, ...]] = ()
+    # Patterns of keys that repeat what this model computes: transformers' position-id buffer.
+    keys_redundant_on_load: ClassVar[tuple[str, ...]] = (r"(^|\.)embeddings\.position_ids$",)
+
+    # What `from_pretrained` found in the file; None for a model built any other way.
+    load_report: LoadReport | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -71,6 +93,11 @@ class BertPreTrainedModel(nn.Module):
             nn.init.zeros_(module.bias)
 
     @property
+    def base_model(self) -> BertModel:
+        """The BertModel inside (the model itself for a BertModel), found through `base_model_prefix`."""
+        return getattr(self, self.base_model_prefix) if self.base_model_prefix else self  # type: ignore[return-value]
+
+    @property
     def device(self) -> torch.device:
         return next(self.parameters()).device
 
@@ -79,9 +106,7 @@ class BertPreTrainedModel(nn.Module):
 
     def save_pretrained(self, directory: str | os.PathLike[str], tokenizer: BertTokenizer | None = None) -> None:
         """Write `config.json` + `model.safetensors` (+ the tokenizer's files) in Hugging Face layout."""
-        from bertforge.checkpoint import save_pretrained
-
-        save_pretrained(self, directory, tokenizer=tokenizer)
+        hf_checkpoint.save_pretrained(self, directory, tokenizer=tokenizer)
 
     @classmethod
     def from_pretrained(
@@ -94,17 +119,17 @@ class BertPreTrainedModel(nn.Module):
     ) -> Any:
         """Load a Hugging Face-layout BERT directory (ours or `transformers`'), heads included.
 
-        Keys the target lacks or the file lacks are sorted into expected (a new task head, pre-training
-        heads a bare encoder does not use) and errors; errors raise `CheckpointError` unless
-        `strict=False`. The sorted lists are kept on `model.load_report`. Pickle files
+        config.json is checked against the weights' shapes before anything is allocated: a field that
+        disagrees, a truncated file or an absurd size raise a one-line `CheckpointError`. Keys the
+        target lacks or the file lacks are sorted into expected (a new task head, pre-training heads a
+        bare encoder does not use) and errors, as this class declares; errors raise `CheckpointError`
+        unless `strict=False`. The sorted lists are kept on `model.load_report`. Pickle files
         (`pytorch_model.bin`) are refused unless `allow_pickle=True`, and then read with `weights_only=True`.
         """
-        from bertforge.checkpoint import load_pretrained
-
-        model, _ = load_pretrained(cls, directory, strict=strict, allow_pickle=allow_pickle, **config_overrides)
+        model, report = hf_checkpoint.load_pretrained(
+            cls, directory, strict=strict, allow_pickle=allow_pickle, **config_overrides)
+        model.load_report = report
         return model
-
-    load_report: LoadReport | None = None
 
 
 class Pooler(nn.Module):
@@ -145,6 +170,8 @@ class BertModel(BertPreTrainedModel):
     layout but `transformers.BertModel` cannot load them (their config.json says so in
     `bertforge_note`); load them with `BertModel.from_pretrained`.
     """
+
+    base_model_prefix = ""  # it is the backbone: its keys carry no prefix
 
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True) -> None:
         super().__init__(config)

@@ -14,11 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertforge.config import BertConfig
-from bertforge.model.bert import BertModel, BertPreTrainedModel, EncoderOutput
+from bertforge.config import IGNORE_INDEX, BertConfig
+from bertforge.model.bert import POOLER_KEYS, BertModel, BertPreTrainedModel, EncoderOutput
 from bertforge.model.layers import activation
-
-IGNORE_INDEX = -100  # label value for positions that are not predicted (F.cross_entropy's default)
 
 
 class MaskedLMHead(nn.Module):
@@ -135,6 +133,10 @@ class _MaskedLMMixin:
     mlm: MaskedLMHead
     sbo: SpanBoundaryHead | None
 
+    # The decoder is the word-embedding matrix (and its bias is `mlm.bias`): a file's copy repeats them.
+    keys_redundant_on_load = (*BertPreTrainedModel.keys_redundant_on_load,
+                              r"^cls\.predictions\.decoder\.(weight|bias)$")
+
     def _masked_lm(
         self, sequence: torch.Tensor, labels: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -173,6 +175,7 @@ class BertForPreTraining(_MaskedLMMixin, BertPreTrainedModel):
     """
 
     head_prefixes = ("mlm.", "nsp.", "sbo.")
+    keys_to_ignore_on_load_unexpected = (POOLER_KEYS,)  # with next_sentence_head off there is no pooler
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
@@ -230,6 +233,7 @@ class BertForMaskedLM(_MaskedLMMixin, BertPreTrainedModel):
     """
 
     head_prefixes = ("mlm.", "sbo.")
+    keys_to_ignore_on_load_unexpected = (POOLER_KEYS,)  # no pooler: a file's is not needed, not wrong
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
@@ -283,12 +287,23 @@ class SpanOutput:
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
+def label_maps(labels: list[str] | int) -> dict[str, dict]:
+    """id2label and label2id as Hugging Face writes them in config.json ("LABEL_i" for unnamed outputs)."""
+    names = [f"LABEL_{i}" for i in range(labels)] if isinstance(labels, int) else list(labels)
+    return {"id2label": {str(i): name for i, name in enumerate(names)},
+            "label2id": {name: i for i, name in enumerate(names)}}
+
+
 def set_labels(config: BertConfig, labels: list[str] | int) -> BertConfig:
     """Record a task's labels in the config the way Hugging Face does (id2label / label2id)."""
-    names = [f"LABEL_{i}" for i in range(labels)] if isinstance(labels, int) else list(labels)
-    config.extra["id2label"] = {str(i): name for i, name in enumerate(names)}
-    config.extra["label2id"] = {name: i for i, name in enumerate(names)}
+    config.extra.update(label_maps(labels))
     return config
+
+
+def label_names(config: BertConfig) -> list[str]:
+    """The task's label names in id order, from id2label (keys as in config.json, or ints); [] without one."""
+    id2label = config.extra.get("id2label") or {}
+    return [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(len(id2label))]
 
 
 def num_labels(config: BertConfig) -> int:
@@ -343,6 +358,8 @@ class BertForTokenClassification(BertPreTrainedModel):
     """A label per token (NER) from each final token vector T_i; labels -100 are not scored."""
 
     head_prefixes = ("classifier.",)
+    # Every token's vector is read, not the pooled [CLS]: a pre-trained encoder's pooler goes unused.
+    keys_to_ignore_on_load_unexpected = (POOLER_KEYS,)
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
@@ -376,6 +393,7 @@ class BertForQuestionAnswering(BertPreTrainedModel):
     """Span QA as in the paper: a start vector S and an end vector E dotted with every T_i."""
 
     head_prefixes = ("qa_outputs.",)
+    keys_to_ignore_on_load_unexpected = (POOLER_KEYS,)  # spans are read from every token, not [CLS]
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)

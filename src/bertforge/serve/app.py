@@ -37,6 +37,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from bertforge.model.heads import label_names
 from bertforge.serve.batcher import DynamicBatcher
 
 log = logging.getLogger(__name__)
@@ -358,12 +359,11 @@ class ModelService:
         self.tokenizer = tokenizer
         self.device = torch.device(device)
         self.kind = type(model).__name__
-        self.backbone = model.bert if hasattr(model, "bert") else model  # the BertModel inside
+        self.backbone = model.base_model  # the BertModel inside
         self.config = model.config
         self.max_tokens = min(self.config.max_position_embeddings, tokenizer.model_max_length)
         self.tasks = [t for t in TASKS if t not in TASK_MODELS or self.kind in TASK_MODELS[t]]
-        id2label = self.config.extra.get("id2label") or {}
-        self.labels = [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(len(id2label))]
+        self.labels = label_names(self.config)
         if not self.labels and self.kind in ("BertForSequenceClassification", "BertForTokenClassification"):
             self.labels = [f"LABEL_{i}" for i in range(self.model.num_labels)]
         # special ids are never offered as a fill-mask prediction
@@ -383,7 +383,7 @@ class ModelService:
 
     @classmethod
     def from_dir(cls, model_dir: str | Path, **kwargs: Any) -> "ModelService":
-        from bertforge.checkpoint import load_any
+        from bertforge.model import load_any
         from bertforge.tokenizer import BertTokenizer
 
         model, _ = load_any(model_dir)

@@ -29,14 +29,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from bertforge.config import IGNORE_INDEX
 from bertforge.fileio import NotUtf8Error, read_utf8_lines
 
 if TYPE_CHECKING:
     import torch
 
     from bertforge.tokenizer import BertTokenizer
-
-IGNORE_INDEX = -100  # label of a position that is not scored (sub-word continuations, specials, padding)
 
 
 class DataFormatError(ValueError):

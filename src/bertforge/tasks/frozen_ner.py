@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertforge.config import IGNORE_INDEX
 from bertforge.features import (
     STRATEGIES,
     FeatureExtractor,
@@ -44,7 +45,6 @@ from bertforge.features import (
 from bertforge.plot import save_figure
 from bertforge.tasks.ner import Ner, NerSentence, label_list
 
-IGNORE_INDEX = -100
 # BERT-base, CoNLL-2003 dev F1 (Devlin et al. 2019, Table 7)
 PAPER_DEV_F1 = {
     "embeddings": 91.0, "second_to_last": 95.6, "last": 94.9, "sum_last_four": 95.9,

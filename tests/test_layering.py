@@ -1,0 +1,164 @@
+"""The package's layering, read from the source: who may import whom.
+
+Every `import` statement counts, wherever it is: at module top, inside a function (the lazy imports
+that keep the CLI fast) and under `if TYPE_CHECKING:`. A lazy or type-only import still ties the
+lower module to the higher one's names, so it is held to the same rules.
+
+Layers, bottom to top; a module may import from its own top-level package or module and from any
+layer below, never from a layer above. Names on one line are siblings that must not import each
+other (so `data` never sees the model: it prepares token ids for any encoder).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SOURCE = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = "bertforge"
+
+LAYERS: list[tuple[str, ...]] = [
+    ("fileio",),
+    ("recipe",),  # reading, checking and writing settings dataclasses; knows no job
+    ("config",),
+    ("tokenizer",),
+    ("checkpoint",),  # the file format: knows the key map, not the model classes
+    ("model", "data"),
+    ("train",),  # a training loop for any nn.Module
+    ("features", "plot"),  # frozen-feature extraction; figures from run logs
+    ("tasks",),  # task readers, featurisers and metrics (tasks.frozen_ner builds on features)
+    ("finetune", "pretrain", "analysis", "export"),
+    ("serve", "quickstart"),
+    ("cli",),
+    ("",),  # `bertforge` itself: lazy re-exports of the public names
+]
+
+# (importer, imported) pairs that break the rules above on purpose, each with the reason. Keep it
+# short: fix an import rather than listing it here.
+EXCEPTIONS: dict[tuple[str, str], str] = {
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SOURCE).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def all_modules() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted((SOURCE / PACKAGE).rglob("*.py"))}
+
+
+def resolve(module: str, importer: str, level: int, is_package: bool) -> str:
+    """The absolute name of `from <level dots><module> import ...` written in `importer`."""
+    if not level:
+        return module
+    base = importer.split(".")
+    base = base[: len(base) - level + (1 if is_package else 0)]
+    return ".".join(base + ([module] if module else []))
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[str, str, int]]:
+    """(imported module, imported name or "", line) for every import of our package in one file.
+
+    `from pkg import sub` counts as importing the module `pkg.sub` when that is a module.
+    """
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, "", node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            source = resolve(node.module or "", name, node.level, path.name == "__init__.py")
+            for alias in node.names:
+                submodule = f"{source}.{alias.name}"
+                found.append((submodule, "", node.lineno) if submodule in modules
+                             else (source, alias.name, node.lineno))
+    return [(target, imported, line) for target, imported, line in found
+            if target == PACKAGE or target.startswith(PACKAGE + ".")]
+
+
+def graph() -> dict[str, list[tuple[str, str, int]]]:
+    modules = all_modules()
+    return {name: imports_of(name, path, modules) for name, path in modules.items()}
+
+
+def group(module: str) -> str:
+    """The top-level package or module of ours that `module` belongs to ("" for the package itself)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def layer_of(module: str) -> int:
+    for index, names in enumerate(LAYERS):
+        if group(module) in names:
+            return index
+    raise AssertionError(f"{module}: in no layer; add {group(module)!r} to LAYERS in {__file__}")
+
+
+def test_every_module_has_a_layer() -> None:
+    for module in all_modules():
+        layer_of(module)
+
+
+def test_no_import_goes_up_or_sideways() -> None:
+    wrong = []
+    for importer, imports in graph().items():
+        for target, _, line in imports:
+            if group(importer) == group(target) or (importer, target) in EXCEPTIONS:
+                continue
+            if layer_of(target) >= layer_of(importer):
+                direction = "a sibling" if layer_of(target) == layer_of(importer) else "a higher layer"
+                wrong.append(f"{importer}:{line} imports {target}, {direction}")
+    assert not wrong, "imports against the layering (see LAYERS):\n" + "\n".join(sorted(set(wrong)))
+
+
+def test_no_import_circles() -> None:
+    edges = {importer: sorted({target for target, _, _ in imports
+                               if target != importer and (importer, target) not in EXCEPTIONS})
+             for importer, imports in graph().items()}
+    circles = []
+    state: dict[str, str] = {}  # "active" while on the path, "done" once all its imports are explored
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = "active"
+        for target in edges.get(module, []):
+            if state.get(target) == "active":
+                circles.append(" -> ".join(path[path.index(target):] + [target]))
+            elif target not in state:
+                visit(target, [*path, target])
+        state[module] = "done"
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module, [module])
+    assert not circles, "import circles:\n" + "\n".join(circles)
+
+
+def test_no_private_names_cross_modules() -> None:
+    wrong = [f"{importer}:{line} imports {imported} from {target}"
+             for importer, imports in graph().items()
+             for target, imported, line in imports
+             if imported.startswith("_") and not imported.startswith("__") and target != importer]
+    assert not wrong, "private names used outside their module:\n" + "\n".join(wrong)
+
+
+def test_the_rules_catch_what_they_are_for(tmp_path, monkeypatch) -> None:
+    """The checks above on a made-up package: an upward import, a circle, a private name."""
+    package = tmp_path / PACKAGE
+    (package / "model").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "model" / "__init__.py").write_text("")
+    (package / "config.py").write_text("def f():\n    from bertforge.checkpoint import _helper\n")
+    (package / "checkpoint.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from bertforge.model import bert\n"
+        "def _helper(): ...\n")
+    (package / "model" / "bert.py").write_text("from bertforge import checkpoint\n")
+    monkeypatch.setitem(globals(), "SOURCE", tmp_path)  # the checks read the module-level SOURCE
+    edges = graph()
+    assert ("bertforge.model.bert", "", 3) in edges["bertforge.checkpoint"]
+    assert ("bertforge.checkpoint", "_helper", 2) in edges["bertforge.config"]
+    for check in (test_no_import_goes_up_or_sideways, test_no_import_circles, test_no_private_names_cross_modules):
+        try:
+            check()
+        except AssertionError:
+            continue
+        raise AssertionError(f"{check.__name__} passed on a package that breaks it")
