@@ -14,6 +14,11 @@ from typing import Annotated, Any
 
 import typer
 
+# The recipes the commands' options are generated from (no torch behind them: --help stays instant).
+from bertforge.data.prepare import PrepareOptions
+from bertforge.finetune import FinetuneRecipe
+from bertforge.pretrain import Recipe as PretrainRecipe
+
 app = typer.Typer(
     name="bertforge",
     help="BERT end to end: WordPiece vocabularies, pre-training, fine-tuning, analysis and serving.\n\n"
@@ -387,7 +392,7 @@ def _prepare_body(*, given: dict[str, Any], config: Path | None, assignments: li
                   overwrite: bool, quiet: bool) -> None:
     import warnings
 
-    from bertforge.data.prepare import DataWarning, PrepareOptions, prepare
+    from bertforge.data.prepare import DataWarning, prepare
     from bertforge.recipe import resolve
 
     with warnings.catch_warnings(record=True) as caught:
@@ -412,14 +417,8 @@ def _prepare_body(*, given: dict[str, Any], config: Path | None, assignments: li
     typer.echo(f"{run['wall_s']:.1f} s, {run['mb_per_s']:.2f} MB/s, {run['docs_per_s']:.1f} docs/s -> {out}")
 
 
-def _prepare_options_class() -> type:
-    from bertforge.data.prepare import PrepareOptions
-
-    return PrepareOptions
-
-
 recipe_command(
-    app, "prepare", _prepare_options_class(), _prepare_body,
+    app, "prepare", PrepareOptions, _prepare_body,
     leading=[_required_path("out", "Output directory for the shards, stats.json and run_config.yaml."),
              _flag("overwrite", "Clear --out and start again (default: resume an interrupted run)."),
              _flag("quiet", "No progress bar.")],
@@ -457,14 +456,8 @@ def _pretrain_body(*, given: dict[str, Any], config: Path | None, assignments: l
         typer.echo(f"final model: {result.final}")
 
 
-def _pretrain_recipe_class() -> type:
-    from bertforge.pretrain import Recipe
-
-    return Recipe
-
-
 recipe_command(
-    app, "pretrain", _pretrain_recipe_class(), _pretrain_body, skip=("source", "progress"),
+    app, "pretrain", PretrainRecipe, _pretrain_body, skip=("source", "progress"),
     leading=[_required_path("data", "Shards made by `bertforge prepare`."),
              _required_path("out", "Run directory: checkpoints, metrics.jsonl, run_config.yaml, final/."),
              _flag("resume", "Continue from the newest checkpoint in --out."),
@@ -570,7 +563,6 @@ _NER_FROZEN = [
 def finetune_recipe(family: str, config: Path | None, given: dict[str, Any], assignments: list[str],
                     task_options: dict[str, Any] | None = None) -> Any:
     """The recipe a `finetune FAMILY` command runs: defaults, then --config, then options, then --set."""
-    from bertforge.finetune import FinetuneRecipe
     from bertforge.recipe import override, parse_assignments, resolve
 
     base = FinetuneRecipe(family=family, task="swag" if family == "swag" else None)
@@ -607,14 +599,8 @@ def _finetune_command(family: str) -> None:
 
     leading = [_FT_OUT, *task_params, *(_NER_FROZEN if family == "ner" else [])]
     skip = ("family", "task_settings", *(("task",) if family == "swag" else ()))
-    recipe_command(finetune_app, family, _finetune_recipe_class(), body, doc=_FT_DOCS[family], leading=leading,
+    recipe_command(finetune_app, family, FinetuneRecipe, body, doc=_FT_DOCS[family], leading=leading,
                    skip=skip)
-
-
-def _finetune_recipe_class() -> type:
-    from bertforge.finetune import FinetuneRecipe
-
-    return FinetuneRecipe
 
 
 def _frozen_ner(recipe: Any, out: Path, strategy: str) -> None:

@@ -420,12 +420,13 @@ def reinitialize_top_layers(model: Any, count: int) -> None:
     """
     if count == 0:
         return
-    layers = model.bert.encoder.layers
+    backbone = model.base_model
+    layers = backbone.encoder.layers
     if count > len(layers):
         raise ValueError(f"reinit_layers={count}, but the encoder has {len(layers)} distinct layers")
     modules = list(layers[len(layers) - count:])
-    if model.bert.pooler is not None:
-        modules.append(model.bert.pooler)
+    if backbone.pooler is not None:
+        modules.append(backbone.pooler)
     model.init_modules(*modules)
 
 

@@ -104,7 +104,7 @@ def load_recipe(spec: str | os.PathLike[str] | Recipe) -> Recipe:
     if path.suffix in (".yaml", ".yml") or (path.suffix == ".json" and path.is_file() and _is_recipe_json(path)):
         if not path.is_file():
             raise ValueError(f"recipe {path} does not exist")
-        return recipe_from_dict(_read_mapping(path), source=str(path))
+        return recipe_from_dict(read_mapping(path), source=str(path))
     resolve_config(spec)  # fails early, with its own message, on a bad preset or path
     key = "preset" if isinstance(spec, str) and not path.exists() else "config"
     return Recipe(model={key: str(spec)}, source=str(spec))
@@ -145,12 +145,9 @@ def with_overrides(recipe: Recipe, **overrides: Any) -> Recipe:
 
 
 def _is_recipe_json(path: Path) -> bool:
-    data = _read_mapping(path)
+    data = read_mapping(path)
     return bool({"model", "train", "optim", "data"} & set(data))
 
-
-def _read_mapping(path: Path) -> dict[str, Any]:
-    return read_mapping(path)
 
 
 def model_config(recipe: Recipe, tokenizer_facts: dict[str, Any], max_seq_length: int) -> BertConfig:
