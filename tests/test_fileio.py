@@ -37,3 +37,22 @@ def test_json_task_readers_locate_bad_bytes_as_data_format_errors(tmp_path: Path
     path.write_bytes(b'\xef\xbb\xbf{"data": [],\n "x": "caf\xe9"}\n')
     with pytest.raises(DataFormatError, match=rf"{name}:2: not UTF-8 text \(b'\\xe9' at byte 11 of the line\)"):
         read(path)
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz", ".bz2", ".xz", ".zst"])
+def test_open_binary_decompresses_by_suffix(tmp_path, suffix):
+    import bz2
+    import gzip
+    import lzma
+
+    import zstandard
+
+    from bertforge.fileio import open_binary, strip_compression
+
+    writers = {"": open, ".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open, ".zst": zstandard.open}
+    path = tmp_path / f"corpus.jsonl{suffix}"
+    with writers[suffix](path, "wb") as handle:
+        handle.write(b'{"text": "caf\xc3\xa9"}\n' * 1000)
+    with open_binary(path) as handle:
+        assert handle.read() == b'{"text": "caf\xc3\xa9"}\n' * 1000
+    assert strip_compression(path).name == "corpus.jsonl"

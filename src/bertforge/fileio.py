@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -88,3 +89,40 @@ def read_utf8_lines(path: str | os.PathLike[str]) -> list[str]:
     if lines[-1] == "":
         lines.pop()
     return [line.removesuffix("\r") for line in lines]
+
+
+# ------------------------------------------------------------------------------------------------
+# compressed inputs
+# ------------------------------------------------------------------------------------------------
+COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst")
+
+
+def compression_of(path: str | os.PathLike[str]) -> str | None:
+    """The compression a file's name announces ("gz", "bz2", "xz", "zst") or None for a plain file."""
+    suffix = Path(path).suffix.lower()
+    return suffix[1:] if suffix in COMPRESSED_SUFFIXES else None
+
+
+def strip_compression(path: str | os.PathLike[str]) -> Path:
+    """`corpus.jsonl.gz` -> `corpus.jsonl`: the name whose suffix says the format inside."""
+    path = Path(path)
+    return path.with_suffix("") if compression_of(path) else path
+
+
+def open_binary(path: str | os.PathLike[str]) -> BinaryIO:
+    """`path` opened for reading bytes, decompressed on the fly when its suffix says so (.gz, .bz2, .xz,
+    .zst); a streaming reader, so a large file is never held whole in memory."""
+    kind = compression_of(path)
+    if kind == "gz":
+        import gzip
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    if kind == "bz2":
+        import bz2
+        return bz2.open(path, "rb")  # type: ignore[return-value]
+    if kind == "xz":
+        import lzma
+        return lzma.open(path, "rb")  # type: ignore[return-value]
+    if kind == "zst":
+        import zstandard
+        return zstandard.open(path, "rb")  # type: ignore[return-value]
+    return open(path, "rb")
