@@ -128,6 +128,12 @@ def test_tag_bioes_column_files_end_to_end(encoder_dir: Path, tmp_path: Path) ->
         assert len(row["tags"]) == len(row["tokens"]) == len(row["scores"])
         assert first_invalid(row["tags"], "bioes") is None
         assert all(0 < s <= 1 for s in row["scores"])
+    # new sentences without tags, in another file kind
+    new = _write_jsonl(tmp_path / "new.jsonl", [{"tokens": t} for t, _ in SENTENCES[:2]])
+    result = _cli("predict", "tag", "--model", seed, "--data", new, "--out", tmp_path / "pred")
+    assert result.exit_code == 0, result.output
+    predicted = [json.loads(line) for line in (tmp_path / "pred" / "predictions-test.jsonl").read_text().splitlines()]
+    assert [r["tags"] for r in predicted] == [r["tags"] for r in rows] and "gold" not in predicted[0]
 
 
 def test_tag_jsonl_string_and_integer_tags_agree(encoder_dir: Path, tmp_path: Path) -> None:
@@ -219,8 +225,16 @@ def test_qa_jsonl_v2_with_unanswerable_rows(encoder_dir: Path, tmp_path: Path) -
     assert {"exact", "f1", "HasAns_f1", "NoAns_f1", "best_f1", "best_f1_thresh"} <= set(summary)
     task = json.loads((out / "seed-1" / "task.json").read_text())
     assert task["settings"]["version"] == "2.0"
-    assert task["settings"]["null_threshold"] == task["metrics"]["best_f1_thresh"]
+    # the tuned threshold is saved and the reported F1 is the one it gives: the sweep's best
+    assert isinstance(task["settings"]["null_threshold"], float)
+    assert task["metrics"]["f1"] == pytest.approx(task["metrics"]["best_f1"])
+    dev_answers = json.loads((out / "seed-1" / "predictions-dev.json").read_text())
     assert set(json.loads((out / "seed-1" / "null_odds-dev.json").read_text())) == {r["id"] for r in rows}
+    # questions without answers to predict: the tuned threshold is applied
+    new = _write_jsonl(tmp_path / "new.jsonl", [{k: v for k, v in r.items() if k != "answers"} for r in rows])
+    result = _cli("predict", "qa", "--model", out / "seed-1", "--data", new, "--out", tmp_path / "pred")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "pred" / "predictions.json").read_text()) == dev_answers
 
 
 def test_qa_squad_json_v1_and_rows_give_the_same_run(encoder_dir: Path, tmp_path: Path) -> None:

@@ -644,9 +644,10 @@ for _family in ("glue", "ner", "squad", "swag", "tag", "qa"):
 
 @app.command("predict")
 def predict_command(
-    family: Annotated[str, typer.Argument(help="glue, ner, squad or swag.")],
+    family: Annotated[str, typer.Argument(help="glue, ner, squad, swag, tag or qa.")],
     model: Annotated[Path, typer.Option("--model", help="A fine-tuned model (a seed-N directory).")],
-    data: Annotated[Path, typer.Option("--data", help="The task's data directory (or SQuAD file).")],
+    data: Annotated[Path, typer.Option("--data", help="The task's data directory (or SQuAD file; for tag and "
+                                                      "qa the file to predict).")],
     out: Annotated[Path, typer.Option("--out", help="Directory for the prediction files.")],
     task: Annotated[str | None, typer.Option("--task", help="The task (default: the one the model was "
                                                            "fine-tuned for, from its task.json).")] = None,
@@ -656,7 +657,9 @@ def predict_command(
     batch_size: Annotated[int, typer.Option("--batch-size", help="Rows per forward pass.")] = 64,
 ) -> None:
     """Write a fine-tuned model's predictions: GLUE leaderboard .tsv files (label names, STS-B scores,
-    MNLI-m / MNLI-mm / AX), SQuAD predictions.json (+ null_odds.json for v2.0), CoNLL lines, SWAG csv.
+    MNLI-m / MNLI-mm / AX), SQuAD predictions.json (+ null_odds.json for v2.0), CoNLL lines, SWAG csv;
+    for tag, predictions-test.jsonl (tokens, tags in the training files' scheme, scores), for qa the
+    SQuAD files.
 
     Example: `bertforge predict glue --model runs/sst2/seed-1 --data data/glue --out submission/`
     """

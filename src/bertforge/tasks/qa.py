@@ -73,12 +73,13 @@ class Qa(Squad):
         return ("test",)
 
     def file_of(self, data_dir: str | Path | None, split: str) -> Path:
-        """The file of `split`: the one the settings name, else `data_dir` itself when it is a file."""
+        """The file of `split`: `data_dir` when it is a file (`predict --data FILE`), else the one the
+        settings name."""
+        if data_dir is not None and Path(data_dir).is_file():
+            return Path(data_dir)
         named = self.settings.get(split)
         if named:
             return Path(named)
-        if data_dir is not None and Path(data_dir).is_file():
-            return Path(data_dir)
         raise FileNotFoundError(f"no {split} file: give --{split} FILE")
 
     def read(self, data_dir: str | Path | None, split: str) -> list[SquadExample]:  # type: ignore[override]

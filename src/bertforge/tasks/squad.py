@@ -476,7 +476,20 @@ class Squad(Task):
         """v2.0: the null threshold that maximises F1 on these (dev) examples."""
         if self.version != "2.0":
             return {}
-        return {"null_threshold": self.metric(examples, predictions)["best_f1_thresh"]}
+        scores = self.metric(examples, predictions)
+        threshold = scores["best_f1_thresh"]
+        if predictions and self._f1_at(examples, predictions, threshold) < scores["best_f1"] - 1e-6:
+            # the sweep peaked at its start, "no answer" everywhere, which the official script reports as
+            # threshold 0.0 (its na_probs are probabilities); with null odds that is a threshold below all of them
+            threshold = min(float(p.null_odds) for p in predictions) - 1.0  # type: ignore[arg-type]
+        return {"null_threshold": threshold}
+
+    def _f1_at(self, examples: Sequence[SquadExample], predictions: Sequence[SquadPrediction],
+               threshold: float) -> float:
+        """v2.0 F1 when "no answer" is predicted where the null odds exceed `threshold`."""
+        answers = {e.id: "" if float(p.null_odds) > threshold else p.best_span  # type: ignore[arg-type]
+                   for e, p in zip(examples, predictions, strict=True)}
+        return float(squad_evaluate(self.dataset_json(examples), answers)["f1"])
 
     def write_predictions(self, examples: Sequence[SquadExample], predictions: Sequence[SquadPrediction],
                           out_dir: Path, split: str) -> list[Path]:
