@@ -94,6 +94,7 @@ def test_scheme_detection_and_validity() -> None:
     assert detect_scheme([["B-PER", "I-PER", "O"]]) == "iob2"
     assert detect_scheme([["I-PER", "I-PER", "B-PER"]]) == "iob1"
     assert detect_scheme([["B-PER", "E-PER"], ["O"]]) == "bioes"
+    assert detect_scheme([["B-PER", "I-LOC"]]) == "iob2"  # B- opens entities: IOB2 with a stray I-
     assert first_invalid(["B-PER", "I-PER", "O"], "iob2") is None
     assert first_invalid(["O", "I-PER"], "iob2")[0] == 1
     assert first_invalid(["I-PER", "B-LOC"], "iob1")[0] == 1
@@ -275,7 +276,7 @@ def test_tag_bad_input(encoder_dir: Path, tmp_path: Path) -> None:
     _assert_rejected(["finetune", "tag", "--train", good, "--dev", unseen, *model], tmp_path / "o2",
                      "unseen.jsonl:1: tags[1]:", "type ORG does not occur in the good.jsonl file")
     loose = _write_columns(tmp_path / "loose.conll", [(["x", "anna", "smith"], ["O", "B-PER", "I-LOC"])])
-    _assert_rejected(["finetune", "tag", "--train", loose, "--dev", loose, "--tag-scheme", "iob2", "--strict-tags",
+    _assert_rejected(["finetune", "tag", "--train", loose, "--dev", loose, "--strict-tags",
                       *model], tmp_path / "o3", "loose.conll:5: tag:", "'I-LOC' follows 'B-PER'")
     # without --strict-tags the same file trains (I-LOC read as the start of a LOC entity)
     assert _cli("finetune", "tag", "--train", loose, "--dev", loose, *model, "--out", tmp_path / "o4",

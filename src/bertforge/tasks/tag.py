@@ -14,7 +14,7 @@
 
 Tag schemes. Tags are `O` or `PREFIX-TYPE`. `tag_scheme` "auto" (the default) detects the scheme from
 all the files together: any E- or S- tag means BIOES; an I-X that opens an entity (at a sentence start,
-after O or after another type) means IOB1; otherwise IOB2. The model is always trained on IOB2 (BIO;
+after O or after another type) while no B-X ever does means IOB1; otherwise IOB2. The model is always trained on IOB2 (BIO;
 its `id2label` holds O, B-TYPE and I-TYPE for every type of the training file, which is what
 transformers' token-classification pipeline groups), and the prediction files give the tags back in
 the scheme of the input. With `strict_tags`, a tag sequence that the scheme does not allow (an I-X
@@ -89,18 +89,20 @@ def split_tag(tag: str) -> tuple[str, str]:
 
 
 def detect_scheme(sentences: Sequence[Sequence[str]]) -> str:
-    """"bioes" if any E-/S- tag, "iob1" if an I-X opens an entity, else "iob2"."""
-    opens_with_i = False
+    """"bioes" if any E-/S- tag; "iob1" if some I-X opens an entity and no B-X does (IOB1 uses B- only
+    between two entities of one type); else "iob2" (where an I-X opening an entity is a stray)."""
+    opens_with_i = opens_with_b = False
     for tags in sentences:
         previous = ("O", "")
         for tag in tags:
             prefix, kind = split_tag(tag)
             if prefix in ("E", "S"):
                 return "bioes"
-            if prefix == "I" and (previous[0] == "O" or previous[1] != kind):
-                opens_with_i = True
+            opens = previous[0] == "O" or previous[1] != kind
+            opens_with_i |= prefix == "I" and opens
+            opens_with_b |= prefix == "B" and opens
             previous = (prefix, kind)
-    return "iob1" if opens_with_i else "iob2"
+    return "iob1" if opens_with_i and not opens_with_b else "iob2"
 
 
 def first_invalid(tags: Sequence[str], scheme: str) -> tuple[int, str] | None:
