@@ -281,6 +281,10 @@ def test_tag_bad_input(encoder_dir: Path, tmp_path: Path) -> None:
     # without --strict-tags the same file trains (I-LOC read as the start of a LOC entity)
     assert _cli("finetune", "tag", "--train", loose, "--dev", loose, *model, "--out", tmp_path / "o4",
                 "--epochs", "1").exit_code == 0
+    # a declared scheme that the tags do not use is an error even when not strict
+    single = _write_columns(tmp_path / "single.conll", [(["x", "anna"], ["O", "S-PER"])])
+    _assert_rejected(["finetune", "tag", "--train", single, "--dev", single, "--tag-scheme", "bio", *model],
+                     tmp_path / "o8", "single.conll:4: tag:", "IOB2 has no S- tags")
     missing = _write_jsonl(tmp_path / "missing.jsonl", [{"words": ["a"], "tags": ["O"]}])
     _assert_rejected(["finetune", "tag", "--train", missing, "--dev", good, *model], tmp_path / "o5",
                      "missing.jsonl:1: tokens:", "no such column; the columns are: words, tags")

@@ -113,11 +113,11 @@ def first_invalid(tags: Sequence[str], scheme: str) -> tuple[int, str] | None:
         last, last_kind = previous
         if scheme in ("iob1", "iob2") and prefix in ("E", "S"):
             return i, f"{tag!r}: {scheme.upper()} has no {prefix}- tags"
+        after = repr(tags[i - 1]) if i else "the sentence start"
         if scheme == "iob2" and prefix == "I" and (last == "O" or last_kind != kind):
-            return i, f"{tag!r} follows {tags[i - 1] if i else 'the sentence start'!r}: in IOB2 an entity starts with B-"
+            return i, f"{tag!r} follows {after}: in IOB2 an entity starts with B-"
         if scheme == "iob1" and prefix == "B" and (last == "O" or last_kind != kind):
-            return i, f"{tag!r} follows {tags[i - 1] if i else 'the sentence start'!r}: in IOB1 B- only separates two " \
-                      f"entities of one type"
+            return i, f"{tag!r} follows {after}: in IOB1 B- only separates two entities of one type"
         if scheme == "bioes":
             open_entity = last in ("B", "I")
             if open_entity and not (prefix in ("I", "E") and kind == last_kind):
@@ -385,7 +385,8 @@ class Tag(Ner):
                 except ValueError as exc:
                     raise DataFormatError(sentence.path, *sentence.where(k), str(exc)) from None
             bad = first_invalid(sentence.given_tags, scheme)
-            if bad is not None and (strict or "has no" in bad[1]):
+            foreign = bad is not None and scheme != "bioes" and sentence.given_tags[bad[0]][0] in "ES"
+            if bad is not None and (strict or foreign):  # an E-/S- tag in IOB files is never read leniently
                 raise DataFormatError(sentence.path, *sentence.where(bad[0]),
                                       f"{bad[1]} (tag scheme {scheme}{', strict' if strict else ''})")
             sentence.labels = to_iob2(sentence.given_tags, scheme)
