@@ -44,7 +44,7 @@ import numpy as np
 
 from experiments.common import ROOT, machine, machine_line, save_results, update_doc_section
 
-TAG_HYPER = {"lr": 5e-5, "batch_size": 32, "epochs": 3.0, "warmup": 0.1, "weight_decay": 0.01, "max_length": 128}
+TAG_HYPER = {"lr": 1e-4, "batch_size": 32, "epochs": 3.0, "warmup": 0.1, "weight_decay": 0.01, "max_length": 128}
 QA_HYPER = {"lr": 5e-5, "batch_size": 32, "epochs": 2.0, "warmup": 0.1, "weight_decay": 0.01, "max_length": 256,
             "doc_stride": 128, "n_best": 20, "max_answer_length": 30}
 KEEP_TYPES = ("PER", "LOC")
@@ -310,7 +310,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=_shared_data())
     parser.add_argument("--model", type=Path, default=None, help="default: all-MiniLM-L6-v2 from PyPI")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "own-data-tag-qa")
-    parser.add_argument("--tag-train", type=int, default=600, help="training sentences (sub-sample)")
+    parser.add_argument("--tag-train", type=int, default=1500, help="training sentences (sub-sample)")
     parser.add_argument("--tag-dev", type=int, default=300, help="dev sentences (sub-sample)")
     parser.add_argument("--qa-train", type=int, default=300, help="training questions (sub-sample)")
     parser.add_argument("--qa-dev", type=int, default=150, help="dev questions (sub-sample)")
