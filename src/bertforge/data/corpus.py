@@ -1,6 +1,14 @@
 """Reading pre-training text: documents, sentences, Gutenberg headers, and the split of the input into shards.
 
-Two input layouts:
+Input files, told apart by their names (:func:`input_kind`):
+
+* **text** (`.txt`, or any name not listed below), read as a stream of lines;
+* **compressed text** (`.txt.gz`, `.bz2`, `.xz`, `.zst`), decompressed as it is read
+  (`fileio.open_binary`);
+* **records**: JSON lines (`.jsonl`, `.ndjson`, `.json`, plain or compressed) and Parquet (`.parquet`),
+  one document per record, read by :mod:`bertforge.data.records`.
+
+Two layouts of the text (of a text file, or of each record):
 
 * **BERT layout** (the default): one sentence per line, a blank line between documents, as the
   paper's pre-training data was prepared.
@@ -14,30 +22,46 @@ Everything streams: a file is read line by line and handed on in *blocks* of at 
 `block_sentences` sentences, so memory stays bounded by the block size whatever the size of a file
 or of the corpus. A long document is several blocks that share one `doc_key`.
 
-The input is cut into shards by byte ranges (:func:`plan_shards`): the concatenated files are cut into
-`num_shards` pieces of about equal size, each cut moved forward to the next blank line (a document
-boundary in the BERT layout, a paragraph boundary in plain text), so no sentence is cut in two.
+The input is cut into shards (:func:`plan_shards`): the concatenated files are cut into `num_shards`
+pieces of about equal size on disk, each cut moved forward to the next place a piece may start: the
+next blank line in a text file (a document boundary in the BERT layout, a paragraph boundary in plain
+text), so no sentence is cut in two; the next line of a JSON-lines file; the next row group of a
+Parquet file. A compressed file cannot be entered in the middle of its stream, so it is never cut: it
+is one piece of work, whatever its size. The same function cuts the corpus into the parts of
+`prepare --part` (:func:`cut_ranges`), and each part into its shards.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bertforge.fileio import NotUtf8Error, decode_utf8
+from bertforge.fileio import (
+    COMPRESSED_SUFFIXES,
+    NotUtf8Error,
+    compression_of,
+    decode_utf8,
+    open_binary,
+    strip_compression,
+)
 
 __all__ = [
     "DataError",
     "InputRange",
     "ReadStats",
     "TextBlock",
+    "cut_ranges",
     "expand_inputs",
+    "input_bodies",
+    "input_kind",
     "find_gutenberg_body",
     "next_blank_line",
     "next_document_start",
+    "next_line_start",
     "plan_shards",
     "read_blocks",
     "split_sentences",
@@ -146,13 +170,8 @@ def find_gutenberg_body(path: str | os.PathLike[str]) -> tuple[int, int, list[st
     it). A missing marker is not an error: the file is used from its start / to its end, with a warning.
     """
     path = Path(path)
-    size = path.stat().st_size
     warnings: list[str] = []
-    with open(path, "rb") as handle:
-        head = handle.read(_GUTENBERG_SCAN)
-        tail_start = max(0, size - _GUTENBERG_SCAN)
-        handle.seek(tail_start)
-        tail = handle.read()
+    head, tail, tail_start, size = _head_and_tail(path)
     start = 0
     match = _GUTENBERG_START.search(head)
     if match is None:
@@ -176,45 +195,115 @@ def find_gutenberg_body(path: str | os.PathLike[str]) -> tuple[int, int, list[st
     return start, end, warnings
 
 
+def _head_and_tail(path: Path) -> tuple[bytes, bytes, int, int]:
+    """The first and last `_GUTENBERG_SCAN` bytes of a file's (decompressed) text, where the last start,
+    and the text's size. A compressed file is decompressed once, as a stream, to find its end."""
+    if not compression_of(path):
+        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            head = handle.read(_GUTENBERG_SCAN)
+            tail_start = max(0, size - _GUTENBERG_SCAN)
+            handle.seek(tail_start)
+            return head, handle.read(), tail_start, size
+    with open_binary(path) as handle:
+        head = handle.read(_GUTENBERG_SCAN)
+        previous, last, size = b"", head, len(head)
+        while chunk := handle.read(_GUTENBERG_SCAN):
+            previous, last, size = last, chunk, size + len(chunk)
+    window = (previous + last)[-_GUTENBERG_SCAN:]
+    return head, window, size - len(window), size
+
+
 # ---------------------------------------------------------------------------------------------------
 # planning: which byte ranges go into which shard
 # ---------------------------------------------------------------------------------------------------
 
 
+TEXT_KINDS = ("text", "jsonl", "parquet")
+_JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
+_GLOB_CHARS = re.compile(r"[*?\[]")
+
+
+def input_kind(path: str | os.PathLike[str]) -> str:
+    """What a file holds, by its name: "jsonl" (`.jsonl`, `.ndjson`, `.json`, maybe compressed), "parquet"
+    (`.parquet`) or "text" (anything else, `.txt` and compressed `.txt.gz` ... included)."""
+    suffix = strip_compression(path).suffix.lower()
+    if suffix in _JSONL_SUFFIXES:
+        return "jsonl"
+    if suffix == ".parquet" and not compression_of(path):
+        return "parquet"
+    return "text"
+
+
+def _found_in_directory(path: Path) -> bool:
+    """Files a directory contributes: text, JSON lines (not `.json`: too often metadata) and Parquet."""
+    name = strip_compression(path).name.lower()
+    if name.endswith(".parquet"):
+        return not compression_of(path)
+    return name.endswith((".txt", ".jsonl", ".ndjson"))
+
+
 @dataclass(frozen=True)
 class InputRange:
-    """A piece of one input file: bytes `[start, end)`, whose first line is line `first_line` (1-based)."""
+    """A piece of one input file, in the unit its kind is cut by.
+
+    * text and JSON lines, plain: bytes `[start, end)`, whose first line is line `first_line` (1-based);
+    * compressed text or JSON lines: the whole stream from decompressed byte `start` to `end` (-1: to
+      the end of the stream);
+    * Parquet: row groups `[start, end)`, whose first row is row `first_line` of the file (0-based).
+
+    `size`: bytes on disk the piece stands for, where `end - start` is not that (compressed, Parquet).
+    """
 
     path: str
     file_index: int
     start: int
     end: int
     first_line: int
+    kind: str = "text"
+    size: int = 0
+
+    @property
+    def compressed(self) -> bool:
+        return compression_of(self.path) is not None
+
+    @property
+    def weight(self) -> int:
+        """Bytes on disk: what shards and parts are balanced by."""
+        return self.size if self.kind == "parquet" or self.compressed else self.end - self.start
 
     def to_json(self) -> list:
-        return [self.path, self.file_index, self.start, self.end, self.first_line]
+        row = [self.path, self.file_index, self.start, self.end, self.first_line]
+        return row if self.kind == "text" and not self.size else [*row, self.kind, self.size]
 
     @classmethod
     def from_json(cls, row: Sequence) -> InputRange:
-        path, file_index, start, end, first_line = row
-        return cls(str(path), int(file_index), int(start), int(end), int(first_line))
+        path, file_index, start, end, first_line, *rest = row
+        kind, size = (str(rest[0]), int(rest[1])) if rest else ("text", 0)
+        return cls(str(path), int(file_index), int(start), int(end), int(first_line), kind, size)
 
 
 def expand_inputs(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[Path]:
-    """Files named by `inputs`: files as given, directories by their `*.txt` files (recursively), sorted.
+    """Files named by `inputs`: files as given; directories by their text, JSON-lines and Parquet files,
+    compressed or not (recursively); glob patterns (`corpus/*.jsonl.gz`, `**` for any depth) by what they
+    match. Sorted within each directory or pattern; a file named twice counts once.
 
-    Raises DataError for a path that does not exist or a directory without text files.
+    Raises DataError for a path that does not exist, a pattern that matches nothing, or a directory
+    without input files.
     """
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     files: list[Path] = []
     for item in inputs:
         path = Path(item)
-        if path.is_dir():
-            found = sorted(p for p in path.rglob("*.txt") if p.is_file())
-            if not found:
-                raise DataError(f"{path}: directory holds no .txt files")
-            files.extend(found)
+        if not path.exists() and _GLOB_CHARS.search(str(item)):
+            matches = sorted(Path(p) for p in glob.glob(str(item), recursive=True))
+            if not matches:
+                raise DataError(f"{item}: the pattern matches no file")
+            for match in matches:
+                files.extend(_directory_files(match) if match.is_dir() else [match])
+        elif path.is_dir():
+            files.extend(_directory_files(path))
         elif path.is_file():
             files.append(path)
         else:
@@ -229,6 +318,14 @@ def expand_inputs(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[st
             seen.add(key)
             unique.append(path)
     return unique
+
+
+def _directory_files(path: Path) -> list[Path]:
+    found = sorted(p for p in path.rglob("*") if p.is_file() and _found_in_directory(p))
+    if not found:
+        raise DataError(f"{path}: directory holds no input files (.txt, .jsonl, .ndjson, .parquet, or those "
+                        f"compressed: {', '.join(COMPRESSED_SUFFIXES)})")
+    return found
 
 
 def _count_newlines(handle, start: int, end: int) -> int:
@@ -263,11 +360,22 @@ def next_blank_line(handle, offset: int, start: int, end: int) -> int:
     return end
 
 
+def next_line_start(handle, offset: int, start: int, end: int) -> int:
+    """Offset of the first line that starts at or after `offset` (within `[start, end)`), else `end`."""
+    if offset <= start:
+        return start
+    handle.seek(offset - 1)
+    if handle.read(1) == b"\n":
+        return min(offset, end)
+    return min(offset + len(handle.readline()), end)
+
+
 def next_document_start(handle, offset: int, end: int, *, blank_lines: int = 1) -> int | None:
     """Offset of the first line of the next document at or after `offset`, or None before `end`.
 
     A document starts at a non-blank line that follows `blank_lines` or more blank lines (1 in the BERT
-    layout, SECTION_BLANK_LINES in plain text): the same offset `read_blocks` uses in a document's key.
+    layout, SECTION_BLANK_LINES in plain text, 0 in JSON lines where every line is one): the same offset
+    `read_blocks` uses in a document's key.
     """
     pos = offset
     if offset > 0:
@@ -290,72 +398,153 @@ def next_document_start(handle, offset: int, end: int, *, blank_lines: int = 1) 
     return None
 
 
-def plan_shards(
+def input_bodies(
     files: Sequence[str | os.PathLike[str]],
-    num_shards: int,
     *,
     strip_gutenberg: bool = False,
-) -> tuple[list[list[InputRange]], list[str]]:
-    """Cut the input into at most `num_shards` shards of about equal byte size, cutting only at blank lines.
+    text_column: str = "text",
+) -> tuple[list[InputRange], list[str]]:
+    """One range per input file with something in it (its whole body), and warnings (empty files,
+    missing Gutenberg markers). Parquet files are checked for `text_column` here, before any work."""
+    from bertforge.data.records import parquet_layout
 
-    Returns the shards (each a list of InputRange, in input order, none empty) and warnings (empty
-    files, missing Gutenberg markers). Deterministic: the same files and `num_shards` give the same plan.
-    """
     warnings: list[str] = []
-    bodies: list[tuple[str, int, int, int]] = []  # path, file_index, start, end
+    bodies: list[InputRange] = []
     for index, file in enumerate(files):
         path = Path(file)
         size = path.stat().st_size
         if size == 0:
             warnings.append(f"{path}: empty file, skipped")
             continue
-        start, end = 0, size
-        if strip_gutenberg:
+        kind = input_kind(path)
+        if kind == "parquet":
+            sizes, _rows, names = parquet_layout(str(path))
+            if text_column not in names:
+                raise DataError(f"{path}: no column {text_column!r} (columns: {', '.join(names)}); choose one with "
+                                "text_column (--text-column)")
+            if sizes:
+                bodies.append(InputRange(str(path), index, 0, len(sizes), 0, kind, sum(sizes)))
+            else:
+                warnings.append(f"{path}: no rows, skipped")
+            continue
+        start, end, first_line = 0, size, 1
+        if strip_gutenberg and kind == "text":
             start, end, notes = find_gutenberg_body(path)
             warnings.extend(notes)
-        if end > start:
-            bodies.append((str(path), index, start, end))
-    total = sum(end - start for _, _, start, end in bodies)
-    if total == 0:
-        return [], warnings
+            if end <= start:
+                continue
+            if not compression_of(path):
+                with open(path, "rb") as handle:
+                    first_line = 1 + _count_newlines(handle, 0, start)
+        if compression_of(path):
+            if strip_gutenberg and kind == "text":
+                with open_binary(path) as handle:
+                    first_line = 1 + handle.read(start).count(b"\n")
+            else:
+                start, end = 0, -1
+            bodies.append(InputRange(str(path), index, start, end, first_line, kind, size))
+        elif end > start:
+            bodies.append(InputRange(str(path), index, start, end, first_line, kind))
+    return bodies, warnings
 
-    # cut points in the concatenated stream, each snapped forward to a blank line in its file
-    num_shards = max(1, num_shards)
-    cuts: set[tuple[int, int]] = set()  # (position in `bodies`, byte offset in that file)
-    targets = [total * k // num_shards for k in range(1, num_shards)]
+
+def _snap(body: InputRange, offset: int) -> int:
+    """The first place at or after `offset` (bytes into `body`'s weight) where a new piece may start."""
+    if body.compressed:
+        return body.weight
+    if body.kind == "parquet":
+        bounds = _group_bounds(body)
+        return next((b for b in bounds if b >= offset), body.weight)
+    with open(body.path, "rb") as handle:
+        find = next_blank_line if body.kind == "text" else next_line_start
+        return find(handle, body.start + offset, body.start, body.end) - body.start
+
+
+def _group_bounds(body: InputRange) -> list[int]:
+    """Cumulative sizes of a Parquet range's row groups: [0, size of the first, ..., weight]."""
+    from bertforge.data.records import parquet_layout
+
+    sizes = parquet_layout(body.path)[0][body.start:body.end]
+    return [sum(sizes[:k]) for k in range(len(sizes) + 1)]
+
+
+def cut_ranges(bodies: Sequence[InputRange], num_pieces: int) -> list[list[InputRange]]:
+    """Cut `bodies` (whole files, or pieces of them) into at most `num_pieces` runs of about equal weight.
+
+    The concatenated weight is cut at `num_pieces - 1` even targets, each moved forward to where a
+    piece may start (`_snap`); a cut that falls at the end of a file moves to the start of the next.
+    Returns the runs in input order, none empty. Deterministic: it reads the files, never the clock.
+    """
+    total = sum(b.weight for b in bodies)
+    if total == 0:
+        return []
+    num_pieces = max(1, num_pieces)
+    cuts: set[tuple[int, int]] = set()  # (position in `bodies`, offset into that body's weight)
+    targets = [total * k // num_pieces for k in range(1, num_pieces)]
     base, body_i = 0, 0
     for target in targets:
-        while body_i < len(bodies) and base + (bodies[body_i][3] - bodies[body_i][2]) <= target:
-            base += bodies[body_i][3] - bodies[body_i][2]
+        while body_i < len(bodies) and base + bodies[body_i].weight <= target:
+            base += bodies[body_i].weight
             body_i += 1
         if body_i >= len(bodies):
             break
-        path, _, start, end = bodies[body_i]
-        with open(path, "rb") as handle:
-            offset = next_blank_line(handle, start + (target - base), start, end)
-        if start < offset < end:
+        weight = bodies[body_i].weight
+        offset = _snap(bodies[body_i], target - base)
+        if 0 < offset < weight:
             cuts.add((body_i, offset))
-        elif offset >= end and body_i + 1 < len(bodies):
-            cuts.add((body_i + 1, bodies[body_i + 1][2]))
+        elif offset >= weight and body_i + 1 < len(bodies):
+            cuts.add((body_i + 1, 0))
 
-    # walk the files, starting a new shard at each cut
-    shards: list[list[InputRange]] = [[]]
-    for i, (path, file_index, start, end) in enumerate(bodies):
+    # walk the bodies, starting a new run at each cut
+    runs: list[list[InputRange]] = [[]]
+    for i, body in enumerate(bodies):
         offsets = sorted(off for (b, off) in cuts if b == i)
-        if offsets and offsets[0] == start and shards[-1]:
-            shards.append([])
+        if offsets and offsets[0] == 0 and runs[-1]:
+            runs.append([])
             offsets = offsets[1:]
-        with open(path, "rb") as handle:
-            line = 1 + _count_newlines(handle, 0, start)
-            piece_start = start
-            for off in [*offsets, end]:
-                if off > piece_start:
-                    shards[-1].append(InputRange(path, file_index, piece_start, off, line))
-                    line += _count_newlines(handle, piece_start, off)
-                if off != end:
-                    shards.append([])
-                piece_start = off
-    return [shard for shard in shards if shard], warnings
+        piece_start, line = 0, body.first_line
+        for off in [*offsets, body.weight]:
+            if off > piece_start:
+                runs[-1].append(_piece(body, piece_start, off, line))
+                if off != body.weight and body.kind != "parquet":  # lines counted piece by piece, once
+                    with open(body.path, "rb") as handle:
+                        line += _count_newlines(handle, body.start + piece_start, body.start + off)
+            if off != body.weight:
+                runs.append([])
+            piece_start = off
+    return [run for run in runs if run]
+
+
+def _piece(body: InputRange, start: int, end: int, first_line: int) -> InputRange:
+    """The piece `[start, end)` (bytes into the weight) of `body`, as a range of its own kind; for text and
+    JSON lines `first_line` is the line number at `start`."""
+    if start == 0 and end == body.weight:
+        return body
+    if body.kind == "parquet":
+        from bertforge.data.records import parquet_layout
+
+        sizes, rows, _ = parquet_layout(body.path)
+        bounds = _group_bounds(body)
+        first, last = body.start + bounds.index(start), body.start + bounds.index(end)
+        first_row = body.first_line + sum(rows[body.start:first])
+        return InputRange(body.path, body.file_index, first, last, first_row, "parquet", sum(sizes[first:last]))
+    return InputRange(body.path, body.file_index, body.start + start, body.start + end, first_line, body.kind)
+
+
+def plan_shards(
+    files: Sequence[str | os.PathLike[str]],
+    num_shards: int,
+    *,
+    strip_gutenberg: bool = False,
+    text_column: str = "text",
+) -> tuple[list[list[InputRange]], list[str]]:
+    """Cut the input into at most `num_shards` shards of about equal size on disk (see the module docstring).
+
+    Returns the shards (each a list of InputRange, in input order, none empty) and warnings (empty
+    files, missing Gutenberg markers). Deterministic: the same files and `num_shards` give the same plan.
+    """
+    bodies, warnings = input_bodies(files, strip_gutenberg=strip_gutenberg, text_column=text_column)
+    return cut_ranges(bodies, num_shards), warnings
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -386,6 +575,8 @@ class ReadStats:
     bad_line_locations: list[str] = field(default_factory=list)
     overlong_locations: list[str] = field(default_factory=list)
     sentences_per_file: dict[int, int] = field(default_factory=dict)
+    bad_records: int = 0  # JSON lines / Parquet: records skipped (see records.py)
+    bad_record_locations: list[str] = field(default_factory=list)
 
     def merge(self, other: ReadStats) -> None:
         self.documents += other.documents
@@ -395,6 +586,8 @@ class ReadStats:
         self.overlong_lines += other.overlong_lines
         self.bad_line_locations = (self.bad_line_locations + other.bad_line_locations)[:_MAX_LOCATIONS]
         self.overlong_locations = (self.overlong_locations + other.overlong_locations)[:_MAX_LOCATIONS]
+        self.bad_records += other.bad_records
+        self.bad_record_locations = (self.bad_record_locations + other.bad_record_locations)[:_MAX_LOCATIONS]
         for key, value in other.sentences_per_file.items():
             self.sentences_per_file[key] = self.sentences_per_file.get(key, 0) + value
 
@@ -404,6 +597,7 @@ class ReadStats:
             "bad_lines": self.bad_lines, "overlong_lines": self.overlong_lines,
             "bad_line_locations": self.bad_line_locations, "overlong_locations": self.overlong_locations,
             "sentences_per_file": {str(k): v for k, v in self.sentences_per_file.items()},
+            "bad_records": self.bad_records, "bad_record_locations": self.bad_record_locations,
         }
 
     @classmethod
@@ -417,34 +611,63 @@ def _iter_lines(rng: InputRange, max_line_bytes: int) -> Iterator[tuple[bytes, i
     """Yield (raw line, line number, byte offset, part) over the range; an overlong line comes in pieces
     (`part` is true for each piece of such a line).
 
-    A piece of an overlong line ends at a space, so no word and no UTF-8 character is cut.
+    A piece of an overlong line ends at a space, so no word and no UTF-8 character is cut. A compressed
+    file is read as a stream from its start (`end` -1: to the end of the stream).
     """
-    with open(rng.path, "rb") as handle:
-        handle.seek(rng.start)
+    with open_binary(rng.path) as handle:
+        end = rng.end
+        if rng.compressed:
+            _skip(handle, rng.start)
+        else:
+            handle.seek(rng.start)
         pos, line_no, continuing = rng.start, rng.first_line, False
-        while pos < rng.end:
-            raw = handle.readline(min(max_line_bytes, rng.end - pos))
+        pending = b""  # the rest of a line cut short, read again before the file (streams cannot seek back)
+        while end < 0 or pos < end:
+            limit = max_line_bytes if end < 0 else min(max_line_bytes, end - pos)
+            if pending:
+                raw, pending = _take_line(pending, limit)
+                if not raw.endswith(b"\n") and len(raw) < limit:
+                    raw += handle.readline(limit - len(raw))
+            else:
+                raw = handle.readline(limit)
             if not raw:
                 break
-            complete = raw.endswith(b"\n") or pos + len(raw) >= rng.end
+            # short of the limit without "\n": the last line of a stream (a plain file's range ends first)
+            complete = raw.endswith(b"\n") or (pos + len(raw) >= end if end >= 0 else len(raw) < limit)
             if not complete:
                 cut = raw.rfind(b" ")
                 if cut > 0:
-                    handle.seek(pos + cut + 1)
-                    raw = raw[:cut + 1]
+                    cut += 1
                 else:  # no space at all: back off to a UTF-8 character boundary
                     cut = len(raw)
                     while cut > len(raw) - 4 and cut > 1 and (raw[cut - 1] & 0xC0) == 0x80:
                         cut -= 1
                     if cut > 1 and raw[cut - 1] >= 0xC0:
                         cut -= 1
-                    handle.seek(pos + cut)
+                if cut < len(raw) or pending:
+                    pending = raw[cut:] + pending
                     raw = raw[:cut]
             yield raw, line_no, pos, not complete or continuing
             pos += len(raw)
             continuing = not complete
             if complete:
                 line_no += 1
+
+
+def _take_line(buffer: bytes, limit: int) -> tuple[bytes, bytes]:
+    """The first line of `buffer` (at most `limit` bytes) and the rest."""
+    stop = buffer.find(b"\n", 0, limit)
+    stop = min(len(buffer), limit) if stop < 0 else stop + 1
+    return buffer[:stop], buffer[stop:]
+
+
+def _skip(handle, count: int) -> None:
+    """Read past the first `count` bytes of a stream (a compressed file's Gutenberg header)."""
+    while count > 0:
+        chunk = handle.read(min(_READ_CHUNK, count))
+        if not chunk:
+            return
+        count -= len(chunk)
 
 
 def read_blocks(
@@ -455,8 +678,14 @@ def read_blocks(
     max_line_chars: int = 10_000,
     bad_bytes: str = "skip",
     stats: ReadStats | None = None,
+    field: str = "text",
+    bad_records: str = "skip",
 ) -> Iterator[TextBlock]:
     """Stream one input range as blocks of sentences.
+
+    JSON lines and Parquet ranges go to :func:`bertforge.data.records.read_record_blocks` (one document
+    per record; `field` names the JSON field or Parquet column of the text, `bad_records` says what a
+    record that cannot be used does); the rest of this docstring is about text.
 
     Blocks never mix documents. Lines with bytes that are not UTF-8 are skipped (`bad_bytes="skip"`,
     counted with their file:line in `stats`), decoded with U+FFFD (`"replace"`), or stop the run with a
@@ -467,6 +696,12 @@ def read_blocks(
     if bad_bytes not in BAD_BYTES_POLICIES:
         raise ValueError(f"bad_bytes must be one of {BAD_BYTES_POLICIES}, not {bad_bytes!r}")
     stats = stats if stats is not None else ReadStats()
+    if rng.kind != "text":
+        from bertforge.data.records import read_record_blocks
+
+        yield from read_record_blocks(rng, field=field, plain_text=plain_text, block_sentences=block_sentences,
+                                      max_line_chars=max_line_chars, bad_records=bad_records, stats=stats)
+        return
     sentences: list[str] = []
     doc_key = (rng.file_index, rng.start)
     location = f"{rng.path}:{rng.first_line}"

@@ -44,9 +44,10 @@ from bertforge.data.corpus import (
     DataError,
     InputRange,
     ReadStats,
+    cut_ranges,
     expand_inputs,
+    input_bodies,
     next_document_start,
-    plan_shards,
     read_blocks,
 )
 from bertforge.data.instances import (
@@ -58,6 +59,7 @@ from bertforge.data.instances import (
     SentenceBlock,
 )
 from bertforge.data.masking import IGNORE_INDEX, Masker
+from bertforge.data.records import BAD_RECORDS_POLICIES
 from bertforge.data.shards import ShardWriter, read_json, shard_name, token_dtype
 from bertforge.fileio import atomic_path, write_text_atomic
 from bertforge.recipe import override as recipe_override
@@ -88,7 +90,8 @@ class PrepareOptions:
     """
 
     inputs: list[str] = setting(default_factory=list, aliases=("--input", "-i"),
-                                help="Text file or directory of .txt files (repeat).")
+                                help="File, directory or glob pattern (repeat): .txt, .jsonl, .parquet, "
+                                     "and .txt/.jsonl compressed (.gz, .bz2, .xz, .zst).")
     tokenizer: str | None = setting(None, help="Tokenizer directory (vocab.txt ...).")
     max_seq_length: int = setting(128, help="Tokens per instance, [CLS] and [SEP] included.")
     workers: int = setting(1, help="Processes, one shard each at a time.")
@@ -114,6 +117,13 @@ class PrepareOptions:
     block_sentences: int = setting(256, help="Sentences per block (the unit held out for validation).")
     max_line_chars: int = setting(10_000, help="Longer lines are cut (and counted).")
     bad_bytes: str = setting("skip", help="Lines that are not UTF-8: skip, replace or error.")
+    text_field: str = setting("text", help="JSON lines: the field of each record that holds its text.")
+    text_column: str = setting("text", help="Parquet: the column that holds each row's text.")
+    bad_records: str = setting("skip", help="JSON lines / Parquet records without usable text: skip (counted, "
+                                            "reported) or error (stop at the first, naming file and line).")
+    part: str | None = setting(None, help="I/N: prepare only part I (0 to N-1) of N disjoint parts of the "
+                                          "input, into OUT/part-I-of-N, for N machines or a job array; join "
+                                          "them with `bertforge prepare-merge`.")
 
     def __post_init__(self) -> None:
         _check_options(self)
@@ -173,12 +183,21 @@ def prepare(
     tokenizer = _load_tokenizer(str(tokenizer_dir))
     vocab_facts = _vocab_facts(tokenizer)
 
-    total_bytes = sum(f.stat().st_size for f in files)
-    num_shards = max(workers, math.ceil(total_bytes / (shard_mb * 1e6)))
-    plan, plan_warnings = plan_shards(files, num_shards, strip_gutenberg=strip_gutenberg)
-    if not plan:
+    bodies, plan_warnings = input_bodies(files, strip_gutenberg=strip_gutenberg, text_column=recipe.text_column)
+    if not bodies:
         raise DataError(f"no text to prepare: all {len(files)} input files are empty ({', '.join(map(str, files[:3]))}"
                         f"{', ...' if len(files) > 3 else ''})")
+    if recipe.part is not None:  # this machine's part of the corpus, cut by the same rule as shards
+        part, num_parts = parse_part(recipe.part)
+        parts = cut_ranges(bodies, num_parts)
+        if part >= len(parts):
+            raise DataError(f"part {recipe.part}: the input only splits into {len(parts)} parts (a compressed file "
+                            "or a Parquet row group is never split); use fewer parts")
+        bodies = parts[part]
+        out = out / part_dir_name(part, num_parts)
+    total_bytes = sum(f.stat().st_size for f in files) if recipe.part is None else sum(r.weight for r in bodies)
+    num_shards = max(workers, math.ceil(total_bytes / (shard_mb * 1e6)))
+    plan = cut_ranges(bodies, num_shards)
     dataset = {
         "format": DATASET_FORMAT, "version": 1, "options": options, "tokenizer": vocab_facts,
         "inputs": [{"path": str(f), "bytes": f.stat().st_size, "mtime_ns": f.stat().st_mtime_ns} for f in files],
@@ -197,9 +216,11 @@ def prepare(
     tokenizer.save_pretrained(out / "tokenizer")
 
     todo = [i for i in range(len(plan)) if not (out / "done" / f"{shard_name(i)}.json").exists()]
-    todo_bytes = sum(r.end - r.start for i in todo for r in plan[i])
+    todo_bytes = sum(r.weight for i in todo for r in plan[i])
+    # the random streams of a shard: (seed, shard), and the part too when there are parts
+    stream = [] if recipe.part is None else list(parse_part(recipe.part))
     jobs = [{"shard": i, "ranges": dataset["shards"][i], "options": options, "out_dir": str(out),
-             "tokenizer_dir": str(tokenizer_dir)} for i in todo]
+             "tokenizer_dir": str(tokenizer_dir), "stream": [i, *stream]} for i in todo]
     _run_jobs(jobs, workers, todo_bytes, progress)
 
     stats = _collect_stats(out, dataset, plan_warnings)
@@ -248,6 +269,11 @@ def _check_options(o: PrepareOptions) -> None:
     need(o.objective in OBJECTIVES, f"objective must be one of {OBJECTIVES}, not {o.objective!r}")
     need(o.masking in MASKING_MODES, f"masking must be one of {MASKING_MODES}, not {o.masking!r}")
     need(o.bad_bytes in BAD_BYTES_POLICIES, f"bad_bytes must be one of {BAD_BYTES_POLICIES}, not {o.bad_bytes!r}")
+    need(o.bad_records in BAD_RECORDS_POLICIES,
+         f"bad_records must be one of {BAD_RECORDS_POLICIES}, not {o.bad_records!r}")
+    need(bool(o.text_field) and bool(o.text_column), "text_field and text_column must not be empty")
+    if o.part is not None:
+        parse_part(o.part)
     need(8 <= o.max_seq_length <= 65535, f"max_seq_length must be in [8, 65535], not {o.max_seq_length}")
     need(o.workers >= 1, f"workers must be at least 1, not {o.workers}")
     need(0.0 < o.masked_lm_prob < 1.0, f"masked_lm_prob must be in (0, 1), not {o.masked_lm_prob}")
@@ -264,6 +290,23 @@ def _check_options(o: PrepareOptions) -> None:
     need(o.max_predictions_per_seq >= 1, "max_predictions_per_seq must be at least 1")
     if o.span:
         o.whole_word = True  # SpanBERT spans are made of whole words
+
+
+def parse_part(part: str) -> tuple[int, int]:
+    """`"I/N"` -> (I, N), with 0 <= I < N; ValueError otherwise."""
+    index, _, count = str(part).partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        raise ValueError(f"part must be I/N (e.g. 0/4), not {part!r}") from None
+    if not 0 <= i < n:
+        raise ValueError(f"part {part}: I must be in [0, N) (parts count from 0: 0/{max(n, 1)} ... "
+                         f"{max(n, 1) - 1}/{max(n, 1)})")
+    return i, n
+
+
+def part_dir_name(index: int, count: int) -> str:
+    return f"part-{index:05d}-of-{count:05d}"
 
 
 _TOKENIZERS: dict[str, Any] = {}
@@ -411,10 +454,11 @@ class _Split:
     """Instance making, masking and writing for one split (train or valid) of one shard."""
 
     def __init__(self, name: str, shard: int, o: dict, facts: dict, masker: Masker | None, seed: int,
-                 out: Path, dupe: int, pool: DocumentPool | None, fallback_pool: DocumentPool | None):
+                 out: Path, dupe: int, pool: DocumentPool | None, fallback_pool: DocumentPool | None,
+                 stream: Sequence[int]):
         self.maker = InstanceMaker(o["max_seq_length"], facts["cls_id"], facts["sep_id"], o["objective"],
                                    o["short_seq_prob"])
-        streams = np.random.SeedSequence([seed, shard]).spawn(2)
+        streams = np.random.SeedSequence([seed, *stream]).spawn(2)
         self.rng = BufferedDraws(np.random.default_rng(streams[0]))
         self.mask_rng = np.random.default_rng(streams[1])
         self.masker = masker
@@ -499,33 +543,66 @@ def _is_validation(sentences: list[str], fraction: float) -> bool:
     return zlib.crc32("\n".join(sentences).encode("utf-8"), 0x5A17) / 2**32 < fraction
 
 
+def _text_field(o: dict, r: InputRange) -> str:
+    return o["text_column"] if r.kind == "parquet" else o["text_field"]
+
+
 def _prefill(pool: DocumentPool, ranges: list[InputRange], o: dict, tokenizer) -> None:
     """Fill the NotNext pool with the first block of documents spread over the shard: the first
     document of each file piece, and the next document after each of `_PREFILL_PROBES` evenly spaced
-    places. A probe starts where a document starts, so its key is the key the main pass gives it."""
-    total = sum(r.end - r.start for r in ranges)
-    blank_lines = SECTION_BLANK_LINES if o["plain_text"] else 1
+    places. A probe starts where a document starts, so its key is the key the main pass gives it.
+    (A compressed file is only read from its start; a Parquet probe starts at a row group.)"""
+    total = sum(r.weight for r in ranges)
     starts: dict[tuple[str, int], InputRange] = {}
     for r in ranges[:_PREFILL_PROBES]:
         starts[(r.path, r.start)] = r
     for k in range(1, _PREFILL_PROBES):
         target = total * k // _PREFILL_PROBES
         for r in ranges:
-            if target < r.end - r.start:
+            if target < r.weight:
                 break
-            target -= r.end - r.start
+            target -= r.weight
         else:
             continue
-        with open(r.path, "rb") as handle:
-            start = next_document_start(handle, r.start + target, r.end, blank_lines=blank_lines)
+        start = _probe_start(r, target, o)
         if start is not None:
             starts.setdefault((r.path, start), r)
     for (_, start), r in sorted(starts.items(), key=lambda item: (item[1].file_index, item[0][1])):
-        probe = InputRange(r.path, r.file_index, start, r.end, 0)
+        if r.kind == "parquet":
+            row = r.first_line + sum(_parquet_rows(r)[:start - r.start])
+            probe = dataclasses.replace(r, start=start, end=start + 1, first_line=row)
+        else:
+            probe = dataclasses.replace(r, start=start, first_line=0)
         blocks = read_blocks(probe, plain_text=o["plain_text"], block_sentences=o["block_sentences"],
-                             max_line_chars=o["max_line_chars"], bad_bytes="skip", stats=ReadStats())
+                             max_line_chars=o["max_line_chars"], bad_bytes="skip", stats=ReadStats(),
+                             field=_text_field(o, r), bad_records="skip")
         for text in itertools.islice(blocks, 1):
             pool.add(_tokenize(tokenizer, text.doc_key, text.sentences, True))
+
+
+def _parquet_rows(r: InputRange) -> tuple[int, ...]:
+    from bertforge.data.records import parquet_layout
+
+    return parquet_layout(r.path)[1][r.start:r.end]
+
+
+def _probe_start(r: InputRange, offset: int, o: dict) -> int | None:
+    """Where the first document at or after `offset` (bytes into `r`'s weight) starts, in `r`'s unit."""
+    if r.compressed:
+        return None
+    if r.kind == "parquet":
+        from bertforge.data.records import parquet_layout
+
+        sizes = parquet_layout(r.path)[0]
+        base = 0
+        for group in range(r.start, r.end):
+            if base >= offset:
+                return group
+            base += sizes[group]
+        return None
+    blank_lines = 0 if r.kind == "jsonl" else SECTION_BLANK_LINES if o["plain_text"] else 1
+    with open(r.path, "rb") as handle:
+        return next_document_start(handle, r.start + offset, r.end, blank_lines=blank_lines)
 
 
 def _build_shard(job: dict, callback: Callable[[int, int], None] | None = None) -> dict:
@@ -535,6 +612,7 @@ def _build_shard(job: dict, callback: Callable[[int, int], None] | None = None) 
     tokenizer = _load_tokenizer(job["tokenizer_dir"])
     facts = _vocab_facts(tokenizer)
     ranges = [InputRange.from_json(r) for r in job["ranges"]]
+    stream = job.get("stream", [shard])
     report = _report_progress(callback)
     name = shard_name(shard)
     for split in ("train", "valid"):  # what an interrupted run of this shard left: start clean
@@ -547,21 +625,23 @@ def _build_shard(job: dict, callback: Callable[[int, int], None] | None = None) 
 
     pools: dict[str, DocumentPool | None] = {"train": None, "valid": None}
     if o["objective"] == "nsp":
-        pool_rng = np.random.default_rng([_POOL_SEED, shard])
+        pool_rng = np.random.default_rng([_POOL_SEED, *stream])
         pools = {"train": DocumentPool(pool_rng), "valid": DocumentPool(pool_rng)}
         held_out = set(o.get("validation_files", ()))  # held-out text must not reach training as partners
         _prefill(pools["train"], [r for r in ranges if r.path not in held_out], o, tokenizer)
     static = o["masking"] == "static"
     train = _Split("train", shard, o, facts, masker() if static else None, o["seed"], out,
-                   o["dupe_factor"], pools["train"], None)
-    valid = _Split("valid", shard, o, facts, masker(), VALIDATION_SEED, out, 1, pools["valid"], pools["train"])
+                   o["dupe_factor"], pools["train"], None, stream)
+    valid = _Split("valid", shard, o, facts, masker(), VALIDATION_SEED, out, 1, pools["valid"], pools["train"],
+                   stream)
     read = ReadStats()
     tokens = 0
     one_sentence: list[str] = []  # where the first one-sentence documents are, for the warning
     try:
         for r in ranges:
             for text in read_blocks(r, plain_text=o["plain_text"], block_sentences=o["block_sentences"],
-                                    max_line_chars=o["max_line_chars"], bad_bytes=o["bad_bytes"], stats=read):
+                                    max_line_chars=o["max_line_chars"], bad_bytes=o["bad_bytes"], stats=read,
+                                    field=_text_field(o, r), bad_records=o["bad_records"]):
                 block = _tokenize(tokenizer, text.doc_key, text.sentences, text.new_document)
                 tokens += len(block.ids)
                 held_out = r.path in o.get("validation_files", ())
@@ -616,6 +696,11 @@ def _collect_stats(out: Path, dataset: dict, plan_warnings: list[str]) -> dict[s
     if read.bad_lines:
         warnings_.append(f"skipped {read.bad_lines} line(s) with bytes that are not UTF-8, first at "
                          f"{', '.join(read.bad_line_locations)}")
+    if read.bad_records:
+        field = (f"field {o['text_field']!r}" if o["text_field"] == o["text_column"]
+                 else f"field {o['text_field']!r} / column {o['text_column']!r}")
+        warnings_.append(f"skipped {read.bad_records} record(s) without usable text in {field} (bad_records='error' "
+                         f"stops at the first), first at {', '.join(read.bad_record_locations)}")
     if read.overlong_lines:
         warnings_.append(f"{read.overlong_lines} line(s) longer than {o['max_line_chars']} characters were split "
                          f"into sentences (is the input really one sentence per line?), first at "
@@ -650,7 +735,7 @@ def _collect_stats(out: Path, dataset: dict, plan_warnings: list[str]) -> dict[s
         "is_next_fraction": round(train.is_next / made, 5) if made and o["objective"] != "none" else None,
         "truncated_fraction": round(train.truncated / made, 5) if made else None,
         "skipped": {
-            "bad_lines": read.bad_lines, "overlong_lines": read.overlong_lines,
+            "bad_lines": read.bad_lines, "bad_records": read.bad_records, "overlong_lines": read.overlong_lines,
             "empty_files": sum(1 for e in dataset["inputs"] if e["bytes"] == 0),
             "one_sentence_documents": one, "dropped_sentences": train.dropped_sentences + valid.dropped_sentences,
             "random_next_fallbacks": fallbacks,
