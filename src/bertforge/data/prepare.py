@@ -1,6 +1,6 @@
 """`prepare`: text files -> shards of pre-training instances, in parallel, streaming and resumable.
 
-The work is cut into shards by byte ranges of the input (`corpus.plan_shards`); each shard is made by
+The work is cut into shards by byte ranges of the input (`sources.cut_ranges`: lines or row groups for records); each shard is made by
 one process from its own range, with its own random streams seeded from `(seed, shard index)`, so the
 output depends only on the inputs, the options, the seed and the number of shards (which is
 `max(workers, input size / shard_mb)`), never on timing. A shard is finished when its record
@@ -28,6 +28,7 @@ import itertools
 import json
 import math
 import os
+import shutil
 import time
 import warnings
 import zlib
@@ -44,11 +45,7 @@ from bertforge.data.corpus import (
     DataError,
     InputRange,
     ReadStats,
-    cut_ranges,
-    expand_inputs,
-    input_bodies,
     next_document_start,
-    read_blocks,
 )
 from bertforge.data.instances import (
     OBJECTIVES,
@@ -59,14 +56,15 @@ from bertforge.data.instances import (
     SentenceBlock,
 )
 from bertforge.data.masking import IGNORE_INDEX, Masker
-from bertforge.data.records import BAD_RECORDS_POLICIES
+from bertforge.data.records import BAD_RECORDS_POLICIES, parquet_layout
 from bertforge.data.shards import ShardWriter, read_json, shard_name, token_dtype
+from bertforge.data.sources import cut_ranges, expand_inputs, input_bodies, read_blocks
 from bertforge.fileio import atomic_path, write_text_atomic
 from bertforge.recipe import override as recipe_override
 from bertforge.recipe import save as save_recipe
 from bertforge.recipe import setting
 
-__all__ = ["MASKING_MODES", "RUN_CONFIG_FILE", "DataWarning", "PrepareOptions", "prepare"]
+__all__ = ["MASKING_MODES", "RUN_CONFIG_FILE", "DataWarning", "PrepareOptions", "merge_parts", "parse_part", "prepare"]
 
 MASKING_MODES = ("static", "dynamic")
 DATASET_FORMAT = "bertforge-pretraining-data"
@@ -238,6 +236,68 @@ def prepare(
             f"{stats['sentences']} sentences, {stats['skipped']['one_sentence_documents']} one-sentence documents "
             f"skipped{' (is the input plain text? pass plain_text=True)' if not plain_text else ''}"
         )
+    return stats
+
+
+def merge_parts(data_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Join the parts that `prepare(..., part="I/N")` wrote under `data_dir` into one dataset.
+
+    Checks that all N parts are there and finished, made from the same inputs with the same options
+    and vocabulary; then writes `data_dir/dataset.json` (which lists the parts), `stats.json` (over all
+    of them), `continuation.npy` and `tokenizer/`. No shard is copied: the loader reads each part's
+    shards in place, part after part. Returns the statistics.
+    """
+    data = Path(data_dir)
+    found: dict[int, tuple[int, Path]] = {}
+    for directory in sorted(data.glob("part-*-of-*")):
+        index, _, count = directory.name.removeprefix("part-").partition("-of-")
+        if directory.is_dir() and index.isdigit() and count.isdigit():
+            found[int(index)] = (int(count), directory)
+    if not found:
+        raise DataError(f"{data}: no part directories (part-I-of-N) to merge; make them with prepare --part I/N")
+    counts = {count for count, _ in found.values()}
+    if len(counts) > 1:
+        raise DataError(f"{data}: parts of different splits ({', '.join(f'of {n}' for n in sorted(counts))}); "
+                        "keep the parts of one split only")
+    num_parts = counts.pop()
+    missing = [i for i in range(num_parts) if i not in found]
+    if missing:
+        raise DataError(f"{data}: part(s) {', '.join(f'{i}/{num_parts}' for i in missing)} missing; "
+                        f"prepare them with --part I/{num_parts} and the same arguments")
+    record = data / "dataset.json"
+    if record.exists() and "parts" not in read_json(record):
+        raise DataError(f"{data} holds a whole dataset already (dataset.json without parts); merge parts into "
+                        "the directory that holds only them")
+    dirs = [found[i][1] for i in range(num_parts)]
+    infos = []
+    for directory in dirs:
+        if not (directory / "stats.json").is_file():
+            raise DataError(f"{directory}: this part has not finished (no stats.json); run its prepare again")
+        infos.append(read_json(directory / "dataset.json"))
+
+    def job(info: dict) -> dict:
+        return {"options": {k: v for k, v in info["options"].items() if k != "part"},
+                "tokenizer": info["tokenizer"], "inputs": info["inputs"]}
+
+    for directory, info in zip(dirs[1:], infos[1:], strict=True):
+        differ = [k for k, v in job(info).items() if v != job(infos[0])[k]]
+        if differ:
+            raise DataError(f"{directory} was made with other {' and '.join(differ)} than {dirs[0]}; every part "
+                            "needs the same inputs, options and tokenizer")
+    records = []
+    for part, (directory, info) in enumerate(zip(dirs, infos, strict=True)):
+        for shard in range(len(info["shards"])):
+            records.append({**read_json(directory / "done" / f"{shard_name(shard)}.json"), "part": part})
+    merged = {"format": DATASET_FORMAT, "version": 1, **job(infos[0]), "shards": [],
+              "parts": [d.name for d in dirs]}
+    merged["options"]["part"] = None
+    stats = _summarize(records, merged, [])
+    stats["parts"] = num_parts
+    shutil.copytree(dirs[0] / "tokenizer", data / "tokenizer", dirs_exist_ok=True)
+    with atomic_path(data / "continuation.npy") as tmp:
+        shutil.copyfile(dirs[0] / "continuation.npy", tmp)
+    write_text_atomic(data / "dataset.json", json.dumps(merged, indent=1) + "\n")
+    write_text_atomic(data / "stats.json", json.dumps(stats, indent=1) + "\n")
     return stats
 
 
@@ -581,8 +641,6 @@ def _prefill(pool: DocumentPool, ranges: list[InputRange], o: dict, tokenizer) -
 
 
 def _parquet_rows(r: InputRange) -> tuple[int, ...]:
-    from bertforge.data.records import parquet_layout
-
     return parquet_layout(r.path)[1][r.start:r.end]
 
 
@@ -591,8 +649,6 @@ def _probe_start(r: InputRange, offset: int, o: dict) -> int | None:
     if r.compressed:
         return None
     if r.kind == "parquet":
-        from bertforge.data.records import parquet_layout
-
         sizes = parquet_layout(r.path)[0]
         base = 0
         for group in range(r.start, r.end):
@@ -677,6 +733,11 @@ def _build_shard(job: dict, callback: Callable[[int, int], None] | None = None) 
 
 def _collect_stats(out: Path, dataset: dict, plan_warnings: list[str]) -> dict[str, Any]:
     records = [read_json(out / "done" / f"{shard_name(i)}.json") for i in range(len(dataset["shards"]))]
+    return _summarize(records, dataset, plan_warnings)
+
+
+def _summarize(records: list[dict], dataset: dict, plan_warnings: list[str]) -> dict[str, Any]:
+    """stats.json from the shards' records (of one run, or of all the parts of one)."""
     read = ReadStats()
     train, valid = InstanceCounters(), InstanceCounters()
     for rec in records:
@@ -705,9 +766,9 @@ def _collect_stats(out: Path, dataset: dict, plan_warnings: list[str]) -> dict[s
         warnings_.append(f"{read.overlong_lines} line(s) longer than {o['max_line_chars']} characters were split "
                          f"into sentences (is the input really one sentence per line?), first at "
                          f"{', '.join(read.overlong_locations)}")
+    planned = {r[1] for rec in records for r in rec["ranges"]}
     for index, entry in enumerate(dataset["inputs"]):
-        if entry["bytes"] and not read.sentences_per_file.get(index) and any(
-                r[1] == index for shard in dataset["shards"] for r in shard):
+        if entry["bytes"] and not read.sentences_per_file.get(index) and index in planned:
             warnings_.append(f"{entry['path']}: no sentences found (only blank lines?)")
     one = train.one_sentence_documents + valid.one_sentence_documents
     if one and o["objective"] != "none":
@@ -741,7 +802,7 @@ def _collect_stats(out: Path, dataset: dict, plan_warnings: list[str]) -> dict[s
             "random_next_fallbacks": fallbacks,
         },
         "per_shard": [
-            {"shard": rec["shard"], "documents": rec["read"]["documents"], "sentences": rec["read"]["sentences"],
+            {**({"part": rec["part"]} if "part" in rec else {}), "shard": rec["shard"], "documents": rec["read"]["documents"], "sentences": rec["read"]["sentences"],
              "bytes": rec["read"]["bytes"], "tokens": rec["tokens"], "instances": rec["train"]["instances"],
              "validation_instances": rec["valid"]["instances"], "wall_s": rec["wall_s"]}
             for rec in records

@@ -27,12 +27,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from bertforge.data.corpus import (
-    _MAX_LOCATIONS,
+    MAX_LOCATIONS,
     DataError,
     InputRange,
     ReadStats,
     TextBlock,
-    _hard_split,
+    hard_split,
     split_sentences,
 )
 from bertforge.fileio import NotUtf8Error, decode_utf8, open_binary
@@ -90,8 +90,9 @@ def _parquet_batches(path: str, groups: range, column: str) -> Iterator[Any]:
     import pyarrow.parquet as pq
 
     handle = pq.ParquetFile(path)
-    yield from handle.iter_batches(batch_size=PARQUET_BATCH_ROWS, row_groups=list(groups), columns=[column],
-                                   use_threads=False)
+    for group in groups:  # one group per call: given several, iter_batches fills batches across them
+        yield from handle.iter_batches(batch_size=PARQUET_BATCH_ROWS, row_groups=[group], columns=[column],
+                                       use_threads=False)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -186,14 +187,14 @@ def _sentences(text: str, plain_text: bool, max_line_chars: int) -> tuple[list[s
     """The sentences of one record, and whether a line was longer than `max_line_chars`."""
     if plain_text:
         return [piece for paragraph in _PARAGRAPH_BREAK.split(text) for sentence in split_sentences(paragraph)
-                for piece in _hard_split(sentence, max_line_chars)], False
+                for piece in hard_split(sentence, max_line_chars)], False
     sentences: list[str] = []
     overlong = False
     for line in text.split("\n"):
         line = line.strip()
         if len(line) > max_line_chars:
             overlong = True
-            sentences.extend(p for s in split_sentences(line) for p in _hard_split(s, max_line_chars))
+            sentences.extend(p for s in split_sentences(line) for p in hard_split(s, max_line_chars))
         elif line:
             sentences.append(line)
     return sentences, overlong
@@ -229,13 +230,13 @@ def read_record_blocks(
                 raise RecordError(rng.path, line, field, problem + "; fix the record or use bad_records='skip'",
                                   unit=unit)
             stats.bad_records += 1
-            if len(stats.bad_record_locations) < _MAX_LOCATIONS:
+            if len(stats.bad_record_locations) < MAX_LOCATIONS:
                 stats.bad_record_locations.append(f"{_where(rng.path, line, unit)} ({problem})")
             continue
         sentences, overlong = _sentences(text, plain_text, max_line_chars)
         if overlong:
             stats.overlong_lines += 1
-            if len(stats.overlong_locations) < _MAX_LOCATIONS:
+            if len(stats.overlong_locations) < MAX_LOCATIONS:
                 stats.overlong_locations.append(_where(rng.path, line, unit))
         if not sentences:
             continue
