@@ -1,11 +1,19 @@
-"""`prepare`: text files -> shards of pre-training instances, in parallel, streaming and resumable.
+"""`prepare`: text, JSON lines and Parquet -> shards of pre-training instances, in parallel, streaming and
+resumable.
 
-The work is cut into shards by byte ranges of the input (`sources.cut_ranges`: lines or row groups for records); each shard is made by
-one process from its own range, with its own random streams seeded from `(seed, shard index)`, so the
-output depends only on the inputs, the options, the seed and the number of shards (which is
-`max(workers, input size / shard_mb)`), never on timing. A shard is finished when its record
-`done/shard_XXXXX.json` exists; it is written after the shard's data, so an interrupted run, started
-again with the same arguments, redoes only the shards that have no record.
+The work is cut into shards (`sources.cut_ranges`: byte ranges of text cut at blank lines, of JSON lines
+at line ends, Parquet at row groups; a compressed file whole); each shard is made by one process from
+its own ranges, with its own random streams seeded from `(seed, shard index)`, so the output depends
+only on the inputs, the options, the seed and the number of shards (which is `max(workers, input size
+/ shard_mb)`), never on timing. A shard is finished when its record `done/shard_XXXXX.json` exists; it
+is written after the shard's data, so an interrupted run, started again with the same arguments,
+redoes only the shards that have no record.
+
+Parts (`part="I/N"`, for N machines): the input is first cut into N parts by the same rule, part I
+alone is prepared into `out/part-I-of-N` in `ceil(part size / shard_mb)` shards (so a part does not
+depend on the machine's number of workers), with random streams seeded from `(seed, shard, I, N)`.
+:func:`merge_parts` then writes the dataset index over the N part directories, and the loader reads
+their shards in place.
 
 NotNext partners: every shard keeps a :class:`~bertforge.data.instances.DocumentPool` of recent
 documents of its own range and draws NotNext segments from documents other than the current one,
@@ -193,8 +201,10 @@ def prepare(
                             "or a Parquet row group is never split); use fewer parts")
         bodies = parts[part]
         out = out / part_dir_name(part, num_parts)
-    total_bytes = sum(f.stat().st_size for f in files) if recipe.part is None else sum(r.weight for r in bodies)
-    num_shards = max(workers, math.ceil(total_bytes / (shard_mb * 1e6)))
+    if recipe.part is None:
+        num_shards = max(workers, math.ceil(sum(f.stat().st_size for f in files) / (shard_mb * 1e6)))
+    else:  # a part's shards do not depend on the machine it runs on: shard_mb alone sets them
+        num_shards = max(1, math.ceil(sum(r.weight for r in bodies) / (shard_mb * 1e6)))
     plan = cut_ranges(bodies, num_shards)
     dataset = {
         "format": DATASET_FORMAT, "version": 1, "options": options, "tokenizer": vocab_facts,
