@@ -335,6 +335,11 @@ def test_parts_together_are_the_whole(mixed_dir, tokenizer_dir, tmp_path) -> Non
     assert len(PretrainingDataset(out, "valid")) == merged["validation_instances"] > 0
     batches = list(PretrainingLoader(out, 64, seed=1))
     assert sum(len(b["input_ids"]) for b in batches) == merged["instances"]
+    from bertforge.pretrain import pretrain  # pretrain reads the merged parts as one dataset
+
+    result = pretrain("tiny", out, tmp_path / "run", max_steps=2, max_position_embeddings=128, batch_size=8,
+                      eval_every=2, eval_max_batches=1, progress=False)
+    assert (result.final / "vocab.txt").read_text() == (tokenizer_dir / "vocab.txt").read_text()
 
     # parts of another run (other options) do not merge
     prepare([directory], tokenizer_dir, tmp_path / "mixed", part="0/2", **options)

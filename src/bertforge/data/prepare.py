@@ -149,14 +149,17 @@ def prepare(
     progress: bool = True,
     **settings: Any,
 ) -> dict[str, Any]:
-    """Make pre-training shards from text files and return the statistics (also in `out_dir/stats.json`).
+    """Make pre-training shards from text, JSON lines or Parquet and return the statistics (also in
+    `out_dir/stats.json`; with `part`, in `out_dir/part-I-of-N/stats.json`).
 
     `inputs` is a `PrepareOptions` (then `tokenizer_dir` may stay None), or the input paths, with any
     other setting of `PrepareOptions` by name (`max_seq_length=64`, `objective="sop"`, ...).
 
     Args:
-        inputs: text files or directories (their `*.txt`, recursively). BERT layout (one sentence per
-            line, blank line between documents) unless `plain_text`.
+        inputs: files, directories (their text, JSON-lines and Parquet files, recursively) and glob
+            patterns; text and JSON lines may be compressed (.gz, .bz2, .xz, .zst). BERT layout (one
+            sentence per line, blank line between documents) unless `plain_text`; a JSON-lines record
+            (its `text_field`) or a Parquet row (its `text_column`) is one document.
         tokenizer_dir: a directory `BertTokenizer.from_pretrained` reads (vocab.txt ...).
         out_dir: where the shards go; a rerun with the same arguments finishes an interrupted run.
         objective: "nsp" (BERT), "sop" (ALBERT sentence order) or "none" (RoBERTa full sentences).
@@ -169,6 +172,9 @@ def prepare(
             (e.g. a corpus's official test split), besides the `validation_fraction` of `inputs`.
         shard_mb: input megabytes per shard at most (more shards than workers when the input is large).
         bad_bytes: lines that are not UTF-8: "skip" (counted, reported), "replace" or "error".
+        bad_records: records without usable text: "skip" (counted, reported) or "error" (a RecordError
+            naming file, line or row, and field).
+        part: "I/N": only part I of N disjoint parts, into `out_dir/part-I-of-N` (see `merge_parts`).
 
     Example:
         >>> stats = prepare(["corpus/"], "tokenizer/", "data/bert128", workers=4)  # doctest: +SKIP
