@@ -235,7 +235,9 @@ def prepare(
     stream = [] if recipe.part is None else list(parse_part(recipe.part))
     jobs = [{"shard": i, "ranges": dataset["shards"][i], "options": options, "out_dir": str(out),
              "tokenizer_dir": str(tokenizer_dir), "stream": [i, *stream]} for i in todo]
-    _run_jobs(jobs, workers, todo_bytes, progress)
+    # the bar counts text bytes read: known in advance only when no input is compressed or Parquet
+    exact = all(r.weight == r.end - r.start for i in todo for r in plan[i])
+    _run_jobs(jobs, workers, todo_bytes if exact else None, progress)
 
     stats = _collect_stats(out, dataset, plan_warnings)
     stats["run"] = {"wall_s": round(time.time() - started, 3), "shards_made": len(todo), "bytes_read": todo_bytes,
@@ -450,7 +452,7 @@ def _init_worker(queue) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one process per core already
 
 
-def _run_jobs(jobs: list[dict], workers: int, total_bytes: int, progress: bool) -> None:
+def _run_jobs(jobs: list[dict], workers: int, total_bytes: int | None, progress: bool) -> None:
     if not jobs:
         return
     from tqdm.auto import tqdm
