@@ -184,7 +184,7 @@ def test_parquet_row_groups_are_the_unit_and_memory_stays_bounded(tmp_path, monk
     assert len(plan) == 5 and all(r.kind == "parquet" for r in pieces)
     assert [(r.start, r.end) for r in pieces] == sorted((r.start, r.end) for r in pieces)
     assert pieces[0].start == 0 and pieces[-1].end == 32
-    assert all(a.end == b.start and b.first_line == 100 * b.start for a, b in zip(pieces, pieces[1:], strict=False))
+    assert all(a.end == b.start and b.first_line == 1 + 100 * b.start for a, b in zip(pieces, pieces[1:], strict=False))
 
     real = records._parquet_batches
     seen = {"rows": [], "allocated": []}
@@ -261,7 +261,7 @@ def test_bad_records_are_counted_or_stop_the_run(tmp_path, tokenizer_dir) -> Non
     assert (error.value.line, error.value.field) == (11, "text")
     out = tmp_path / "error"
     assert not list(out.rglob("*.tmp")) and not list(out.glob("train/*")) and not (out / "stats.json").exists()
-    with pytest.raises(RecordError, match=r"rows\.parquet: row 7: text: column 'text' is null"):
+    with pytest.raises(RecordError, match=r"rows\.parquet:8: text: column 'text' is null"):
         prepare([inputs / "rows.parquet"], tokenizer_dir, tmp_path / "error2", bad_records="error", progress=False)
     [body], _ = sources.input_bodies([inputs / "bad.jsonl"])
     with pytest.raises(RecordError, match=r"bad\.jsonl:35: text: not UTF-8 \(b'\\xe9'"):

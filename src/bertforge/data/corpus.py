@@ -214,7 +214,7 @@ class InputRange:
     * text and JSON lines, plain: bytes `[start, end)`, whose first line is line `first_line` (1-based);
     * compressed text or JSON lines: the whole stream from decompressed byte `start` to `end` (-1: to
       the end of the stream);
-    * Parquet: row groups `[start, end)`, whose first row is row `first_line` of the file (0-based).
+    * Parquet: row groups `[start, end)`, whose first row is row `first_line` of the file (1-based).
 
     `size`: bytes on disk the piece stands for, where `end - start` is not that (compressed, Parquet).
     """

@@ -35,7 +35,7 @@ from bertforge.data.corpus import (
     hard_split,
     split_sentences,
 )
-from bertforge.fileio import NotUtf8Error, decode_utf8, open_binary
+from bertforge.fileio import DataFormatError, NotUtf8Error, decode_utf8, open_binary
 
 __all__ = ["BAD_RECORDS_POLICIES", "PARQUET_BATCH_ROWS", "RecordError", "parquet_layout", "read_record_blocks"]
 
@@ -44,22 +44,15 @@ PARQUET_BATCH_ROWS = 1024  # rows turned into Python strings at a time
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n")
 
 
-class RecordError(DataError):
-    """A record that cannot be used: `file:line: field: what is wrong` (Parquet: `file: row N: ...`).
+class RecordError(DataError, DataFormatError):
+    """A record that cannot be used: `file:line: field: what is wrong`, where `line` is the 1-based line
+    of a JSON-lines file or the 1-based row of a Parquet file (as `bertforge.tables` counts them)."""
 
-    `line` is 1-based for JSON lines; for Parquet `row` is the 0-based row of the file, as pandas and
-    pyarrow count them.
-    """
-
-    def __init__(self, path: str, line: int | None, field: str | None, message: str, *, unit: str = "line"):
-        self.path, self.line, self.field, self.message, self.unit = str(path), line, field, message, unit
-        super().__init__(f"{_where(path, line, unit)}: {field}: {message}" if field else
-                         f"{_where(path, line, unit)}: {message}")
+    def __init__(self, path: str, line: int | None, field: str | None, message: str) -> None:
+        DataFormatError.__init__(self, path, line, field, message)
 
 
-def _where(path: str, line: int | None, unit: str) -> str:
-    if line is None:
-        return str(path)
+def _where(path: str, line: int, unit: str) -> str:
     return f"{path}:{line}" if unit == "line" else f"{path}: row {line}"
 
 
@@ -148,7 +141,7 @@ def _field_text(record: Any, field: str) -> tuple[str | None, str]:
 
 
 def _iter_parquet(rng: InputRange, column: str) -> Iterator[tuple[str | None, str, int, int, int]]:
-    """(text, problem, row, row, bytes) for each row of the range's row groups; rows count from 0."""
+    """(text, problem, row, row, bytes) for each row of the range's row groups; rows count from 1."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -227,8 +220,7 @@ def read_record_blocks(
         stats.bytes += size
         if text is None:
             if bad_records == "error":
-                raise RecordError(rng.path, line, field, problem + "; fix the record or use bad_records='skip'",
-                                  unit=unit)
+                raise RecordError(rng.path, line, field, problem + "; fix the record or use bad_records='skip'")
             stats.bad_records += 1
             if len(stats.bad_record_locations) < MAX_LOCATIONS:
                 stats.bad_record_locations.append(f"{_where(rng.path, line, unit)} ({problem})")

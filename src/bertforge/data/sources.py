@@ -134,7 +134,7 @@ def input_bodies(
                 raise DataError(f"{path}: no column {text_column!r} (columns: {', '.join(names)}); choose one with "
                                 "text_column (--text-column)")
             if sizes:
-                bodies.append(InputRange(str(path), index, 0, len(sizes), 0, kind, sum(sizes)))
+                bodies.append(InputRange(str(path), index, 0, len(sizes), 1, kind, sum(sizes)))
             else:
                 warnings.append(f"{path}: no rows, skipped")
             continue
