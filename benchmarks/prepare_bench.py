@@ -267,6 +267,8 @@ def main() -> None:
     load_start = round(os.getloadavg()[0], 2)
     text = args.data / "pretrain_text"
     sources = sorted((text / "gutenberg").glob("*.txt")) + sorted((text / "wikitext-2").glob("*.txt"))
+    if not sources:
+        raise SystemExit(f"{text}: no Gutenberg or WikiText-2 files (give --data, the shared data directory)")
     if args.base_mb > 0:
         sizes = [p.stat().st_size / 1e6 for p in sources]
         keep = next((k + 1 for k in range(len(sources)) if sum(sizes[:k + 1]) >= args.base_mb), len(sources))
