@@ -190,23 +190,36 @@ def find(runs: list[dict], approach: str, fmt: str, workers: int, text_mb: float
                 and abs(r["text_mb"] - text_mb) < 1e-6)
 
 
+NOISE = 0.05  # speed ratios within 5% of 1 are a tie on this shared machine
+
+
 def verdicts(runs: list[dict], single: float, double: float, cores: int) -> dict:
-    """Each target, met or missed and by how much."""
+    """Each target, met, tied or missed and by how much; the reference's memory growth alongside."""
     out: dict[str, dict] = {}
     for fmt in FORMATS:
         for workers in sorted({1, cores}):
             ours, theirs = find(runs, "bertforge", fmt, workers, single), find(runs, "run_mlm", fmt, workers, single)
             ratio = ours["mb_per_s"] / theirs["mb_per_s"]
+            status = "met" if ratio > 1 + NOISE else "missed" if ratio < 1 - NOISE else "tie"
             out[f"faster per worker, {fmt}, {workers} worker(s)"] = {
-                "ratio": round(ratio, 2), "met": ratio > 1.0,
-                "by": f"{ratio:.2f}x the run_mlm approach's MB/s per worker"}
-        for approach in ("bertforge", "run_mlm"):
-            growth = (find(runs, approach, fmt, 1, double)["peak_rss_mb"]
-                      / find(runs, approach, fmt, 1, single)["peak_rss_mb"])
-            out[f"memory flat as the input doubles, {approach}, {fmt}"] = {
-                "ratio": round(growth, 3), "met": growth <= FLAT,
-                "by": f"peak x{growth:.2f} for 2x the input (flat: at most x{FLAT})"}
+                "ratio": round(ratio, 2), "met": ratio > 1.0, "status": status,
+                "by": f"{ratio:.2f}x the run_mlm approach's MB/s per worker"
+                      + (f"; within {NOISE:.0%} of it, a tie on this shared machine" if status == "tie" else "")}
+        growth = {approach: find(runs, approach, fmt, 1, double)["peak_rss_mb"]
+                  / find(runs, approach, fmt, 1, single)["peak_rss_mb"] for approach in ("bertforge", "run_mlm")}
+        met = growth["bertforge"] <= FLAT
+        out[f"memory flat as the input doubles, {fmt}"] = {
+            "ratio": round(growth["bertforge"], 3), "met": met, "status": "met" if met else "missed",
+            "by": f"bertforge's peak x{growth['bertforge']:.2f} for 2x the input (flat: at most x{FLAT}); "
+                  f"the run_mlm approach's x{growth['run_mlm']:.2f}"}
     return out
+
+
+def scaling_note(info: dict, cores: int) -> str:
+    if max(info["load_start"], info["load_end"]) < cores:
+        return ""
+    return (f"With a load average of {max(info['load_start'], info['load_end'])} on {cores} cores, other work "
+            "held the second core: this run cannot show scaling to all cores, only the speed per worker.")
 
 
 def write_doc(info: dict, runs: list[dict], targets: dict, single: float, double: float, cores: int) -> None:
@@ -226,7 +239,7 @@ def write_doc(info: dict, runs: list[dict], targets: dict, single: float, double
         for approach in ("bertforge", "run_mlm"):
             one, many = find(runs, approach, fmt, 1, single), find(runs, approach, fmt, cores, single)
             scaling.append(f"{approach} {fmt} x{many['mb_per_s'] / one['mb_per_s']:.2f}")
-    target_lines = "\n".join(f"- {name}: **{'met' if t['met'] else 'missed'}** ({t['by']})" for name, t in targets.items())
+    target_lines = "\n".join(f"- {name}: **{t['status']}** ({t['by']})" for name, t in targets.items())
     update_doc_section("prepare", f"""## Pre-training data preparation (`bertforge prepare`)
 
 `flock /work/bench.lock python benchmarks/prepare_bench.py`. {machine_line(info)} CPU flags: {info['cpu_flags']}.
@@ -246,7 +259,10 @@ between processes count once per process).
 
 {table}
 
-Scaling from 1 to {cores} workers (MB/s ratio): {', '.join(scaling)}.
+The rows at twice the input are a second sample of the same comparison at one worker: the spread
+between samples (parquet: 1.01x, then 1.30x) is this machine's noise.
+
+Scaling from 1 to {cores} workers (MB/s ratio): {', '.join(scaling)}. {scaling_note(info, cores)}
 
 {target_lines}
 
@@ -260,7 +276,13 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--base-mb", type=float, default=10.0, help="Size of the smaller input (0: the whole corpus).")
     parser.add_argument("--vocab-size", type=int, default=30522)
+    parser.add_argument("--report-only", action="store_true",
+                        help="Rewrite the docs section from benchmarks/results/prepare.json, running nothing.")
     args = parser.parse_args()
+    if args.report_only:
+        saved = json.loads((ROOT / "benchmarks" / "results" / "prepare.json").read_text())
+        report(saved["machine"], saved["runs"], cores=max(r["workers"] for r in saved["runs"]))
+        return
 
     from bertforge.tokenizer import BertTokenizer
 
@@ -296,12 +318,18 @@ def main() -> None:
     info["cpu_flags"] = " ".join(f for f in flags if f.startswith(("avx", "amx", "sse4")) or f in ("fma", "f16c"))
     info["load_start"], info["load_end"] = load_start, round(os.getloadavg()[0], 2)
     info["sources"] = [p.name for p in sources]
-    single, double = round(single_mb, 2), round(2 * single_mb, 2)
+    report(info, runs, cores)
+
+
+def report(info: dict, runs: list[dict], cores: int) -> None:
+    """Targets from the runs, benchmarks/results/prepare.json and the docs section."""
+    single = min(r["text_mb"] for r in runs)
+    double = max(r["text_mb"] for r in runs)
     targets = verdicts(runs, single, double, cores)
     save_results("prepare", {"machine": info, "max_seq_length": MAX_SEQ_LENGTH, "runs": runs, "targets": targets})
     write_doc(info, runs, targets, single, double, cores)
     for name, target in targets.items():
-        print(f"{name}: {'met' if target['met'] else 'missed'} ({target['by']})")
+        print(f"{name}: {target['status']} ({target['by']})")
 
 
 if __name__ == "__main__":
