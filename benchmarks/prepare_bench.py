@@ -239,6 +239,9 @@ def write_doc(info: dict, runs: list[dict], targets: dict, single: float, double
         for approach in ("bertforge", "run_mlm"):
             one, many = find(runs, approach, fmt, 1, single), find(runs, approach, fmt, cores, single)
             scaling.append(f"{approach} {fmt} x{many['mb_per_s'] / one['mb_per_s']:.2f}")
+    samples = "; ".join(
+        f"{fmt}: " + ", then ".join(f"{find(runs, 'bertforge', fmt, 1, size)['mb_per_s'] / find(runs, 'run_mlm', fmt, 1, size)['mb_per_s']:.2f}x"
+                                    for size in (single, double)) for fmt in FORMATS)
     target_lines = "\n".join(f"- {name}: **{t['status']}** ({t['by']})" for name, t in targets.items())
     update_doc_section("prepare", f"""## Pre-training data preparation (`bertforge prepare`)
 
@@ -260,7 +263,7 @@ between processes count once per process).
 {table}
 
 The rows at twice the input are a second sample of the same comparison at one worker: the spread
-between samples (parquet: 1.01x, then 1.30x) is this machine's noise.
+between samples ({samples}) is this machine's noise.
 
 Scaling from 1 to {cores} workers (MB/s ratio): {', '.join(scaling)}. {scaling_note(info, cores)}
 
