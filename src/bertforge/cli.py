@@ -502,7 +502,7 @@ def plot_command(
 # ---------------------------------------------------------------------------------------------------
 
 finetune_app = typer.Typer(
-    help="Fine-tune a pre-trained checkpoint on a task (GLUE, CoNLL-2003 NER, SQuAD, SWAG) with the paper's "
+    help="Fine-tune a pre-trained checkpoint on a task (GLUE, CoNLL-2003 NER, SQuAD, SWAG, or your own files: classify) with the paper's "
     "recipe: AdamW, 10% warm-up then linear decay, batch 32, 3 epochs. Every setting is an option, a line of "
     "a --config recipe (recipes/finetune/) or a --set key=value. Writes OUT/seed-N/ (a Hugging Face model), "
     "OUT/results.json (mean / std / median across seeds) and OUT/run_config.yaml (the resolved recipe).",
@@ -531,6 +531,13 @@ _FT_DOCS = {
     no-answer threshold, saved with the model).
 
     Example: `bertforge finetune squad --model models/minilm --data data/squad/dev-v1.1.json --train-articles 38 --out runs/squad`
+    """,
+    "classify": """Fine-tune text classification on your own CSV / TSV / JSONL / Parquet files: single-label
+    (string or integer labels), multi-label (a list, or --label-delimiter), regression (numbers), sentence
+    pairs (--pair-column). Writes per-class scores, a confusion matrix and predictions with label names.
+
+    Example: `bertforge finetune classify --model models/minilm --train reviews.csv --dev reviews-dev.csv --out runs/reviews`
+    Pairs, multi-label: `bertforge finetune classify --model models/minilm --train train.jsonl --dev dev.jsonl --text-column question --pair-column answer --label-column tags --label-delimiter "|" --out runs/tags`
     """,
     "swag": """Fine-tune multiple choice on SWAG (four endings, softmax over their [CLS] scores); reports accuracy.
 
@@ -595,10 +602,16 @@ def _finetune_command(family: str) -> None:
                    f"{results['train_examples']} training examples, {results['wall_s']:.0f} s")
         for name, row in results["summary"].items():
             typer.echo(f"  {name:>24}: mean {row['mean']:.4f}  std {row['std']:.4f}  median {row['median']:.4f}")
+        for split, summary in results.get("test_summary", {}).items():
+            for name, row in summary.items():
+                typer.echo(f"  {split + ' ' + name:>24}: mean {row['mean']:.4f}  std {row['std']:.4f}")
         typer.echo(f"wrote {out / 'results.json'}, {out / 'run_config.yaml'}")
 
     leading = [_FT_OUT, *task_params, *(_NER_FROZEN if family == "ner" else [])]
-    skip = ("family", "task_settings", *(("task",) if family == "swag" else ()))
+    from bertforge.tasks import FAMILIES
+
+    reads_data = FAMILIES[family].reads_data_dir
+    skip = ("family", "task_settings", *(("task",) if family == "swag" else ()), *(() if reads_data else ("data",)))
     recipe_command(finetune_app, family, FinetuneRecipe, body, doc=_FT_DOCS[family], leading=leading,
                    skip=skip)
 
@@ -617,7 +630,7 @@ def _frozen_ner(recipe: Any, out: Path, strategy: str) -> None:
     typer.echo(f"{strategy}: hidden states {row['layers']} ({row['combine']}) -> dev F1 {100 * row['dev_f1']:.2f}")
 
 
-for _family in ("glue", "ner", "squad", "swag"):
+for _family in ("glue", "ner", "squad", "swag", "classify"):
     _finetune_command(_family)
 
 
