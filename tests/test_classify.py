@@ -408,3 +408,20 @@ def test_bad_input_raises_data_format_errors_from_python(tmp_path: Path) -> None
         _task(problem_type="ranking")
     with pytest.raises(ValueError, match="unknown classify setting"):
         _task(text_colum="x")
+
+
+def test_cli_with_the_bundled_recipe_on_the_sample_files(encoder_dir: Path, tmp_path: Path) -> None:
+    """The command of docs/own-data.md on the shipped 12-row sample, from recipes/finetune/classify.yaml."""
+    root = Path(__file__).resolve().parents[1]
+    sample = root / "tests" / "fixtures" / "classify"
+    out = tmp_path / "reviews"
+    result = CliRunner().invoke(app, [
+        "finetune", "classify", "--config", str(root / "recipes" / "finetune" / "classify.yaml"),
+        "--model", str(encoder_dir), "--train", str(sample / "reviews.csv"), "--dev", str(sample / "reviews-dev.csv"),
+        "--test", str(sample / "new.csv"), "--epochs", "1", "--batch-size", "4", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "macro_f1" in result.output
+    rows = [json.loads(line) for line in (out / "seed-1" / "predictions-test.jsonl").read_text().splitlines()]
+    assert [r["text"] for r in rows] == ["what a gripping story", "too long and too dull"]
+    recipe = (out / "run_config.yaml").read_text()
+    assert "lr: 2.0e-05" in recipe and "new.csv" in recipe
