@@ -537,7 +537,7 @@ _FT_DOCS = {
     pairs (--pair-column). Writes per-class scores, a confusion matrix and predictions with label names.
 
     Example: `bertforge finetune classify --model models/minilm --train reviews.csv --dev reviews-dev.csv --out runs/reviews`
-    Pairs, multi-label: `bertforge finetune classify --model models/minilm --train train.jsonl --dev dev.jsonl --text-column question --pair-column answer --label-column tags --label-delimiter "|" --out runs/tags`
+    Pairs, multi-label: `bertforge finetune classify --model models/minilm --train train.jsonl --dev dev.jsonl --text-column question --pair-column answer --label-column tags --label-delimiter , --out runs/tags`
     """,
     "swag": """Fine-tune multiple choice on SWAG (four endings, softmax over their [CLS] scores); reports accuracy.
 
