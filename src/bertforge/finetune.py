@@ -2,6 +2,8 @@
 
     from bertforge.finetune import finetune, predict
     results = finetune("glue", "RTE", "models/minilm", "data/glue", "runs/rte", seeds=(1, 2, 3), lr=2e-5)
+    finetune("classify", None, "models/minilm", None, "runs/reviews",
+             task_settings={"train": "reviews.csv", "dev": "reviews-dev.csv"})   # your own files
     predict("glue", "RTE", "runs/rte/seed-1", "data/glue", "submission/")
 
 A run is described by a `FinetuneRecipe` (the task, the model and data, the seeds, an optimiser
@@ -23,9 +25,11 @@ Files, per run directory `out_dir`:
     seed-N/task.json        family, task, max_length, task settings (SQuAD v2.0: the tuned null
                             threshold), label names, final dev metrics, steps, wall time, and the
                             resolved settings (`hyperparameters`)
-    seed-N/<dev predictions> the task's prediction files for the dev split(s)
+    seed-N/<dev predictions> the task's prediction files for the dev split(s); for the own-data families
+                            also their --test file's, predicted by the final model (`Task.final_splits`)
     seed-N/run/             the loop's metrics.jsonl (train loss, lr, dev metrics per epoch)
     results.json            hyper-parameters, per-seed metrics, and mean / std / median across seeds
+                            (`test_summary`: the same for a labelled --test file)
 
 A seed whose `task.json` already holds metrics for the same settings is reused, not retrained, so an
 interrupted multi-seed run can be started again with the same command. `predict` loads a fine-tuned
