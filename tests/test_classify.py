@@ -320,34 +320,38 @@ def test_regression_end_to_end(encoder_dir: Path, tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------------
 # interop: transformers' pipeline gives our labels and scores
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("kind", ["binary", "multi", "regression"])
+@pytest.mark.parametrize("kind", ["binary", "multi", "regression", "pairs"])
 def test_transformers_pipeline_gives_our_labels_and_scores(encoder_dir: Path, tmp_path: Path, kind: str) -> None:
     import transformers
 
     from bertforge.model import BertForSequenceClassification, label_names
 
     train = _write(tmp_path / "train.jsonl", _rows(kind))
-    _run(encoder_dir, tmp_path / "run", train=str(train), dev=str(train))
+    pair_column = {"pair_column": "text_b"} if kind == "pairs" else {}
+    _run(encoder_dir, tmp_path / "run", train=str(train), dev=str(train), **pair_column)
     seed = tmp_path / "run" / "seed-1"
     texts = ["a gripping story", "dull and long , the worst", "it is a film"]
+    pairs = ["the best film", "a warm story", "terrible acting"] if kind == "pairs" else [None] * 3
 
     saved = json.loads((seed / "task.json").read_text())
     task = _task(**saved["settings"])
     model = BertForSequenceClassification.from_pretrained(seed)
     names = label_names(model.config) or None
-    examples = [ClassifyExample(t) for t in texts]
+    examples = [ClassifyExample(t, p) for t, p in zip(texts, pairs, strict=True)]
     features = task.featurize(examples, BertTokenizer.from_pretrained(seed), saved["max_length"])
     ours = task.postprocess(examples, features, run_model(model, features, ("logits",)), label_names=names)
 
     classifier = transformers.pipeline("text-classification", model=str(seed), device="cpu")
+    inputs: list[Any] = texts if kind != "pairs" else [{"text": t, "text_pair": p} for t, p in zip(texts, pairs,
+                                                                                                   strict=True)]
     if kind == "regression":  # the pipeline squashes a single output with a sigmoid unless told not to
-        theirs = classifier(texts, function_to_apply="none")
+        theirs = classifier(inputs, function_to_apply="none")
         assert [t["score"] for t in theirs] == pytest.approx([o["score"] for o in ours], abs=1e-4)
         return
-    theirs = classifier(texts, top_k=None)
+    theirs = classifier(inputs, top_k=None)
     for mine, their in zip(ours, theirs, strict=True):
         assert {t["label"]: t["score"] for t in their} == pytest.approx(mine["scores"], abs=1e-4)
-        if kind == "binary":
+        if kind != "multi":
             assert max(their, key=lambda t: t["score"])["label"] == mine["label"]
 
 
