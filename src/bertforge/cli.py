@@ -524,7 +524,7 @@ def plot_command(
 # ---------------------------------------------------------------------------------------------------
 
 finetune_app = typer.Typer(
-    help="Fine-tune a pre-trained checkpoint on a task (GLUE, CoNLL-2003 NER, SQuAD, SWAG) with the paper's "
+    help="Fine-tune a pre-trained checkpoint on a task (GLUE, CoNLL-2003 NER, SQuAD, SWAG, or your own files: classify) with the paper's "
     "recipe: AdamW, 10% warm-up then linear decay, batch 32, 3 epochs. Every setting is an option, a line of "
     "a --config recipe (recipes/finetune/) or a --set key=value. Writes OUT/seed-N/ (a Hugging Face model), "
     "OUT/results.json (mean / std / median across seeds) and OUT/run_config.yaml (the resolved recipe).",
@@ -566,6 +566,13 @@ _FT_DOCS = {
     SQuAD EM / F1; with unanswerable questions the no-answer threshold is tuned on dev and saved.
 
     Example: `bertforge finetune qa --train train.jsonl --dev dev.jsonl --model models/minilm --out runs/qa`
+    """,
+    "classify": """Fine-tune text classification on your own CSV / TSV / JSONL / Parquet files: single-label
+    (string or integer labels), multi-label (a list, or --label-delimiter), regression (numbers), sentence
+    pairs (--pair-column). Writes per-class scores, a confusion matrix and predictions with label names.
+
+    Example: `bertforge finetune classify --model models/minilm --train reviews.csv --dev reviews-dev.csv --out runs/reviews`
+    Pairs, multi-label: `bertforge finetune classify --model models/minilm --train train.jsonl --dev dev.jsonl --text-column question --pair-column answer --label-column tags --label-delimiter , --out runs/tags`
     """,
     "swag": """Fine-tune multiple choice on SWAG (four endings, softmax over their [CLS] scores); reports accuracy.
 
@@ -636,11 +643,15 @@ def _finetune_command(family: str) -> None:
                    f"{results['train_examples']} training examples, {results['wall_s']:.0f} s")
         for name, row in results["summary"].items():
             typer.echo(f"  {name:>24}: mean {row['mean']:.4f}  std {row['std']:.4f}  median {row['median']:.4f}")
+        for split, summary in results.get("test_summary", {}).items():
+            for name, row in summary.items():
+                typer.echo(f"  {split + ' ' + name:>24}: mean {row['mean']:.4f}  std {row['std']:.4f}")
         typer.echo(f"wrote {out / 'results.json'}, {out / 'run_config.yaml'}")
 
     leading = [_FT_OUT, *task_params, *(_NER_FROZEN if family == "ner" else [])]
-    own_files = FAMILIES[family].data_from_settings  # tag, qa: --train/--dev/--test, no --data or --task
-    skip = ("family", "task_settings", *(("task",) if family == "swag" or own_files else ()),
+
+    own_files = not FAMILIES[family].reads_data_dir  # classify, tag, qa: --train/--dev/--test, no --data
+    skip = ("family", "task_settings", *(("task",) if family in ("swag", "tag", "qa") else ()),
             *(("data",) if own_files else ()))
     recipe_command(finetune_app, family, FinetuneRecipe, body, doc=_FT_DOCS[family], leading=leading,
                    skip=skip)
@@ -660,7 +671,7 @@ def _frozen_ner(recipe: Any, out: Path, strategy: str) -> None:
     typer.echo(f"{strategy}: hidden states {row['layers']} ({row['combine']}) -> dev F1 {100 * row['dev_f1']:.2f}")
 
 
-for _family in ("glue", "ner", "squad", "swag", "tag", "qa"):
+for _family in ("glue", "ner", "squad", "swag", "classify", "tag", "qa"):
     _finetune_command(_family)
 
 

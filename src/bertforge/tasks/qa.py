@@ -44,7 +44,7 @@ class Qa(Squad):
     name: str = "qa"
     family: ClassVar[str] = "qa"
     main_metric: ClassVar[str] = "f1"
-    data_from_settings: ClassVar[bool] = True
+    reads_data_dir: ClassVar[bool] = False  # the files are settings (--train/--dev/--test), not a data directory
     setting_options: ClassVar[dict[str, tuple[type, str]]] = {
         "train": (str, "Training file: SQuAD-format .json, or .jsonl / .parquet rows {id, question, context, "
                        "answers: {text, answer_start}}."),

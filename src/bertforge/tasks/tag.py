@@ -241,7 +241,7 @@ class Tag(Ner):
     name: str = "tag"
     family: ClassVar[str] = "tag"
     main_metric: ClassVar[str] = "f1"
-    data_from_settings: ClassVar[bool] = True
+    reads_data_dir: ClassVar[bool] = False  # the files are settings (--train/--dev/--test), not a data directory
     setting_options: ClassVar[dict[str, tuple[type, str]]] = {
         "train": (str, "Training file: a CoNLL-style column file, or .jsonl / .parquet rows of tokens and tags."),
         "dev": (str, "Dev file (same kinds), scored after every epoch."),
