@@ -689,26 +689,31 @@ def predict_file(pipe: Pipeline, input_path: str | Path, out_path: str | Path, *
     rows = iter_rows(input_path, wanted)
     started, count = time.perf_counter(), 0
     bar = _progress_bar(progress, input_path)
-    with write_rows(out_path) as write:
-        for chunk in _chunks(rows, chunk_rows):
-            inputs = [_row_input(input_path, row, columns) for row in chunk]
-            try:
-                prepared = pipe.prepare(inputs)
-            except InputError as exc:  # locate it in the file
-                row = chunk[exc.index]
-                raise DataFormatError(input_path, row.number, columns.get(exc.field or "", exc.field),
-                                      exc.detail) from None
-            results = pipe.finish(prepared, pipe.run(prepared.features, **options), **options)
-            for row, result in zip(chunk, results, strict=True):
-                write({**{name: row.values[name] for name in keep_columns}, **output_row(pipe.task, result)})
-            count += len(chunk)
-            if bar is not None:
-                bar.update(len(chunk))
-    if bar is not None:
-        bar.close()
+    try:
+        with write_rows(out_path) as write:
+            for chunk in _chunks(rows, chunk_rows):
+                for row, result in zip(chunk, _predict_chunk(pipe, input_path, chunk, columns, options), strict=True):
+                    write({**{name: row.values[name] for name in keep_columns}, **output_row(pipe.task, result)})
+                count += len(chunk)
+                if bar is not None:
+                    bar.update(len(chunk))
+    finally:
+        if bar is not None:
+            bar.close()
     seconds = time.perf_counter() - started
     return {"rows": count, "seconds": seconds, "rows_per_second": count / seconds if seconds else math.inf,
             "out": str(out_path)}
+
+
+def _predict_chunk(pipe: Pipeline, path: Path, chunk: list[Any], columns: dict[str, str],
+                   options: dict[str, Any]) -> list[Any]:
+    inputs = [_row_input(path, row, columns) for row in chunk]
+    try:
+        prepared = pipe.prepare(inputs)
+    except InputError as exc:  # locate it in the file
+        raise DataFormatError(path, chunk[exc.index].number, columns.get(exc.field or "", exc.field),
+                              exc.detail) from None
+    return pipe.finish(prepared, pipe.run(prepared.features, **options), **options)
 
 
 def _chunks(rows: Iterator[Any], size: int) -> Iterator[list[Any]]:
