@@ -126,7 +126,8 @@ class Pipeline:
         self.labels = _label_names(model)
         self.spec = spec if spec is not None else default_spec(task, self.labels)
         limit = min(self.config.max_position_embeddings, tokenizer.model_max_length)
-        default = self.spec.default_max_length if self.spec is not None else limit
+        # without a saved length: the model's limit, except for QA's windows (384 pieces, as fine-tuned)
+        default = self.spec.default_max_length if task == "question-answering" and self.spec else limit
         self.max_length = min(_positive(max_length or default, "max_length"), limit)
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
