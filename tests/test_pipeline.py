@@ -172,6 +172,9 @@ def test_squad_v2_equals_finetuning_and_respects_the_tuned_threshold(models: dic
         if not result["no_answer"]:
             assert ZURICH[result["start"]:result["end"]] == result["answer"]
 
+    as_tuple = pipeline(models["qa"])((QUESTIONS[2]["question"], QUESTIONS[2]["context"]))  # one input
+    assert as_tuple == pipeline(models["qa"])(QUESTIONS[2])
+
     # the saved threshold decides: just below a question's null odds -> no answer; just above -> an answer
     odds = pipeline(models["qa"])(QUESTIONS[0])["null_odds"]
     copy = tmp_path / "model"

@@ -139,9 +139,10 @@ class Pipeline:
                 f"batch_size={self.batch_size}, device={str(self.device)!r})")
 
     def __call__(self, inputs: Any, **options: Any) -> Any:
-        """Results for one input (a result) or a list of inputs (a list of results); see the module doc."""
-        single = not isinstance(inputs, list | tuple) or (self.task == "text-classification" and _is_pair(inputs))
-        batch = [inputs] if single else list(inputs)
+        """A list of inputs gives a list of results; anything else is one input (a text, a (text, pair) or
+        (question, context) tuple, a dict) and gives one result. See the module docstring."""
+        single = not isinstance(inputs, list)
+        batch = [inputs] if single else inputs
         if not batch:
             return []
         prepared = self.prepare(batch)
