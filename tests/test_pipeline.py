@@ -378,3 +378,29 @@ def test_predict_keeps_the_leaderboard_mode(models: dict[str, Path], tmp_path: P
     code, output = _cli("glue", "--model", models["cls"], "--input", tmp_path / "SST-2.tsv", "--out",
                         tmp_path / "x.jsonl")
     assert code == 2 and "FAMILY" in output
+
+
+def test_precision(models: dict[str, Path], tmp_path: Path) -> None:
+    from bertforge import pipeline
+    from bertforge.precision import save_quantized
+
+    fp32 = pipeline(models["cls"])
+    assert fp32.precision == "fp32"
+    reference = fp32(SENTENCES)
+    for precision in ("bf16", "int8"):
+        pipe = pipeline(models["cls"], precision=precision)
+        assert pipe.precision == precision
+        for mine, theirs in zip(pipe(SENTENCES), reference, strict=True):
+            assert abs(mine["score"] - theirs["score"]) < 0.02
+    quantized = tmp_path / "int8"
+    save_quantized(pipeline(models["cls"], precision="int8").model, quantized, tokenizer=fp32.tokenizer)
+    shutil.copy(models["cls"] / "task.json", quantized / "task.json")
+    saved = pipeline(quantized)
+    assert saved.precision == "int8" and saved.task == "text-classification"
+    assert [r["label"] for r in saved(SENTENCES)] == [r["label"] for r in pipeline(models["cls"], precision="int8")(SENTENCES)]
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    code, output = _cli("--model", models["cls"], "--input", source, "--out", tmp_path / "o.jsonl", "--precision", "bf16")
+    assert code == 0 and "(bf16)" in output, output
+    code, output = _cli("--model", models["cls"], "--input", source, "--out", tmp_path / "o.jsonl", "--precision", "fp8")
+    assert code == 2 and "unknown precision" in output

@@ -657,6 +657,9 @@ def predict_command(
     normalize: Annotated[bool, typer.Option("--normalize", help="Embeddings: scale to unit length.")] = False,
     top_k: Annotated[int, typer.Option("--top-k", help="Fill-mask: tokens per [MASK].")] = 5,
     device: Annotated[str | None, typer.Option("--device", help="torch device (default: cpu).")] = None,
+    precision: Annotated[str, typer.Option(
+        "--precision", help="fp32, bf16, int8, or auto (bf16 where the CPU has native bf16 instructions).")]
+    = "fp32",
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")] = True,
     split: Annotated[list[str] | None, typer.Option(
         "--split", help="With --data: split(s) to predict; default the test split(s) (MNLI: test_matched, "
@@ -680,7 +683,7 @@ def predict_command(
         _predict_file(model, input_file, out, task=task, text_column=text_column, pair_column=pair_column,
                       question_column=question_column, context_column=context_column, keep_columns=keep,
                       batch_size=batch_size, max_length=max_length, chunk_rows=chunk_rows, device=device,
-                      progress=progress, pooling=pooling, normalize=normalize, top_k=top_k)
+                      precision=precision, progress=progress, pooling=pooling, normalize=normalize, top_k=top_k)
         return
     if family is None:
         raise _fail("--data needs the benchmark family first: bertforge predict glue|ner|squad|swag --data ...")
@@ -688,19 +691,20 @@ def predict_command(
 
 
 def _predict_file(model: Path, input_file: Path, out: Path, *, task: str | None, batch_size: int,
-                  max_length: int | None, device: str | None, pooling: str, normalize: bool, top_k: int,
-                  **file_options: Any) -> None:
+                  max_length: int | None, device: str | None, precision: str, pooling: str, normalize: bool,
+                  top_k: int, **file_options: Any) -> None:
     from bertforge.checkpoint import CheckpointError
     from bertforge.pipeline import pipeline, predict_file
     from bertforge.tasks.base import DataFormatError
 
     try:
         pipe = pipeline(model, task, batch_size=batch_size, max_length=max_length, device=device,
-                        pooling=pooling, normalize=normalize, top_k=top_k)
+                        precision=precision, pooling=pooling, normalize=normalize, top_k=top_k)
         done = predict_file(pipe, input_file, out, **file_options)
     except (CheckpointError, DataFormatError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from exc
-    typer.echo(f"{pipe.task}: {done['rows']} rows -> {out} ({done['rows_per_second']:.1f} rows/s)")
+    typer.echo(f"{pipe.task} ({pipe.precision}): {done['rows']} rows -> {out} "
+               f"({done['rows_per_second']:.1f} rows/s)")
 
 
 def _predict_leaderboard(family: str, model: Path, data: Path, out: Path, *, task: str | None,

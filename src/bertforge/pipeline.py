@@ -132,6 +132,7 @@ class Pipeline:
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
         self.pooling, self.normalize, self.top_k = pooling, normalize, _positive(top_k, "top_k")
+        self.precision = "fp32"  # what `pipeline()` applied (bertforge.precision)
         self.runner: _Runner = _RUNNERS[task](self)
 
     def __repr__(self) -> str:
@@ -222,22 +223,25 @@ def read_task_file(model_dir: str | Path) -> dict[str, Any]:
 
 
 def pipeline(model: str | Path, task: str | None = None, *, batch_size: int = 32, device: str | None = None,
-             max_length: int | None = None, precision: str | None = None, **options: Any) -> Pipeline:
+             max_length: int | None = None, precision: str = "fp32", **options: Any) -> Pipeline:
     """A `Pipeline` for the model directory `model` (a fine-tuned seed directory, any BERT checkpoint).
 
     `task` overrides the task read from the directory (`TASK_NAMES`; "embeddings" works on every
     model). `max_length` defaults to the one the model was fine-tuned with; `options` are `pooling`
-    ("mean", "cls", "pooler") and `normalize` for embeddings, `top_k` for fill-mask. `precision`
-    is the weights' number format (fp32).
+    ("mean", "cls", "pooler") and `normalize` for embeddings, `top_k` for fill-mask. `precision` is
+    fp32 (the default: the numbers fine-tuning scored), bf16, int8 or auto (`bertforge.precision`:
+    bf16 where the CPU has native bf16 instructions); a saved int8 copy always runs int8.
     """
     from bertforge.model import load_any
+    from bertforge.precision import apply_precision, choose_precision, is_quantized_checkpoint, load_quantized
     from bertforge.tokenizer import BertTokenizer
 
     model_dir = Path(model)
     if not model_dir.is_dir():
         raise FileNotFoundError(f"{model_dir}: no such model directory")
+    choose_precision(precision)  # an unknown name fails before anything loads
     saved = read_task_file(model_dir)
-    loaded, _ = load_any(model_dir)
+    loaded = load_quantized(model_dir) if is_quantized_checkpoint(model_dir) else load_any(model_dir)[0]
     kind = type(loaded).__name__
     family = saved.get("family")
     chosen = canonical_task(task) if task else (FAMILY_TASKS.get(family or "") or ARCHITECTURE_TASKS.get(kind))
@@ -247,9 +251,10 @@ def pipeline(model: str | Path, task: str | None = None, *, batch_size: int = 32
     needed = TASK_HEADS.get(chosen)
     if needed and kind not in needed:
         raise ValueError(f"{model_dir} holds a {kind}; the {chosen} task needs a {' or '.join(needed)}")
-    if loaded.load_report is not None and loaded.load_report.new_heads and needed:
+    report = getattr(loaded, "load_report", None)
+    if report is not None and report.new_heads and needed:
         raise ValueError(f"{model_dir} has no trained {kind} output layer "
-                         f"({', '.join(loaded.load_report.new_heads)} would be random); fine-tune it first")
+                         f"({', '.join(report.new_heads)} would be random); fine-tune it first")
     spec = None
     if family and FAMILY_TASKS.get(family) == chosen:
         spec = make_task(family, saved.get("task"), saved.get("settings") or {})
@@ -257,18 +262,13 @@ def pipeline(model: str | Path, task: str | None = None, *, batch_size: int = 32
         spec = make_task("squad", "v2.0")
     if max_length is None and spec is not None:
         max_length = saved.get("max_length")
-    if precision is not None:
-        loaded = _apply_precision(loaded, precision)
     if device:
         loaded.to(device)
-    return Pipeline(loaded, BertTokenizer.from_pretrained(model_dir), chosen, spec=spec, max_length=max_length,
+    loaded, used = apply_precision(loaded, precision)
+    pipe = Pipeline(loaded, BertTokenizer.from_pretrained(model_dir), chosen, spec=spec, max_length=max_length,
                     batch_size=batch_size, device=device, **options)
-
-
-def _apply_precision(model: Any, precision: str) -> Any:
-    if precision not in ("fp32", "float32"):
-        raise ValueError(f"precision {precision!r}: the pipeline runs fp32 models only")
-    return model
+    pipe.precision = used
+    return pipe
 
 
 def _model_device(model: Any) -> torch.device:
