@@ -33,6 +33,7 @@ in input order.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -504,7 +505,7 @@ class _QuestionAnswering(_Runner):
             changes.update(version="2.0", null_threshold=0.0)
         if not changes:
             return self.spec
-        return make_task("squad", self.spec.name, {**self.spec.settings, **changes})
+        return dataclasses.replace(self.spec, settings={**self.spec.settings, **changes})
 
     @staticmethod
     def _result(prediction: Any, may_abstain: bool) -> dict[str, Any]:
