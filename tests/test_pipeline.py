@@ -69,8 +69,14 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     shutil.copy(FIXTURES / "squad" / "v2.json", squad / "dev-v2.0.json")
     finetune("squad", "v2.0", root / "encoder", squad, root / "squad", epochs=1, batch_size=2, max_length=32,
              task_settings={"doc_stride": 8}, **quiet)
+    swag = root / "swag-data"
+    swag.mkdir()
+    shutil.copy(FIXTURES / "swag" / "sample.jsonl", swag / "train.jsonl")
+    shutil.copy(FIXTURES / "swag" / "sample.jsonl", swag / "val.jsonl")
+    finetune("swag", "swag", root / "encoder", swag, root / "swag", epochs=1, batch_size=2, max_length=24, **quiet)
     return {"cls": root / "sst2" / "seed-1", "ner": root / "ner" / "seed-1", "qa": root / "squad" / "seed-1",
-            "mlm": root / "mlm", "encoder": root / "encoder", "conll": conll, "squad": squad}
+            "mc": root / "swag" / "seed-1", "mlm": root / "mlm", "encoder": root / "encoder", "conll": conll,
+            "squad": squad, "swag": swag}
 
 
 def _cli(*args: str) -> tuple[int, str]:
@@ -404,3 +410,24 @@ def test_precision(models: dict[str, Path], tmp_path: Path) -> None:
     assert code == 0 and "(bf16)" in output, output
     code, output = _cli("--model", models["cls"], "--input", source, "--out", tmp_path / "o.jsonl", "--precision", "fp8")
     assert code == 2 and "unknown precision" in output
+
+
+def test_multiple_choice_equals_finetuning_through_pipeline_and_predict(models: dict[str, Path],
+                                                                        tmp_path: Path) -> None:
+    from bertforge import pipeline
+
+    predict("swag", "swag", models["mc"], models["swag"], tmp_path, splits=["dev"])
+    expected = [int(line.split(",")[1]) for line in (tmp_path / "predictions-dev.csv").read_text().splitlines()[1:]]
+    rows = [json.loads(line) for line in (models["swag"] / "val.jsonl").read_text().splitlines() if line.strip()]
+    inputs = [{"context": r["sent1"], "start": r["sent2"], "endings": [r[f"ending{k}"] for k in range(4)]}
+              for r in rows]
+    mc = pipeline(models["mc"])
+    assert mc.task == "multiple-choice"
+    results = mc(inputs)
+    assert [r["choice"] for r in results] == expected
+    assert all(r["ending"] == i["endings"][r["choice"]] for r, i in zip(results, inputs, strict=True))
+    code, output = _cli("--model", models["mc"], "--input", models["swag"] / "val.jsonl", "--out", tmp_path / "o.jsonl")
+    assert code == 0, output
+    assert [json.loads(line)["choice"] for line in (tmp_path / "o.jsonl").read_text().splitlines()] == expected
+    with pytest.raises(InputError, match="3 endings"):
+        mc({"context": "a", "endings": ["b", "c", "d"]})

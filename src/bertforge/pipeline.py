@@ -13,6 +13,7 @@ length, task settings such as SQuAD's doc stride and tuned no-answer threshold) 
     question-answering     {"question", "context"}          {"answer", "score", "start", "end", "no_answer"}
     fill-mask              "text with [MASK]"              [[{"token", "token_id", "score", "sequence"}]]
     embeddings             "text"                          {"embedding": [...]}  (pooling cls or mean)
+    multiple-choice        {"context", "start", "endings"}  {"choice", "ending", "score"}  (SWAG's four endings)
 
 Every task goes through the fine-tuning task's own code (`bertforge.tasks`): its `featurize` makes the
 model rows (GLUE truncation, NER word windows, SQuAD question + context windows) and its
@@ -65,16 +66,17 @@ TASK_NAMES = {
     "question-answering": "question-answering", "qa": "question-answering",
     "fill-mask": "fill-mask",
     "embeddings": "embeddings", "embed": "embeddings", "feature-extraction": "embeddings",
+    "multiple-choice": "multiple-choice", "swag": "multiple-choice",
 }
 # the fine-tuning family a task.json names -> the pipeline task
 FAMILY_TASKS = {"glue": "text-classification", "classify": "text-classification",
                 "ner": "token-classification", "tag": "token-classification",
-                "squad": "question-answering", "qa": "question-answering"}
+                "squad": "question-answering", "qa": "question-answering", "swag": "multiple-choice"}
 # the head class config.json names -> the pipeline task (for checkpoints without a task.json)
 ARCHITECTURE_TASKS = {
     "BertForSequenceClassification": "text-classification", "BertForTokenClassification": "token-classification",
     "BertForQuestionAnswering": "question-answering", "BertForMaskedLM": "fill-mask",
-    "BertForPreTraining": "fill-mask", "BertModel": "embeddings",
+    "BertForPreTraining": "fill-mask", "BertModel": "embeddings", "BertForMultipleChoice": "multiple-choice",
 }
 # which head each task needs (embeddings read the encoder of any model)
 TASK_HEADS = {
@@ -82,6 +84,7 @@ TASK_HEADS = {
     "token-classification": ("BertForTokenClassification",),
     "question-answering": ("BertForQuestionAnswering",),
     "fill-mask": ("BertForMaskedLM", "BertForPreTraining"),
+    "multiple-choice": ("BertForMultipleChoice",),
 }
 POOLINGS = ("mean", "cls", "pooler")
 
@@ -211,6 +214,8 @@ def default_spec(task: str, labels: Sequence[str]) -> Task | None:
         return make_task("ner")
     if task == "question-answering":
         return make_task("squad", "v1.1")
+    if task == "multiple-choice":
+        return make_task("swag")
     return None
 
 
@@ -635,9 +640,42 @@ class _Embeddings(_Runner):
         return {"embedding": result["embedding"]}
 
 
+class _MultipleChoice(_Runner):
+    """SWAG's four endings: each `[CLS] context [SEP] start ending [SEP]`, a softmax over their scores."""
+
+    def prepare(self, inputs: list[Any]) -> Prepared:
+        from bertforge.tasks.swag import NUM_CHOICES, SwagExample
+
+        examples = []
+        for i, item in enumerate(inputs):
+            if not isinstance(item, dict) or not isinstance(item.get("endings"), list | tuple):
+                raise InputError(i, "bad_input", "a multiple-choice input is {'context': ..., 'start': ... "
+                                                 "(optional), 'endings': [four texts]}")
+            endings = [_text(e, i, f"ending{k}") for k, e in enumerate(item["endings"])]
+            if len(endings) != NUM_CHOICES:
+                raise InputError(i, "bad_input", f"{len(endings)} endings; the model chooses among {NUM_CHOICES}",
+                                 "endings")
+            start = item.get("start") or ""
+            examples.append(SwagExample(str(i), _text(item.get("context"), i, "context"), start, endings, None))
+        return Prepared(examples, self.spec.featurize(examples, self.pipe.tokenizer, self.pipe.max_length))
+
+    def finish(self, prepared: Prepared, outputs: list[dict[str, np.ndarray]], **options: Any) -> list[Any]:
+        choices = self.spec.postprocess(prepared.examples, prepared.features, outputs)
+        results = []
+        for example, choice, output in zip(prepared.examples, choices, outputs, strict=True):
+            probabilities = _softmax(output["logits"])
+            results.append({"choice": int(choice), "ending": example.endings[choice],
+                            "score": float(probabilities[choice]), "scores": probabilities.tolist()})
+        return results
+
+    def public(self, result: Any) -> Any:
+        return {k: result[k] for k in ("choice", "ending", "score")}
+
+
 _RUNNERS: dict[str, type[_Runner]] = {
     "text-classification": _Classification, "token-classification": _TokenClassification,
     "question-answering": _QuestionAnswering, "fill-mask": _FillMask, "embeddings": _Embeddings,
+    "multiple-choice": _MultipleChoice,
 }
 
 
@@ -649,6 +687,8 @@ def input_columns(task: str, *, text_column: str = "text", pair_column: str | No
     """The input fields of `task` -> the file's column holding each."""
     if task == "question-answering":
         return {"question": question_column, "context": context_column}
+    if task == "multiple-choice":  # SWAG's own columns
+        return {"context": "sent1", "start": "sent2", **{f"ending{k}": f"ending{k}" for k in range(4)}}
     columns = {"text": text_column}
     if pair_column:
         if task != "text-classification":
@@ -667,6 +707,8 @@ def output_row(task: str, result: Any) -> dict[str, Any]:
         return {k: result[k] for k in ("answer", "score", "start", "end", "no_answer")}
     if task == "fill-mask":
         return {"predictions": [mask["predictions"] for mask in result]}
+    if task == "multiple-choice":
+        return {k: result[k] for k in ("choice", "score")}
     return {"embedding": result["embedding"]}
 
 
@@ -711,6 +753,9 @@ def predict_file(pipe: Pipeline, input_path: str | Path, out_path: str | Path, *
 def _predict_chunk(pipe: Pipeline, path: Path, chunk: list[Any], columns: dict[str, str],
                    options: dict[str, Any]) -> list[Any]:
     inputs = [_row_input(path, row, columns) for row in chunk]
+    if pipe.task == "multiple-choice":
+        inputs = [{"context": v["context"], "start": v["start"], "endings": [v[f"ending{k}"] for k in range(4)]}
+                  for v in inputs]
     try:
         prepared = pipe.prepare(inputs)
     except InputError as exc:  # locate it in the file
