@@ -348,12 +348,12 @@ class _Runner:
 
 
 class _Classification(_Runner):
-    """Sentence (pair) classification and regression through the task's featurize (BERT's truncation)."""
+    """Sentence (pair) classification, multi-label classification and regression, through the task's
+    featurize (BERT's truncation) and postprocess (a GLUE task's argmax, or the classify family's
+    softmax, per-label sigmoid thresholds tuned on dev, or value)."""
 
     def prepare(self, inputs: list[Any]) -> Prepared:
-        from bertforge.tasks.glue import GlueExample
-
-        examples = []
+        pairs = []
         for i, item in enumerate(inputs):
             if isinstance(item, dict):
                 text, pair = item.get("text"), item.get("text_pair")
@@ -361,35 +361,51 @@ class _Classification(_Runner):
                 text, pair = item
             else:
                 text, pair = item, None
-            examples.append(GlueExample(str(i), _text(text, i), None if pair is None else _text(pair, i, "text_pair"),
-                                        None))
+            pairs.append((_text(text, i), None if pair is None else _text(pair, i, "text_pair")))
+        examples = self._examples(pairs)
         features = self.spec.featurize(examples, self.pipe.tokenizer, self.pipe.max_length)
-        return Prepared(examples, features, [{"truncated": self._truncated(e, f)}
-                                             for e, f in zip(examples, features, strict=True)])
+        return Prepared(examples, features, [{"truncated": self._truncated(pair, f)}
+                                             for pair, f in zip(pairs, features, strict=True)])
 
-    def _truncated(self, example: Any, feature: Feature) -> bool:
+    def _examples(self, pairs: list[tuple[str, str | None]]) -> list[Any]:
+        """The examples the task's featurize reads: the classify family's own, else GLUE's."""
+        if self.spec.family == "classify":
+            from bertforge.tasks.classify import ClassifyExample
+
+            return [ClassifyExample(text, pair) for text, pair in pairs]
+        from bertforge.tasks.glue import GlueExample
+
+        return [GlueExample(str(i), text, pair, None) for i, (text, pair) in enumerate(pairs)]
+
+    def _truncated(self, pair: tuple[str, str | None], feature: Feature) -> bool:
         if feature.length < self.pipe.max_length:
             return False  # shorter than the limit: nothing was cut
-        whole = self.pipe.tokenizer.encode(example.text_a, example.text_b, max_length=10**9)
-        return len(whole) > feature.length
+        return len(self.pipe.tokenizer.encode(*pair, max_length=10**9)) > feature.length
 
     def finish(self, prepared: Prepared, outputs: list[dict[str, np.ndarray]], **options: Any) -> list[Any]:
         predictions = self.spec.postprocess(prepared.examples, prepared.features, outputs,
                                             label_names=self.pipe.labels)
-        results = []
-        for prediction, output, info in zip(predictions, outputs, prepared.info, strict=True):
-            logits = output["logits"]
-            if logits.shape[-1] == 1:  # regression: the task's predicted value
-                results.append({"value": float(prediction), "truncated": info["truncated"]})
-                continue
-            probabilities = _softmax(logits)
-            ranked = sorted(zip(self.pipe.labels, probabilities.tolist(), strict=True), key=lambda x: -x[1])
-            results.append({"label": self.pipe.labels[int(prediction)], "score": float(probabilities[int(prediction)]),
-                            "scores": [{"label": n, "score": s} for n, s in ranked], "truncated": info["truncated"]})
-        return results
+        return [{**self._result(prediction, output["logits"]), "truncated": info["truncated"]}
+                for prediction, output, info in zip(predictions, outputs, prepared.info, strict=True)]
+
+    def _result(self, prediction: Any, logits: np.ndarray) -> dict[str, Any]:
+        if isinstance(prediction, dict):  # the classify family decides labels and scores itself
+            scores = prediction.get("scores") or {}
+            ranked = [{"label": n, "score": float(p)} for n, p in sorted(scores.items(), key=lambda x: -x[1])]
+            if "labels" in prediction:  # multi-label: every label at or above its tuned threshold
+                return {"labels": list(prediction["labels"]), "scores": ranked}
+            if "label" in prediction:
+                return {"label": prediction["label"], "score": float(prediction["score"]), "scores": ranked}
+            return {"value": float(prediction["score"])}  # regression
+        if logits.shape[-1] == 1:  # a GLUE regression task (STS-B): the predicted value
+            return {"value": float(prediction)}
+        probabilities = _softmax(logits)
+        ranked = sorted(zip(self.pipe.labels, probabilities.tolist(), strict=True), key=lambda x: -x[1])
+        return {"label": self.pipe.labels[int(prediction)], "score": float(probabilities[int(prediction)]),
+                "scores": [{"label": n, "score": p} for n, p in ranked]}
 
     def public(self, result: Any) -> Any:
-        return {k: v for k, v in result.items() if k in ("label", "score", "value")}
+        return {k: v for k, v in result.items() if k in ("label", "labels", "score", "value")}
 
 
 class _TokenClassification(_Runner):
@@ -412,7 +428,9 @@ class _TokenClassification(_Runner):
         return Prepared(examples, features, info)
 
     def finish(self, prepared: Prepared, outputs: list[dict[str, np.ndarray]], **options: Any) -> list[Any]:
-        tags = self.spec.postprocess(prepared.examples, prepared.features, outputs, label_names=self.pipe.labels)
+        predictions = self.spec.postprocess(prepared.examples, prepared.features, outputs,
+                                            label_names=self.pipe.labels)
+        tags = [getattr(p, "tags", p) for p in predictions]  # the tag family gives tags with scores
         scores = [[0.0] * len(e.words) for e in prepared.examples]
         for feature, output in zip(prepared.features, outputs, strict=True):
             window = feature.meta  # the word's score comes from the window its tag came from
@@ -700,7 +718,7 @@ def input_columns(task: str, *, text_column: str = "text", pair_column: str | No
 def output_row(task: str, result: Any) -> dict[str, Any]:
     """The row `predict_file` writes for one result (lists are JSON text in a CSV file)."""
     if task == "text-classification":
-        return {k: result[k] for k in ("label", "score", "value") if k in result}
+        return {k: result[k] for k in ("label", "labels", "score", "value") if k in result}
     if task == "token-classification":
         return {"entities": result["entities"]}
     if task == "question-answering":

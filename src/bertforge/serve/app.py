@@ -234,9 +234,10 @@ class LabelScore(_Response):
 
 
 class ClassifyResult(_Response):
-    label: str | None  # None for a regression head (one output)
+    label: str | None  # None for a regression head (one output) and a multi-label model
     score: float | None
     value: float | None = None  # the regression output
+    labels: list[str] | None = None  # a multi-label model: every label at or above its threshold
     scores: list[LabelScore]
     truncated: bool
 
@@ -471,6 +472,9 @@ class ModelService:
             if "value" in r:  # regression
                 results.append(ClassifyResult(label=None, score=None, value=r["value"], scores=[],
                                               truncated=r["truncated"]))
+            elif "labels" in r:  # multi-label
+                results.append(ClassifyResult(label=None, score=None, labels=r["labels"], truncated=r["truncated"],
+                                              scores=[LabelScore(**s) for s in r["scores"]]))
             else:
                 results.append(ClassifyResult(label=r["label"], score=r["score"], truncated=r["truncated"],
                                               scores=[LabelScore(**s) for s in r["scores"]]))
