@@ -410,6 +410,16 @@ def test_precision(models: dict[str, Path], tmp_path: Path) -> None:
     assert code == 0 and "(bf16)" in output, output
     code, output = _cli("--model", models["cls"], "--input", source, "--out", tmp_path / "o.jsonl", "--precision", "fp8")
     assert code == 2 and "unknown precision" in output
+    pytest.importorskip("fastapi", reason="the serve extra (fastapi, httpx) is not installed")
+    from fastapi.testclient import TestClient
+
+    from bertforge.serve.app import create_app
+
+    with TestClient(create_app(models["cls"], precision="bf16")) as client:
+        served = client.post("/classify", json={"texts": SENTENCES}).json()["results"]
+    expected = pipeline(models["cls"], precision="bf16")(SENTENCES)
+    assert [r["label"] for r in served] == [r["label"] for r in expected]
+    assert all(abs(a["score"] - b["score"]) < 1e-5 for a, b in zip(served, expected, strict=True))
 
 
 def test_multiple_choice_equals_finetuning_through_pipeline_and_predict(models: dict[str, Path],

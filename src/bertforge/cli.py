@@ -312,6 +312,8 @@ def serve(
     max_batch_size: Annotated[int, typer.Option(help="Rows per model call; 1 turns dynamic batching off.")] = 16,
     max_wait_ms: Annotated[float, typer.Option(help="How long a batch waits for company.")] = 5.0,
     device: Annotated[str, typer.Option(help="torch device: cpu, cuda, cuda:1, ...")] = "cpu",
+    precision: Annotated[str, typer.Option(
+        help="fp32, bf16, int8, or auto (bf16 where the CPU has native bf16 instructions).")] = "fp32",
 ) -> None:
     """Serve a checkpoint over HTTP: JSON API (/fill-mask /classify /qa /ner /embed /attention) and a demo page at /.
 
@@ -332,7 +334,8 @@ def serve(
         raise _fail(f"serving needs the 'serve' extra (pip install 'bertforge[serve]'): {exc}") from exc
     bound_kernel_cache()  # memory stays flat however many batch shapes arrive
     try:
-        api = create_app(model, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, device=device)
+        api = create_app(model, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, device=device,
+                         precision=precision)
     except (CheckpointError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from exc
     typer.echo(f"serving {api.state.service.kind} from {model} at http://{host}:{port}/ "

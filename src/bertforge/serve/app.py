@@ -406,11 +406,12 @@ class ModelService:
             pipe.model = model
 
     @classmethod
-    def from_dir(cls, model_dir: str | Path, **kwargs: Any) -> "ModelService":
-        from bertforge.model import load_any
+    def from_dir(cls, model_dir: str | Path, *, precision: str = "fp32", **kwargs: Any) -> "ModelService":
+        """The service for a checkpoint directory, its weights at `precision` (`bertforge.precision`)."""
+        from bertforge.precision import load_model
         from bertforge.tokenizer import BertTokenizer
 
-        model, _ = load_any(model_dir)
+        model, _ = load_model(model_dir, precision)
         return cls(model, BertTokenizer.from_pretrained(model_dir), task_info=read_task_file(model_dir), **kwargs)
 
     async def close(self) -> None:
@@ -593,13 +594,14 @@ def create_app(
     max_batch_size: int = 16,
     max_wait_ms: float = 5.0,
     device: str = "cpu",
+    precision: str = "fp32",
     service: ModelService | None = None,
 ) -> FastAPI:
     """The API and demo page for the checkpoint in `model_dir` (any bertforge / Hugging Face BERT dir).
 
     `max_batch_size` rows share one model call, collected for at most `max_wait_ms` after the first
-    arrives; `max_batch_size=1` turns dynamic batching off. `service` replaces `model_dir` when the
-    caller has already loaded a model.
+    arrives; `max_batch_size=1` turns dynamic batching off. `precision` is fp32, bf16, int8 or auto
+    (`bertforge.precision`). `service` replaces `model_dir` when the caller has already loaded a model.
 
     Example:
         uvicorn.run(create_app("runs/squad/final"), host="127.0.0.1", port=8000)
@@ -608,7 +610,7 @@ def create_app(
         if model_dir is None:
             raise ValueError("create_app needs model_dir (or a ModelService)")
         service = ModelService.from_dir(model_dir, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms,
-                                        device=device)
+                                        device=device, precision=precision)
     page = resources.files("bertforge.serve").joinpath("static/index.html").read_text(encoding="utf-8")
 
     @asynccontextmanager
