@@ -427,8 +427,30 @@ recipe_command(
              _flag("quiet", "No progress bar.")],
     doc="""Turn text into shards of masked-LM + next-sentence instances, in parallel and resumably.
 
+    Inputs: .txt, .jsonl (--text-field) and .parquet (--text-column) files, directories and glob
+    patterns; text and JSON lines may be compressed (.gz, .bz2, .xz, .zst).
+
     Example: `bertforge prepare --input corpus/ --tokenizer runs/vocab --out data/bert128 --workers 4`
     """)
+
+
+@app.command("prepare-merge")
+def prepare_merge(
+    data: Annotated[Path, typer.Option("--data", help="The --out of the `prepare --part I/N` runs: it holds "
+                                                      "their part-I-of-N directories.")],
+) -> None:
+    """Join the parts of `prepare --part I/N` into one dataset that `pretrain --data` reads.
+
+    Example: `bertforge prepare-merge --data data/bert128`
+    """
+    from bertforge.data.prepare import merge_parts
+
+    try:
+        stats = merge_parts(data)
+    except _recipe_errors() as exc:
+        raise _fail(str(exc)) from exc
+    typer.echo(f"{stats['parts']} parts: {stats['documents']:,} documents, {stats['tokens']:,} tokens -> "
+               f"{stats['instances']:,} instances (+{stats['validation_instances']:,} validation) -> {data}")
 
 
 # ---------------------------------------------------------------------------------------------------
