@@ -557,6 +557,19 @@ _FT_DOCS = {
 
     Example: `bertforge finetune squad --model models/minilm --data data/squad/dev-v1.1.json --train-articles 38 --out runs/squad`
     """,
+    "tag": """Fine-tune token tagging on your own files: CoNLL-style column files or .jsonl / .parquet rows of
+    tokens and tags, any entity types, IOB1, IOB2 (BIO) or BIOES (detected). The model trains on IOB2;
+    dev is scored with conlleval's entity F1 (per type too) and token accuracy.
+
+    Example: `bertforge finetune tag --train train.jsonl --dev dev.jsonl --model models/minilm --out runs/tag`
+    Integer tags: `bertforge finetune tag --train train.parquet --dev dev.parquet --tag-column ner_tags --tag-names O,B-PER,I-PER --model models/minilm --out runs/tag`
+    """,
+    "qa": """Fine-tune extractive QA on your own files: SQuAD-format .json (v1 or v2) or .jsonl / .parquet rows
+    {id, question, context, answers: {text: [...], answer_start: [...]}} (empty lists: no answer). Reports
+    SQuAD EM / F1; with unanswerable questions the no-answer threshold is tuned on dev and saved.
+
+    Example: `bertforge finetune qa --train train.jsonl --dev dev.jsonl --model models/minilm --out runs/qa`
+    """,
     "swag": """Fine-tune multiple choice on SWAG (four endings, softmax over their [CLS] scores); reports accuracy.
 
     Example: `bertforge finetune swag --model models/minilm --data data/swag --out runs/swag`
@@ -568,9 +581,13 @@ def _task_setting_parameters(family: str) -> list[pyinspect.Parameter]:
     """Options for a family's own task settings (SQuAD's --doc-stride, ...), as the task declares them."""
     from bertforge.tasks import FAMILIES
 
+    def names(name: str, kind: type) -> str:
+        flag = name.replace("_", "-")
+        return f"--{flag}/--no-{flag}" if kind is bool else f"--{flag}"
+
     return [pyinspect.Parameter(name, pyinspect.Parameter.KEYWORD_ONLY, default=None,
                                 annotation=Annotated[kind | None, typer.Option(
-                                    f"--{name.replace('_', '-')}", help=f"{text} [recipe: task_settings.{name}]",
+                                    names(name, kind), help=f"{text} [recipe: task_settings.{name}]",
                                     show_default=False)])
             for name, (kind, text) in FAMILIES[family].setting_options.items()]
 
@@ -590,7 +607,7 @@ def finetune_recipe(family: str, config: Path | None, given: dict[str, Any], ass
     """The recipe a `finetune FAMILY` command runs: defaults, then --config, then options, then --set."""
     from bertforge.recipe import override, parse_assignments, resolve
 
-    base = FinetuneRecipe(family=family, task="swag" if family == "swag" else None)
+    base = FinetuneRecipe(family=family, task=family if family in ("swag", "tag", "qa") else None)
     recipe = resolve(FinetuneRecipe, config, given, base=base)
     if recipe.family != family:
         raise ValueError(f"{config}: the recipe is for `finetune {recipe.family}`, not `finetune {family}`")
@@ -601,6 +618,8 @@ def finetune_recipe(family: str, config: Path | None, given: dict[str, Any], ass
 
 
 def _finetune_command(family: str) -> None:
+    from bertforge.tasks import FAMILIES
+
     task_params = _task_setting_parameters(family)
     task_names = [p.name for p in task_params]
 
@@ -623,7 +642,9 @@ def _finetune_command(family: str) -> None:
         typer.echo(f"wrote {out / 'results.json'}, {out / 'run_config.yaml'}")
 
     leading = [_FT_OUT, *task_params, *(_NER_FROZEN if family == "ner" else [])]
-    skip = ("family", "task_settings", *(("task",) if family == "swag" else ()))
+    own_files = FAMILIES[family].data_from_settings  # tag, qa: --train/--dev/--test, no --data or --task
+    skip = ("family", "task_settings", *(("task",) if family == "swag" or own_files else ()),
+            *(("data",) if own_files else ()))
     recipe_command(finetune_app, family, FinetuneRecipe, body, doc=_FT_DOCS[family], leading=leading,
                    skip=skip)
 
@@ -642,7 +663,7 @@ def _frozen_ner(recipe: Any, out: Path, strategy: str) -> None:
     typer.echo(f"{strategy}: hidden states {row['layers']} ({row['combine']}) -> dev F1 {100 * row['dev_f1']:.2f}")
 
 
-for _family in ("glue", "ner", "squad", "swag"):
+for _family in ("glue", "ner", "squad", "swag", "tag", "qa"):
     _finetune_command(_family)
 
 
@@ -651,12 +672,13 @@ def predict_command(
     model: Annotated[Path, typer.Option("--model", help="A fine-tuned model (a seed-N directory) or any "
                                                         "BERT checkpoint.")],
     family: Annotated[str | None, typer.Argument(
-        help="With --data: the benchmark family (glue, ner, squad or swag). Not used with --input.")] = None,
+        help="With --data: the task family (glue, ner, squad, swag, tag or qa). Not used with --input.")] = None,
     input_file: Annotated[Path | None, typer.Option(
         "--input", help="Your file to predict: .csv, .tsv, .jsonl (also .gz, .bz2, .xz, .zst), .parquet, "
                         "or anything else as one text per line.")] = None,
-    data: Annotated[Path | None, typer.Option("--data", help="The benchmark task's data directory (or SQuAD "
-                                                            "file): writes the leaderboard files.")] = None,
+    data: Annotated[Path | None, typer.Option(
+        "--data", help="The task's data directory (or SQuAD file; for tag and qa the file to predict): writes "
+                       "the task's prediction files (leaderboard formats).")] = None,
     out: Annotated[Path | None, typer.Option(
         "--out", help="With --input: the predictions file (.jsonl, .csv or .tsv); with --data: the "
                       "directory for the leaderboard files.")] = None,
@@ -691,7 +713,9 @@ def predict_command(
                         "test_mismatched and ax).")] = None,
 ) -> None:
     """Predict with a model: your own file with `--input` (any fine-tuned model, streamed in chunks, rows in
-    input order), or a benchmark's leaderboard files with `FAMILY --data`.
+    input order), or a task's prediction files with `FAMILY --data`: GLUE leaderboard .tsv files, SQuAD
+    predictions.json (+ null_odds.json for v2.0), CoNLL lines, SWAG csv; for tag, predictions-test.jsonl
+    (tokens, tags in the training files' scheme, scores), for qa the SQuAD files.
 
     Examples: `bertforge predict --model runs/reviews/seed-1 --input new.csv --out preds.jsonl`;
     `bertforge predict glue --model runs/sst2/seed-1 --data data/glue --out submission/`
@@ -711,7 +735,7 @@ def predict_command(
                       precision=precision, progress=progress, pooling=pooling, normalize=normalize, top_k=top_k)
         return
     if family is None:
-        raise _fail("--data needs the benchmark family first: bertforge predict glue|ner|squad|swag --data ...")
+        raise _fail("--data needs the task family first: bertforge predict glue|ner|squad|swag|tag|qa --data ...")
     _predict_leaderboard(family, model, data, out, task=task, split=split, batch_size=batch_size)  # type: ignore[arg-type]
 
 
