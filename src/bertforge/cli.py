@@ -312,6 +312,8 @@ def serve(
     max_batch_size: Annotated[int, typer.Option(help="Rows per model call; 1 turns dynamic batching off.")] = 16,
     max_wait_ms: Annotated[float, typer.Option(help="How long a batch waits for company.")] = 5.0,
     device: Annotated[str, typer.Option(help="torch device: cpu, cuda, cuda:1, ...")] = "cpu",
+    precision: Annotated[str, typer.Option(
+        help="fp32, bf16, int8, or auto (bf16 where the CPU has native bf16 instructions).")] = "fp32",
 ) -> None:
     """Serve a checkpoint over HTTP: JSON API (/fill-mask /classify /qa /ner /embed /attention) and a demo page at /.
 
@@ -332,7 +334,8 @@ def serve(
         raise _fail(f"serving needs the 'serve' extra (pip install 'bertforge[serve]'): {exc}") from exc
     bound_kernel_cache()  # memory stays flat however many batch shapes arrive
     try:
-        api = create_app(model, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, device=device)
+        api = create_app(model, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, device=device,
+                         precision=precision)
     except (CheckpointError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from exc
     typer.echo(f"serving {api.state.service.kind} from {model} at http://{host}:{port}/ "
@@ -677,25 +680,95 @@ for _family in ("glue", "ner", "squad", "swag", "classify", "tag", "qa"):
 
 @app.command("predict")
 def predict_command(
-    family: Annotated[str, typer.Argument(help="glue, ner, squad, swag, tag or qa.")],
-    model: Annotated[Path, typer.Option("--model", help="A fine-tuned model (a seed-N directory).")],
-    data: Annotated[Path, typer.Option("--data", help="The task's data directory (or SQuAD file; for tag and "
-                                                      "qa the file to predict).")],
-    out: Annotated[Path, typer.Option("--out", help="Directory for the prediction files.")],
-    task: Annotated[str | None, typer.Option("--task", help="The task (default: the one the model was "
-                                                           "fine-tuned for, from its task.json).")] = None,
-    split: Annotated[list[str] | None, typer.Option(
-        "--split", help="Split(s) to predict; default the test split(s) (MNLI: test_matched, "
-                        "test_mismatched and ax).")] = None,
+    model: Annotated[Path, typer.Option("--model", help="A fine-tuned model (a seed-N directory) or any "
+                                                        "BERT checkpoint.")],
+    family: Annotated[str | None, typer.Argument(
+        help="With --data: the task family (glue, ner, squad, swag, tag or qa). Not used with --input.")] = None,
+    input_file: Annotated[Path | None, typer.Option(
+        "--input", help="Your file to predict: .csv, .tsv, .jsonl (also .gz, .bz2, .xz, .zst), .parquet, "
+                        "or anything else as one text per line.")] = None,
+    data: Annotated[Path | None, typer.Option(
+        "--data", help="The task's data directory (or SQuAD file; for tag and qa the file to predict): writes "
+                       "the task's prediction files (leaderboard formats).")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="With --input: the predictions file (.jsonl, .csv or .tsv); with --data: the "
+                      "directory for the leaderboard files.")] = None,
+    task: Annotated[str | None, typer.Option(
+        "--task", help="With --input: the pipeline task (text-classification, token-classification, "
+                       "question-answering, fill-mask, embeddings; default: the model's). With --data: the "
+                       "benchmark task (default: the one in the model's task.json).")] = None,
+    text_column: Annotated[str, typer.Option("--text-column", help="Column holding the text.")] = "text",
+    pair_column: Annotated[str | None, typer.Option(
+        "--pair-column", help="Column holding the second sentence of a pair (classification).")] = None,
+    question_column: Annotated[str, typer.Option("--question-column", help="QA: column of the questions.")]
+    = "question",
+    context_column: Annotated[str, typer.Option("--context-column", help="QA: column of the passages.")]
+    = "context",
+    keep_columns: Annotated[list[str] | None, typer.Option(
+        "--keep-columns", help="Input columns copied into each output row (comma-separated; repeat).")] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Rows per forward pass.")] = 64,
+    max_length: Annotated[int | None, typer.Option(
+        "--max-length", help="Pieces per input (default: the length the model was fine-tuned with).")] = None,
+    chunk_rows: Annotated[int, typer.Option(
+        "--chunk-rows", help="Rows read, predicted and written at a time (memory is bounded by it).")] = 4096,
+    pooling: Annotated[str, typer.Option("--pooling", help="Embeddings: mean, cls or pooler.")] = "mean",
+    normalize: Annotated[bool, typer.Option("--normalize", help="Embeddings: scale to unit length.")] = False,
+    top_k: Annotated[int, typer.Option("--top-k", help="Fill-mask: tokens per [MASK].")] = 5,
+    device: Annotated[str | None, typer.Option("--device", help="torch device (default: cpu).")] = None,
+    precision: Annotated[str, typer.Option(
+        "--precision", help="fp32, bf16, int8, or auto (bf16 where the CPU has native bf16 instructions).")]
+    = "fp32",
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")] = True,
+    split: Annotated[list[str] | None, typer.Option(
+        "--split", help="With --data: split(s) to predict; default the test split(s) (MNLI: test_matched, "
+                        "test_mismatched and ax).")] = None,
 ) -> None:
-    """Write a fine-tuned model's predictions: GLUE leaderboard .tsv files (label names, STS-B scores,
-    MNLI-m / MNLI-mm / AX), SQuAD predictions.json (+ null_odds.json for v2.0), CoNLL lines, SWAG csv;
-    for tag, predictions-test.jsonl (tokens, tags in the training files' scheme, scores), for qa the
-    SQuAD files.
+    """Predict with a model: your own file with `--input` (any fine-tuned model, streamed in chunks, rows in
+    input order), or a task's prediction files with `FAMILY --data`: GLUE leaderboard .tsv files, SQuAD
+    predictions.json (+ null_odds.json for v2.0), CoNLL lines, SWAG csv; for tag, predictions-test.jsonl
+    (tokens, tags in the training files' scheme, scores), for qa the SQuAD files.
 
-    Example: `bertforge predict glue --model runs/sst2/seed-1 --data data/glue --out submission/`
+    Examples: `bertforge predict --model runs/reviews/seed-1 --input new.csv --out preds.jsonl`;
+    `bertforge predict glue --model runs/sst2/seed-1 --data data/glue --out submission/`
     """
+    if (input_file is None) == (data is None):
+        raise _fail("give --input FILE (your data) or FAMILY --data DIR (a benchmark's leaderboard files)")
+    if out is None:
+        raise _fail("--out is required")
+    if input_file is not None:
+        if family is not None:
+            raise _fail(f"FAMILY ({family}) goes with --data; with --input the task comes from the model "
+                        "(or --task)")
+        keep = [name.strip() for item in keep_columns or [] for name in item.split(",") if name.strip()]
+        _predict_file(model, input_file, out, task=task, text_column=text_column, pair_column=pair_column,
+                      question_column=question_column, context_column=context_column, keep_columns=keep,
+                      batch_size=batch_size, max_length=max_length, chunk_rows=chunk_rows, device=device,
+                      precision=precision, progress=progress, pooling=pooling, normalize=normalize, top_k=top_k)
+        return
+    if family is None:
+        raise _fail("--data needs the task family first: bertforge predict glue|ner|squad|swag|tag|qa --data ...")
+    _predict_leaderboard(family, model, data, out, task=task, split=split, batch_size=batch_size)  # type: ignore[arg-type]
+
+
+def _predict_file(model: Path, input_file: Path, out: Path, *, task: str | None, batch_size: int,
+                  max_length: int | None, device: str | None, precision: str, pooling: str, normalize: bool,
+                  top_k: int, **file_options: Any) -> None:
+    from bertforge.checkpoint import CheckpointError
+    from bertforge.pipeline import pipeline, predict_file
+    from bertforge.tasks.base import DataFormatError
+
+    try:
+        pipe = pipeline(model, task, batch_size=batch_size, max_length=max_length, device=device,
+                        precision=precision, pooling=pooling, normalize=normalize, top_k=top_k)
+        done = predict_file(pipe, input_file, out, **file_options)
+    except (CheckpointError, DataFormatError, FileNotFoundError, ValueError) as exc:
+        raise _fail(str(exc)) from exc
+    typer.echo(f"{pipe.task} ({pipe.precision}): {done['rows']} rows -> {out} "
+               f"({done['rows_per_second']:.1f} rows/s)")
+
+
+def _predict_leaderboard(family: str, model: Path, data: Path, out: Path, *, task: str | None,
+                         split: list[str] | None, batch_size: int) -> None:
     import json
 
     from bertforge.checkpoint import CheckpointError
