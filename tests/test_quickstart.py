@@ -68,10 +68,13 @@ def test_quickstart_rejects_unknown_stage_and_budget(tmp_path) -> None:
 def test_report_sentences_follow_the_numbers() -> None:
     from bertforge.quickstart import finetune_sentence, probe_sentence
 
-    assert "no difference" in finetune_sentence(0.771, 0.765, 4_000_000)
-    assert "lead of 8.0 points is more than noise" in finetune_sentence(0.80, 0.72, 4_000_000)
-    assert "majority class" in finetune_sentence(0.70, 0.51, 4_000_000)
-    assert "random start's lead of 5.0 points" in finetune_sentence(0.70, 0.75, None)
+    facts = {"tokens": 4_000_000, "train_examples": 4000, "eval_examples": 872, "word_order": 12.0}
+    level = finetune_sentence(0.771, 0.765, **facts)
+    assert "a gap of +0.6 points is no difference" in level and "taught the encoder word order" in level
+    assert "word order" not in finetune_sentence(0.771, 0.765, **facts | {"word_order": 0.3})
+    assert "lead of 8.0 points is more than noise" in finetune_sentence(0.80, 0.72, **facts)
+    assert "majority class" in finetune_sentence(0.70, 0.51, **facts)
+    assert "random start's lead of 5.0 points" in finetune_sentence(0.70, 0.75, **facts | {"tokens": None})
     bag = {"context intact": 13.0, "shuffled order": 12.6, "no context": 9.0}
     assert "bag-of-words stage" in probe_sentence(bag)
     assert "from their neighbours" in probe_sentence(bag | {"context intact": 30.0})

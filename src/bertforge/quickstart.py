@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -264,9 +265,13 @@ def quickstart(
             for output in STAGE_OUTPUTS.get(name, ()):
                 shutil.rmtree(run / output, ignore_errors=True)
         echo(f"[{number}/{len(STAGES)}] {name} ...")
-        started = time.perf_counter()
+        started, cpu_started, load_before = time.perf_counter(), time.process_time(), os.getloadavg()
         record = STAGE_FUNCTIONS[name](run, settings)
-        record |= {"seconds": time.perf_counter() - started, "budget": dataclasses.asdict(settings)}
+        # CPU seconds and the load average beside the wall time: on a shared machine they tell a slow
+        # stage that waited for the cores from one that had work to do
+        record |= {"seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu_started,
+                   "load_average": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+                   "budget": dataclasses.asdict(settings)}
         write_text_atomic(run / "stages" / f"{name}.json", json.dumps(record, indent=2) + "\n")
         echo(f"[{number}/{len(STAGES)}] {name}: {summary_line(name, record)} ({record['seconds']:.0f} s)")
     return {name: _read_record(run, name) for name in STAGES}
@@ -318,14 +323,15 @@ def render_report(records: dict[str, dict[str, Any]], budget: Budget, curves: st
     return f"""# bertforge quickstart report
 
 Budget `{budget_name(budget)}`; stages took {total / 60:.1f} minutes in all (report excluded): {stage_times}.
+{load_line(records)}
 
 ## 1. WordPiece vocabulary
 {records['tokenizer']['vocab_size']} tokens trained on the bundled public-domain novels ({records['tokenizer']['seconds']:.0f} s).
 
 ## 2. Pre-training data (masked LM + {SENTENCE_TASKS.get(budget.objective, budget.objective)})
 {data['documents']} documents, {data['sentences']} sentences, {data['tokens']} tokens -> {data['instances']} training
-instances of up to {budget.max_seq_length} tokens ({budget.dupe_factor} pairings of the text; masks drawn afresh
-every epoch), and {data['validation_instances']} held-out ones from other chapters, masked once ({data['seconds']:.0f} s).
+instances of up to {budget.max_seq_length} tokens ({budget.dupe_factor} {"pairing" if budget.dupe_factor == 1 else "pairings"} of the text into sentence pairs;
+masks drawn afresh every epoch), and {data['validation_instances']} held-out ones from other chapters, masked once ({data['seconds']:.0f} s).
 
 ## 3. Pre-training a {pre.get('architecture', budget.model)} BERT
 {budget.pretrain_steps} steps of batch {budget.pretrain_batch_size} at peak learning rate {budget.pretrain_lr:g}, no
@@ -366,11 +372,21 @@ Fill-mask with the pre-trained model (top 5):
 | the same architecture and vocabulary, random weights | {rand['train_examples']} | {rand['lr']:g} | {rand['accuracy']:.3f} |
 | all-MiniLM-L6-v2 (pre-trained at scale; 6 layers, H=384) | {minilm['train_examples']} | {minilm['lr']:g} | {minilm['accuracy']:.3f} |
 
-{finetune_sentence(ours['accuracy'], rand['accuracy'], pre.get('tokens'))} MiniLM's score is what
+{finetune_sentence(ours['accuracy'], rand['accuracy'], tokens=pre.get('tokens'), train_examples=ours['train_examples'],
+                   eval_examples=budget.finetune_eval_examples or 872, word_order=word_order_points(probe))} MiniLM's score is what
 pre-training at scale buys: its teacher saw billions of words. (Each row is one seed; dev set: the first
 {budget.finetune_eval_examples or 872} of SST-2's 872 dev sentences. For scale: BERT-base scores 93.5 on the
 GLUE test set in the paper.)
 """
+
+
+def load_line(records: dict[str, dict[str, Any]]) -> str:
+    """The machine's 1-minute load average at the stages' starts and ends: on a busy machine wall times grow."""
+    loads = [x for r in records.values() for x in r.get("load_average", [])]
+    if not loads:
+        return ""
+    return (f"The 1-minute load average ranged from {min(loads):.1f} to {max(loads):.1f} at the stages' starts "
+            f"and ends, on {os.cpu_count()} CPU cores.")
 
 
 SENTENCE_TASKS = {"sop": "sentence-order prediction", "nsp": "next-sentence prediction"}
@@ -386,25 +402,28 @@ def probe_sentence(probe: dict[str, float]) -> str:
             "pre-training (it predicts from which words occur, not from where).")
 
 
-def finetune_sentence(pretrained: float, random: float, tokens: int | None) -> str:
+def finetune_sentence(pretrained: float, random: float, *, tokens: int | None, train_examples: int,
+                      eval_examples: int, word_order: float) -> str:
     """What the gap between the pre-trained and the random start means at this scale, one seed each."""
     gap = 100 * (pretrained - random)
-    seen = f"{tokens / 1e6:.1f}M tokens" if tokens else "a few million tokens"
-    noise = ("One seed of one run moves an SST-2 dev score by a point or two (the binomial error alone is "
-             "about 1.5 points on 872 sentences), so")
+    seen = f"{tokens:,} tokens of novels" if tokens else "a few minutes of novels"
+    binomial = 100 * (0.25 / eval_examples) ** 0.5  # the standard error of one accuracy near 75%
+    noise = (f"One seed of one run moves an SST-2 dev score by a point or two (the binomial error alone is "
+             f"about {binomial:.1f} points on {eval_examples} sentences), so")
+    taught = "taught the encoder word order (the probe above), but" if word_order >= 5 else "gave the encoder"
     if abs(gap) < 2:
-        return (f"{noise} a gap of {gap:+.1f} points is no difference: {seen} of novels taught the encoder word "
-                "order, but nothing that 4,000 labelled sentences do not teach random weights as well. (In this "
+        return (f"{noise} a gap of {gap:+.1f} points is no difference: {seen} {taught} nothing that "
+                f"{train_examples:,} labelled sentences do not teach random weights as well. (In this "
                 "project's CPU studies a BERT-mini first beat random weights on SST-2, by 1.4 points, after "
                 "83M tokens and about 5 hours of pre-training: docs/research-log.md.)")
     if gap > 0:
         chance = (" The random start scored near the majority class (about 51%): it had not started to learn "
                   "in these steps, which is part of the gap." if random < 0.6 else "")
         return (f"{noise} the pre-trained start's lead of {gap:.1f} points is more than noise, for this seed.{chance}"
-                " (With 6,000 sentences and more steps, this project's CPU studies needed 83M tokens of "
-                "pre-training before a BERT-mini beat random weights on SST-2: docs/research-log.md.)")
+                " (With 6,000 sentences, this project's CPU studies needed 83M tokens of pre-training before "
+                "a BERT-mini beat random weights on SST-2 across seeds: docs/research-log.md.)")
     return (f"{noise} the random start's lead of {-gap:.1f} points is more than noise: at this scale the "
-            f"pre-trained encoder ({seen} of novels) is a worse start for a sentiment classifier than random "
+            f"pre-trained encoder ({seen}) is a worse start for a sentiment classifier than random "
             "weights, as the small budgets of this project's CPU studies found too (docs/research-log.md): "
             "its [CLS] vector was trained only by the sentence-pair task.")
 
