@@ -70,7 +70,7 @@ class Budget:
 
 BUDGETS = {
     "full": Budget(books=None, vocab_size=8000, max_seq_length=64, objective="sop", dupe_factor=5,
-                   validation_fraction=0.05, model="tiny", pretrain_steps=4000, pretrain_batch_size=32,
+                   validation_fraction=0.05, model="tiny", pretrain_steps=5000, pretrain_batch_size=32,
                    pretrain_lr=1e-3, pretrain_warmup_steps=300, pretrain_dropout=0.0, eval_every=250,
                    finetune_train_examples=None, finetune_eval_examples=None, finetune_epochs=3.0,
                    finetune_lr=3e-4, minilm_train_examples=2000),
