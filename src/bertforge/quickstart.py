@@ -374,8 +374,8 @@ Fill-mask with the pre-trained model (top 5):
 
 {finetune_sentence(ours['accuracy'], rand['accuracy'], tokens=pre.get('tokens'), train_examples=ours['train_examples'],
                    eval_examples=budget.finetune_eval_examples or 872, word_order=word_order_points(probe))} MiniLM's score is what
-pre-training at scale buys: its teacher saw billions of words. (Each row is one seed; dev set: the first
-{budget.finetune_eval_examples or 872} of SST-2's 872 dev sentences. For scale: BERT-base scores 93.5 on the
+pre-training at scale buys: its teacher saw billions of words. (Each row is one seed; dev set:
+{f"the first {budget.finetune_eval_examples}" if budget.finetune_eval_examples else "all"} of SST-2's 872 dev sentences. For scale: BERT-base scores 93.5 on the
 GLUE test set in the paper.)
 """
 
@@ -406,8 +406,8 @@ def finetune_sentence(pretrained: float, random: float, *, tokens: int | None, t
                       eval_examples: int, word_order: float) -> str:
     """What the gap between the pre-trained and the random start means at this scale, one seed each."""
     gap = 100 * (pretrained - random)
-    seen = f"{tokens:,} tokens of novels" if tokens else "a few minutes of novels"
-    binomial = 100 * (0.25 / eval_examples) ** 0.5  # the standard error of one accuracy near 75%
+    seen = f"{tokens:,} tokens read from the novels" if tokens else "a few minutes of novels"
+    binomial = 100 * (0.25 / eval_examples) ** 0.5  # the standard error of one accuracy, at most (p = 50%)
     noise = (f"One seed of one run moves an SST-2 dev score by a point or two (the binomial error alone is "
              f"about {binomial:.1f} points on {eval_examples} sentences), so")
     taught = "taught the encoder word order (the probe above), but" if word_order >= 5 else "gave the encoder"
@@ -424,8 +424,8 @@ def finetune_sentence(pretrained: float, random: float, *, tokens: int | None, t
                 "a BERT-mini beat random weights on SST-2 across seeds: docs/research-log.md.)")
     return (f"{noise} the random start's lead of {-gap:.1f} points is more than noise: at this scale the "
             f"pre-trained encoder ({seen}) is a worse start for a sentiment classifier than random "
-            "weights, as the small budgets of this project's CPU studies found too (docs/research-log.md): "
-            "its [CLS] vector was trained only by the sentence-pair task.")
+            "weights, as the small budgets of this project's CPU studies found too (docs/research-log.md traces "
+            "it there to the [CLS] vector, which only the sentence-pair task trains).")
 
 
 def budget_name(budget: Budget) -> str:
