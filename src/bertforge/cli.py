@@ -169,11 +169,12 @@ def quickstart(
     stage: Annotated[list[str] | None, typer.Option(help="Run only this stage (repeat); see the list above.")] = None,
     force: Annotated[bool, typer.Option(help="Rerun the chosen stages even if they completed.")] = False,
 ) -> None:
-    """Raw text to scores on bundled data: WordPiece -> shards -> pre-train a tiny BERT -> held-out MLM/NSP and
-    fill-mask -> fine-tune on SST-2, from it and from the real all-MiniLM-L6 -> report.md.
+    """Raw text to scores on bundled data: WordPiece -> shards -> pre-train a tiny BERT -> held-out MLM/SOP, a
+    word-order probe and fill-mask -> fine-tune on SST-2 from it, from random weights and from the real
+    all-MiniLM-L6 -> report.md.
 
-    Stages: tokenizer, data, pretrain, pretrain_eval, finetune_scratch, finetune_minilm, report. A second run
-    reuses completed stages.
+    Stages: tokenizer, data, pretrain, pretrain_eval, finetune_pretrained, finetune_random, finetune_minilm,
+    report. A second run reuses completed stages.
 
     Example: `bertforge quickstart --out runs/quickstart` (then read runs/quickstart/report.md)
     """
