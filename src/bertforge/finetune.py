@@ -60,6 +60,8 @@ from bertforge.train.config import OptimConfig, TrainConfig
 TASK_FILE = "task.json"
 RESULTS_FILE = "results.json"
 RUN_CONFIG_FILE = "run_config.yaml"
+# batches per length-sorted group with group_by_length (transformers' LengthGroupedSampler uses 50 too)
+LENGTH_GROUP_BATCHES = 50
 
 
 def _say(message: str, verbose: bool) -> None:
@@ -137,6 +139,8 @@ class FinetuneLoop:
                                                 "into windows or truncated (default: 128, SQuAD 384).")
     eval_batch_size: int = setting(64, help="Rows per forward pass when scoring.")
     eval_every_epoch: bool = setting(True, help="Score the dev split(s) after every epoch (else at the end).")
+    group_by_length: bool = setting(True, help="Draw each batch from rows of similar length (less padding, faster); "
+                                               "off: batches are plain random draws, as in BERT's own code.")
     max_train_examples: int | None = setting(None, help="Train on a fixed random sub-sample of this many examples.")
     max_eval_examples: int | None = setting(None, help="Score only the first N dev examples.")
     reinit_layers: int = setting(0, help="Start the top N encoder layers and the pooler afresh (N = all keeps "
@@ -292,7 +296,8 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
         overrides = label_maps(labels) if labels is not None else {}
         model = load_for_task(spec.head, model_dir, **overrides)
         reinitialize_top_layers(model, loop.reinit_layers)
-        batches = TaskBatches(train_features, loop.batch_size, seed=seed, pad_id=tokenizer.pad_token_id)
+        batches = TaskBatches(train_features, loop.batch_size, seed=seed, pad_id=tokenizer.pad_token_id,
+                              bucket_batches=LENGTH_GROUP_BATCHES if loop.group_by_length else 1)
         steps_per_epoch = len(batches)
         max_steps = max(1, math.ceil(steps_per_epoch * loop.epochs))
         evaluator = _Evaluator(spec, eval_sets, label_list, loop.eval_batch_size, tokenizer.pad_token_id)
