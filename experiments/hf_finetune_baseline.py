@@ -58,7 +58,8 @@ TASKS: dict[str, tuple[str, str, str, int | None, str]] = {
 DEFAULT_SEEDS = {"RTE": (1, 2, 3), "MRPC": (1, 2, 3), "STS-B": (1, 2, 3), "CoLA": (1, 2, 3),
                  "SST-2": (1,), "CoNLL-2003": (1,)}
 HYPER = {"lr": 5e-5, "batch_size": 32, "epochs": 3.0, "warmup": 0.1, "weight_decay": 0.01, "max_length": 128,
-         "adam_eps": 1e-6, "max_grad_norm": 1.0, "eval_batch_size": 64}
+         "adam_eps": 1e-6, "max_grad_norm": 1.0, "eval_batch_size": 64, "group_by_length": True}
+SAVE_MODELS: Path | None = None  # --save-models: where bertforge's fine-tuned models are kept
 
 
 def default_model() -> Path:
@@ -76,11 +77,14 @@ def run_bertforge(task: str, seed: int, model: Path, data: Path, work: Path) -> 
     from bertforge.finetune import finetune
 
     family, name, _, max_train, _ = TASKS[task]
+    if SAVE_MODELS is not None:
+        work = SAVE_MODELS / f"{task}-seed{seed}"
     result = finetune(family, name, model, data, work, seeds=(seed,), lr=HYPER["lr"],
-                      batch_size=HYPER["batch_size"], epochs=HYPER["epochs"], warmup=HYPER["warmup"],
+                      batch_size=HYPER["batch_size"], epochs=HYPER["epochs"], warmup_ratio=HYPER["warmup"],
                       max_length=HYPER["max_length"], weight_decay=HYPER["weight_decay"],
                       max_train_examples=max_train, eval_batch_size=HYPER["eval_batch_size"],
-                      eval_every_epoch=False, progress=False, verbose=False)
+                      eval_every_epoch=False, group_by_length=HYPER["group_by_length"], progress=False,
+                      verbose=False)
     run = result["seeds"][0]
     return {"metrics": run["metrics"], "steps": run["steps"], "wall_s": run["wall_s"],
             "train_examples": result["train_examples"]}
@@ -185,7 +189,8 @@ def run_transformers(task: str, seed: int, model: Path, data: Path, work: Path) 
         num_train_epochs=HYPER["epochs"], warmup_steps=HYPER["warmup"], lr_scheduler_type="linear",
         weight_decay=HYPER["weight_decay"], adam_epsilon=HYPER["adam_eps"], max_grad_norm=HYPER["max_grad_norm"],
         seed=seed, eval_strategy="no", save_strategy="no", logging_strategy="no", report_to="none",
-        use_cpu=not torch.cuda.is_available(), train_sampling_strategy="group_by_length",
+        use_cpu=not torch.cuda.is_available(),
+        train_sampling_strategy="group_by_length" if HYPER["group_by_length"] else "random",
         dataloader_num_workers=0, disable_tqdm=True)
     trainer = _in_order_evaluation(Trainer)(model=net, args=args, train_dataset=train_set, eval_dataset=dev_set,
                       data_collator=collator, compute_metrics=compute_metrics)
@@ -343,15 +348,27 @@ def main() -> None:
     parser.add_argument("--summarize", action="store_true", help="only rebuild the table from finished runs")
     parser.add_argument("--max-train", type=int, default=None, help="smoke runs: train sub-sample for every task")
     parser.add_argument("--epochs", type=float, default=None, help="smoke runs: epochs")
+    parser.add_argument("--full", action="store_true", help="train on the whole training sets (no sub-samples)")
+    parser.add_argument("--lr", type=float, default=None, help=f"peak learning rate (default {HYPER['lr']:g})")
+    parser.add_argument("--sampling", choices=("grouped", "random"), default="grouped",
+                        help="batches of similar lengths (both sides), or plain random batches")
+    parser.add_argument("--save-models", type=Path, default=None,
+                        help="keep bertforge's fine-tuned models under DIR/<task>-seed<N>/seed-<N>")
     parser.add_argument("--results", type=Path, default=None,
-                        help="where per-run files go (needed with --max-train/--epochs; no doc update then)")
+                        help="where per-run files go (needed with --max-train/--epochs/--full/--lr/--sampling; "
+                             "no doc update then)")
     args = parser.parse_args()
-    if args.max_train or args.epochs:
+    if args.max_train or args.epochs or args.full or args.lr or args.sampling != "grouped":
         if args.results is None:
-            parser.error("--max-train/--epochs change the job: give --results DIR so the table is not mixed")
+            parser.error("--max-train/--epochs/--full/--lr/--sampling change the job: give --results DIR so "
+                         "the table is not mixed")
         for task, (family, name, metric, _, sub) in list(TASKS.items()):
             TASKS[task] = (family, name, metric, args.max_train, sub)
         HYPER["epochs"] = args.epochs or HYPER["epochs"]
+        HYPER["lr"] = args.lr or HYPER["lr"]
+        HYPER["group_by_length"] = args.sampling == "grouped"
+    global SAVE_MODELS
+    SAVE_MODELS = args.save_models
     if args.results is not None:
         global RUNS, RESULTS, DOCS_RESULTS
         RUNS, RESULTS, DOCS_RESULTS = args.results / "runs", args.results, args.results / "results.md"

@@ -13,8 +13,14 @@ task) or given as keyword settings; where it leaves a setting empty, the task's 
 32, 16 for SWAG). `finetune` reads the task's train and dev splits, turns them into features once,
 and for each seed loads the pre-trained encoder with the task's new output layer, trains it with
 `bertforge.train.train` (AdamW with BERT's weight-decay exclusions, linear warm-up then linear decay
-to zero; 3 epochs), scoring the dev split(s) after every epoch. Batches are padded to their longest
-row and drawn from length buckets (`tasks.base.TaskBatches`).
+to zero; 3 epochs), scoring the dev split(s) after every epoch (or every `eval_every_steps` steps).
+Batches are padded to their longest row and drawn from length buckets (`tasks.base.TaskBatches`)
+unless `group_by_length` is off.
+
+Model selection: every evaluation is scored by the task's main metric (`Task.main_metric`: MRPC F1,
+STS-B Pearson, CoLA Matthews, CoNLL entity F1, SQuAD F1, else accuracy; `selection_metric` picks
+another). The best evaluation's model is kept in `seed-N/best/` beside the final one, and with
+`patience` N the run stops after N evaluations in a row without improvement.
 
 Files, per run directory `out_dir`:
 
@@ -27,7 +33,9 @@ Files, per run directory `out_dir`:
                             resolved settings (`hyperparameters`)
     seed-N/<dev predictions> the task's prediction files for the dev split(s); for the own-data families
                             also their --test file's, predicted by the final model (`Task.final_splits`)
-    seed-N/run/             the loop's metrics.jsonl (train loss, lr, dev metrics per epoch)
+    seed-N/best/            the model of the best evaluation, laid out like seed-N/ (its task.json
+                            says the step, epoch, metric and score it was selected at)
+    seed-N/run/             the loop's metrics.jsonl (train loss, lr, dev metrics per evaluation)
     results.json            hyper-parameters, per-seed metrics, and mean / std / median across seeds
                             (`test_summary`: the same for a labelled --test file)
 
@@ -62,8 +70,11 @@ from bertforge.tasks.base import Task, TaskBatches, run_model, subsample
 from bertforge.train.config import OptimConfig, TrainConfig
 
 TASK_FILE = "task.json"
+BEST_DIR = "best"
 RESULTS_FILE = "results.json"
 RUN_CONFIG_FILE = "run_config.yaml"
+# batches per length-sorted group with group_by_length (transformers' LengthGroupedSampler uses 50 too)
+LENGTH_GROUP_BATCHES = 50
 
 
 def _say(message: str, verbose: bool) -> None:
@@ -141,6 +152,15 @@ class FinetuneLoop:
                                                 "into windows or truncated (default: 128, SQuAD 384).")
     eval_batch_size: int = setting(64, help="Rows per forward pass when scoring.")
     eval_every_epoch: bool = setting(True, help="Score the dev split(s) after every epoch (else at the end).")
+    eval_every_steps: int = setting(0, help="Score the dev split(s) every N optimiser steps instead "
+                                            "(0: per eval_every_epoch).")
+    patience: int | None = setting(None, help="Stop after N evaluations in a row without improving the "
+                                              "selection metric (0 or empty: never stop early).")
+    selection_metric: str | None = setting(None, help="The dev metric that picks the best model (default: the "
+                                                      "task's main metric, e.g. MRPC f1, STS-B pearson).")
+    save_best: bool = setting(True, help="Keep the best evaluation's model in seed-N/best/ beside the final one.")
+    group_by_length: bool = setting(True, help="Draw each batch from rows of similar length (less padding, faster); "
+                                               "off: batches are plain random draws, as in BERT's own code.")
     max_train_examples: int | None = setting(None, help="Train on a fixed random sub-sample of this many examples.")
     max_eval_examples: int | None = setting(None, help="Score only the first N dev examples.")
     reinit_layers: int = setting(0, help="Start the top N encoder layers and the pooler afresh (N = all keeps "
@@ -155,6 +175,9 @@ class FinetuneLoop:
             raise ValueError(f"epochs must be positive and batch_size at least 1, got {self.epochs}, {self.batch_size}")
         if self.reinit_layers < 0:
             raise ValueError(f"reinit_layers must be 0 or more, got {self.reinit_layers}")
+        if self.eval_every_steps < 0 or (self.patience is not None and self.patience < 0):
+            raise ValueError(f"eval_every_steps and patience must be 0 or more, got {self.eval_every_steps}, "
+                             f"{self.patience}")
 
 
 @dataclass
@@ -194,7 +217,7 @@ class FinetuneRecipe:
 
 
 # settings that change where or how visibly a run happens, not what it computes
-_NOT_RESULT_SETTINGS = ("seeds", "device", "keep_checkpoints", "eval_batch_size")
+_NOT_RESULT_SETTINGS = ("seeds", "device", "keep_checkpoints", "eval_batch_size", "save_best")
 
 
 def hyperparameters(recipe: FinetuneRecipe) -> dict[str, Any]:
@@ -250,8 +273,8 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
     """Run a fine-tuning recipe into `out_dir` (see the module docstring for the files)."""
     from bertforge.model import label_maps
     from bertforge.tokenizer import BertTokenizer
-    from bertforge.train import train
-    from bertforge.train.state import seed_everything
+    from bertforge.train import ModelSelection, train
+    from bertforge.train.state import latest_checkpoint, seed_everything
 
     started = time.perf_counter()
     spec = make_task(recipe.family, recipe.task, recipe.task_settings)
@@ -289,6 +312,7 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
     save_recipe(recipe, out_dir / RUN_CONFIG_FILE,
                 header=f"bertforge finetune {spec.family} --config {out_dir / RUN_CONFIG_FILE} repeats this run")
     base_settings = dict(spec.settings)
+    selection_metric = main_metric_key(spec, loop.selection_metric)
     runs = []
     for seed in recipe.seeds:
         seed_dir = out_dir / f"seed-{seed}"
@@ -297,7 +321,7 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
         if saved.get("metrics") and saved.get("hyperparameters") == hyper:
             _say(f"seed {seed}: already done in {seed_dir}, reusing its metrics", verbose)
             runs.append({"seed": seed, "metrics": saved["metrics"], "steps": saved.get("steps"),
-                         "wall_s": saved.get("wall_s"), "dir": seed_dir.name,
+                         "wall_s": saved.get("wall_s"), "dir": seed_dir.name, "best": saved.get("best"),
                          **({"test_metrics": saved["test_metrics"]} if saved.get("test_metrics") else {})})
             continue
         seed_started = time.perf_counter()
@@ -306,17 +330,29 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
         model = load_for_task(spec.head, model_dir, **overrides)
         reinitialize_top_layers(model, loop.reinit_layers)
         spec.configure_model(model, train_examples, label_list)
-        batches = TaskBatches(train_features, loop.batch_size, seed=seed, pad_id=tokenizer.pad_token_id)
+        batches = TaskBatches(train_features, loop.batch_size, seed=seed, pad_id=tokenizer.pad_token_id,
+                              bucket_batches=LENGTH_GROUP_BATCHES if loop.group_by_length else 1)
         steps_per_epoch = len(batches)
         max_steps = max(1, math.ceil(steps_per_epoch * loop.epochs))
         evaluator = _Evaluator(spec, eval_sets, label_list, loop.eval_batch_size, tokenizer.pad_token_id)
+        eval_every = loop.eval_every_steps or (steps_per_epoch if loop.eval_every_epoch else 0)
         loop_config = TrainConfig(max_steps=max_steps, seed=seed, precision=loop.precision, device=loop.device,
-                                  max_grad_norm=loop.max_grad_norm,
-                                  eval_every=steps_per_epoch if loop.eval_every_epoch else 0, save_every=0,
+                                  max_grad_norm=loop.max_grad_norm, eval_every=eval_every, save_every=0,
                                   keep_last=1, log_every=max(1, min(50, steps_per_epoch // 5)), progress=progress)
+        best = _BestModel(seed_dir / BEST_DIR, selection_metric, spec, evaluator, tokenizer, steps_per_epoch,
+                          {"seed": seed, "max_length": loop.max_length, "labels": label_list,
+                           "hyperparameters": hyper, "source_model": str(model_dir)})
+        if latest_checkpoint(seed_dir / "run") is None:
+            best.clear()  # a fresh start: a best/ left by an unfinished earlier run is not this run's
+        selection = ModelSelection(selection_metric, patience=loop.patience,
+                                   on_improvement=best.save if loop.save_best else best.remember)
         _say(f"seed {seed}: {max_steps} steps ({steps_per_epoch} per epoch) -> {seed_dir}", verbose)
-        result = train(model, batches, seed_dir / "run", loop_config, optim, evaluate=evaluator, resume=True)
+        result = train(model, batches, seed_dir / "run", loop_config, optim, evaluate=evaluator, resume=True,
+                       selection=selection)
         metrics = result.metrics if evaluator.outputs else evaluator(model)
+        if result.stopped_early:
+            _say(f"seed {seed}: stopped early at step {result.step}: {selection_metric} did not improve in "
+                 f"{loop.patience} evaluations", verbose)
 
         tuned = spec.tune(*_first_labelled(spec, evaluator))
         if tuned:  # e.g. SQuAD v2.0's null threshold: the dev predictions are made again with it
@@ -330,7 +366,9 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
         wall = time.perf_counter() - seed_started
         record = {"family": spec.family, "task": spec.name, "seed": seed, "max_length": loop.max_length,
                   "settings": dict(spec.settings), "labels": label_list, "metrics": metrics, "steps": result.step,
-                  "wall_s": round(wall, 1), "hyperparameters": hyper, "source_model": str(model_dir)}
+                  "epoch": round(result.step / steps_per_epoch, 3), "stopped_early": result.stopped_early,
+                  "best": best.summary(selection), "wall_s": round(wall, 1), "hyperparameters": hyper,
+                  "source_model": str(model_dir)}
         if test_metrics:
             record["test_metrics"] = test_metrics
         _write_json(seed_dir / TASK_FILE, record)
@@ -338,7 +376,8 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
             shutil.rmtree(seed_dir / "run" / "checkpoints", ignore_errors=True)
         _say(f"seed {seed}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()) + f"  ({wall:.0f} s)", verbose)
         runs.append({"seed": seed, "metrics": metrics, "steps": result.step, "wall_s": round(wall, 1),
-                     "dir": seed_dir.name, **({"test_metrics": test_metrics} if test_metrics else {})})
+                     "dir": seed_dir.name, "best": record["best"],
+                     **({"test_metrics": test_metrics} if test_metrics else {})})
         del model
 
     results = {
@@ -347,7 +386,8 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
                                                             if spec.settings.get(s)},
         "hyperparameters": hyper, "train_examples": len(train_examples), "train_features": len(train_features),
         "eval_examples": {split: len(e) for split, (e, _) in eval_sets.items()},
-        "seeds": runs, "summary": summarize([r["metrics"] for r in runs]),
+        "seeds": runs, "summary": summarize([r["metrics"] for r in runs]), "selection_metric": selection_metric,
+        "best_summary": summarize([r["best"]["metrics"] for r in runs if r.get("best")]),
         **_test_summary(runs),
         "wall_s": round(time.perf_counter() - started, 1),
     }
@@ -377,6 +417,73 @@ def _test_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     summary = {split: summarize([r["test_metrics"][split] for r in runs if split in r.get("test_metrics", {})])
                for split in sorted(splits)}
     return {"test_summary": summary} if summary else {}
+
+
+def main_metric_key(task: Task, chosen: str | None = None) -> str:
+    """The key of the evaluation metrics that selects the best model: `chosen` or `task.main_metric`,
+    prefixed by the first eval split's name where a task scores several (MNLI: dev_matched_accuracy)."""
+    name = chosen or task.main_metric
+    splits = task.eval_splits()
+    if len(splits) > 1 and not any(name.startswith(f"{split}_") for split in splits):
+        return f"{splits[0]}_{name}"
+    return name
+
+
+class _BestModel:
+    """The `on_improvement` of a seed's `ModelSelection`: writes the best evaluation's model to `directory`.
+
+    Written under a temporary name and swapped in by renames, so `directory` always holds one whole
+    model: the previous best until the new one is complete.
+    """
+
+    def __init__(self, directory: Path, metric: str, task: Task, evaluator: _Evaluator, tokenizer: Any,
+                 steps_per_epoch: int, record: dict[str, Any]) -> None:
+        self.directory, self.metric, self.task, self.evaluator = directory, metric, task, evaluator
+        self.tokenizer, self.steps_per_epoch, self.record = tokenizer, steps_per_epoch, record
+        self.metrics: dict[str, float] | None = None  # the best evaluation's metrics
+        self.saved = False
+        self._staging = directory.with_name(f".{directory.name}.tmp")
+        self._previous = directory.with_name(f".{directory.name}.old")
+        if not directory.exists() and self._previous.exists():  # a crash between the two renames
+            self._previous.rename(directory)
+
+    def clear(self) -> None:
+        for path in (self.directory, self._staging, self._previous):
+            shutil.rmtree(path, ignore_errors=True)
+
+    def remember(self, model: Any, step: int, metrics: dict[str, float]) -> None:
+        self.metrics = dict(metrics)
+
+    def save(self, model: Any, step: int, metrics: dict[str, float]) -> None:
+        self.remember(model, step, metrics)
+        # settings tuned on these predictions (SQuAD v2.0's null threshold) go with this model
+        settings = {**self.task.settings, **self.task.tune(*_first_labelled(self.task, self.evaluator))}
+        record = {"family": self.task.family, "task": self.task.name, **self.record, "settings": settings,
+                  "metrics": dict(metrics), "step": step, "epoch": round(step / self.steps_per_epoch, 3),
+                  "selection_metric": self.metric, "score": float(metrics[self.metric])}
+        staging = self._staging
+        shutil.rmtree(staging, ignore_errors=True)
+        model.save_pretrained(staging, tokenizer=self.tokenizer)
+        for split, (examples, _) in self.evaluator.splits.items():
+            self.task.write_predictions(examples, self.evaluator.predictions(split), staging, split)
+        _write_json(staging / TASK_FILE, record)
+        shutil.rmtree(self._previous, ignore_errors=True)
+        if self.directory.exists():
+            self.directory.rename(self._previous)
+        staging.rename(self.directory)
+        shutil.rmtree(self._previous, ignore_errors=True)
+        self.saved = True
+
+    def summary(self, selection: Any) -> dict[str, Any] | None:
+        """What the final task.json says of the best evaluation (None when there was none)."""
+        if selection.best_step is None:
+            return None
+        if self.metrics is None:  # the best came before a resume: its metrics are in best/task.json
+            saved = _read_json(self.directory / TASK_FILE)
+            self.metrics = saved.get("metrics") if saved.get("step") == selection.best_step else None
+        return {"dir": BEST_DIR if self.saved else None, "metric": selection.metric, "score": selection.best_score,
+                "step": selection.best_step, "epoch": round(selection.best_step / self.steps_per_epoch, 3),
+                "metrics": self.metrics}
 
 
 def _first_labelled(task: Task, evaluator: _Evaluator) -> tuple[list[Any], list[Any]]:
@@ -489,6 +596,6 @@ def _write_json(path: Path, value: Any) -> None:
     write_text_atomic(path, json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
 
-__all__ = ["FAMILIES", "RESULTS_FILE", "RUN_CONFIG_FILE", "TASK_FILE", "FinetuneLoop", "FinetuneOptim",
-           "FinetuneRecipe", "finetune", "hyperparameters", "load_for_task", "predict", "reinitialize_top_layers",
-           "run_finetune", "summarize"]
+__all__ = ["BEST_DIR", "FAMILIES", "RESULTS_FILE", "RUN_CONFIG_FILE", "TASK_FILE", "FinetuneLoop", "FinetuneOptim",
+           "FinetuneRecipe", "finetune", "hyperparameters", "load_for_task", "main_metric_key", "predict",
+           "reinitialize_top_layers", "run_finetune", "summarize"]

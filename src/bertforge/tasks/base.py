@@ -10,6 +10,7 @@ driven by `bertforge.finetune`. A `Task` subclass says:
     collate(features)                -> batch dict        dynamic padding (shared default below)
     postprocess(examples, features, outputs) -> predictions, one per example
     metric(examples, predictions)    -> {name: value}     the official definitions (`tasks.metrics`)
+    main_metric                      -> name              the one of them that picks the best model
     write_predictions(...)           -> files             leaderboard / official formats
 
 Shared here: `DataFormatError`, `read_text_lines`, `Feature`, `collate` (padding to the longest row of
@@ -304,6 +305,15 @@ class Task(ABC):
     @abstractmethod
     def metric(self, examples: Sequence[Any], predictions: Sequence[Any]) -> dict[str, float]:
         """Scores with the official definitions (`tasks.metrics`)."""
+
+    @property
+    def main_metric(self) -> str:
+        """The key of `metric`'s result that model selection and early stopping follow; higher is better.
+
+        Accuracy unless a task says otherwise (GLUE's MRPC F1, STS-B Pearson, CoLA Matthews; NER and
+        SQuAD F1). A task whose metrics have no "accuracy" must override this.
+        """
+        return "accuracy"
 
     def has_labels(self, examples: Sequence[Any]) -> bool:
         return bool(examples) and all(getattr(e, "label", None) is not None for e in examples)

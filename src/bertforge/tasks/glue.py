@@ -185,6 +185,8 @@ def _parse_label(spec: GlueTask, value: str, path: Path, line: int) -> str | flo
 # ------------------------------------------------------------------------------------------------
 # fine-tuning: what a GLUE task declares
 # ------------------------------------------------------------------------------------------------
+# canonical task -> the metric that selects the best model, where it is not accuracy
+MAIN_METRICS = {"mrpc": "f1", "stsb": "pearson", "cola": "matthews_correlation"}
 # canonical task -> the file name stem the GLUE leaderboard expects
 LEADERBOARD_FILES = {
     "cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP", "qnli": "QNLI",
@@ -216,6 +218,11 @@ class Glue(Task):
         from bertforge.model.heads import BertForSequenceClassification
 
         return BertForSequenceClassification
+
+    @property
+    def main_metric(self) -> str:
+        """The figure GLUE ranks the task by: F1 for MRPC, Pearson for STS-B, Matthews for CoLA, else accuracy."""
+        return MAIN_METRICS.get(self.name, "accuracy")
 
     def read(self, data_dir: str | Path, split: str) -> list[GlueExample]:
         if split == "ax":
@@ -288,6 +295,6 @@ class Glue(Task):
 
 
 __all__ = [
-    "GLUE_TASKS", "LEADERBOARD_FILES", "DataFormatError", "Glue", "GlueExample", "GlueTask", "glue_task",
+    "GLUE_TASKS", "LEADERBOARD_FILES", "MAIN_METRICS", "DataFormatError", "Glue", "GlueExample", "GlueTask", "glue_task",
     "read_glue", "read_glue_file", "read_text_lines",
 ]

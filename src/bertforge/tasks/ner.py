@@ -307,6 +307,10 @@ class Ner(Task):
                     words[feature.example][window.first_word + offset] = logits[position]
         return words
 
+    @property
+    def main_metric(self) -> str:
+        return "f1"  # entity-level, conlleval's
+
     def metric(self, examples: Sequence[NerSentence], predictions: Sequence[list[str]]) -> dict[str, float]:
         """Entity-level precision, recall and F1 (conlleval), and token accuracy."""
         result = conll_f1([e.labels for e in examples], list(predictions))

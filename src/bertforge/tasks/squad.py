@@ -458,6 +458,11 @@ class Squad(Task):
                 **({"is_impossible": e.is_impossible} if self.version == "2.0" else {})} for e in examples]
         return {"version": "v2.0" if self.version == "2.0" else "1.1", "data": [{"paragraphs": [{"qas": qas}]}]}
 
+    @property
+    def main_metric(self) -> str:
+        """F1; for v2.0 the F1 at the best null threshold, the one the saved model predicts with once tuned."""
+        return "best_f1" if self.version == "2.0" else "f1"
+
     def metric(self, examples: Sequence[SquadExample], predictions: Sequence[SquadPrediction]) -> dict[str, float]:
         """The official script's numbers. v1.1: exact_match, f1. v2.0: exact, f1, HasAns_*, NoAns_* for
         the predictions as made (threshold `null_threshold`), and best_exact / best_f1 with their

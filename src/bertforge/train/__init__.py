@@ -16,6 +16,7 @@ import importlib
 from typing import Any
 
 from bertforge.train.config import OptimConfig, TrainConfig
+from bertforge.train.selection import ModelSelection
 
 # The rest imports torch: loaded on first use, so that `from bertforge.train import OptimConfig` (the
 # command line, recipes) does not.
@@ -41,6 +42,6 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "distributed", "fsdp", "Lamb", "OptimConfig", "build_optimizer", "build_scheduler", "lr_factor", "param_groups",
     "Counters", "TrainState", "latest_checkpoint", "list_checkpoints", "load_checkpoint", "save_checkpoint",
-    "RunLogger", "read_metrics",
+    "RunLogger", "read_metrics", "ModelSelection",
     "NonFiniteLossError", "ResumableBatches", "TrainConfig", "TrainResult", "first_nonfinite_module", "train",
 ]

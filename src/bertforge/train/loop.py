@@ -6,7 +6,9 @@ copy per rank) or FSDP (`parallel="fsdp"`: parameters, gradients and optimizer s
 `bertforge.train.fsdp`). Per optimiser step it runs `grad_accum` micro-batches (gradients are
 synchronised on the last only), averages the loss over micro-batches
 and ranks, skips the update when the loss or the gradient norm is not finite, clips, steps the
-optimiser and the schedule, and then logs, evaluates and checkpoints on their cadences.
+optimiser and the schedule, and then logs, evaluates and checkpoints on their cadences. With a
+`ModelSelection` every evaluation is scored by one metric: an improvement is handed to its
+`on_improvement` (rank 0), and once its patience runs out the loop writes a checkpoint and stops.
 
 Everything that changes as the run goes on (step, counters, optimiser, schedule, grad scaler, data
 position) lives in one `TrainState` (`bertforge.train.state`), which is saved and resumed as one
@@ -37,6 +39,7 @@ from bertforge.train import distributed, fsdp
 from bertforge.train.config import PRECISIONS, OptimConfig, TrainConfig  # noqa: F401  (re-exported)
 from bertforge.train.log import RunLogger
 from bertforge.train.optim import build_optimizer, build_scheduler
+from bertforge.train.selection import ModelSelection
 from bertforge.train.state import (
     Batch,
     Counters,
@@ -59,6 +62,7 @@ class TrainResult:
     metrics: dict[str, float] = field(default_factory=dict)  # the last evaluation
     train_loss: float = math.nan  # mean loss of the last logging interval
     skipped_steps: int = 0
+    stopped_early: bool = False  # the selection's patience ran out before max_steps
 
 
 class NonFiniteLossError(RuntimeError):
@@ -83,6 +87,7 @@ def train(
     evaluate: EvalFn | None = None,
     resume: bool = False,
     ctx: distributed.DistContext | None = None,
+    selection: ModelSelection | None = None,
 ) -> TrainResult:
     """Train `model` on `batches` for `config.max_steps` optimiser steps; checkpoints go to `run_dir`.
 
@@ -94,10 +99,14 @@ def train(
     group already (by default the loop joins it). With `parallel="fsdp"` on several ranks the model is
     sharded in place and stays so after the run: its parameters are DTensor shards (`fsdp.unsharded`
     gives rank 0 a plain copy, `fsdp.full_model_state` the weights).
+    `selection` (see `bertforge.train.selection`) sees every evaluation's metrics; its state is saved
+    in the checkpoints and restored on resume, and the run ends early when its patience runs out.
     """
     run_dir = Path(run_dir)
     ctx = ctx if ctx is not None else distributed.init_distributed(config.device, config.dist_timeout_s)
-    state = _start(model, batches, run_dir, config, optim, ctx, resume)
+    if selection is not None and selection.on_improvement is not None and config.parallel == "fsdp":
+        raise ValueError("keeping the best model needs the whole model on rank 0; not available with fsdp")
+    state = _start(model, batches, run_dir, config, optim, ctx, resume, selection)
     start_step = state.step
     runner = model if fsdp.is_sharded(model) else distributed.wrap_ddp(model, ctx, find_unused=config.ddp_find_unused)
     if config.compile:
@@ -113,7 +122,7 @@ def train(
     window = _Window()
     model.train()
     try:
-        while state.step < config.max_steps:
+        while state.step < config.max_steps and not (selection is not None and selection.stopped):
             micro_batches = [next(data) for _ in range(config.grad_accum)]
             outcome = stepper.step(micro_batches)
             state.step += 1
@@ -135,16 +144,33 @@ def train(
                 if result.metrics:
                     logger.log(step, "eval", result.metrics)
                     logger.info(f"step {step}: " + "  ".join(f"{k} {v:.4g}" for k, v in result.metrics.items()))
-            if _due(config.save_every, step, config.max_steps):
+                    if selection is not None:
+                        _select(selection, model, step, result.metrics, logger, ctx)
+            if _due(config.save_every, step, config.max_steps) or (selection is not None and selection.stopped):
                 state.save(run_dir, config.keep_last)
     finally:
         logger.close()
     result.step, result.checkpoint, result.skipped_steps = state.step, state.checkpoint, state.counters.skipped_steps
+    result.stopped_early = selection is not None and selection.stopped
     return result
 
 
+def _select(selection: ModelSelection, model: nn.Module, step: int, metrics: dict[str, float], logger: RunLogger,
+            ctx: distributed.DistContext) -> None:
+    """Score one evaluation; hand an improvement to `on_improvement` (rank 0); say when patience runs out."""
+    improved = selection.observe(step, metrics)
+    logger.log(step, "selection", {"metric": selection.metric, "score": selection.score_of(metrics),
+                                   "improved": improved, "best_score": selection.best_score,
+                                   "best_step": selection.best_step, "since_best": selection.since_best})
+    if improved and selection.on_improvement is not None and ctx.is_main:
+        selection.on_improvement(model, step, metrics)
+    if selection.stopped:
+        logger.info(f"step {step}: no improvement of {selection.metric} in {selection.since_best} evaluations "
+                    f"(best {selection.best_score:.4g} at step {selection.best_step}); stopping early")
+
+
 def _start(model: nn.Module, batches: ResumableBatches, run_dir: Path, config: TrainConfig, optim: OptimConfig,
-           ctx: distributed.DistContext, resume: bool) -> TrainState:
+           ctx: distributed.DistContext, resume: bool, selection: ModelSelection | None = None) -> TrainState:
     """The state at the first step of this process: fresh, or the newest checkpoint's with `resume`."""
     if config.precision == "fp16" and ctx.device.type != "cuda":
         raise ValueError("precision fp16 needs a GPU (its loss scaler is CUDA-only); use bf16 on CPU")
@@ -157,7 +183,7 @@ def _start(model: nn.Module, batches: ResumableBatches, run_dir: Path, config: T
     optimizer = build_optimizer(model, optim)
     state = TrainState(model, optimizer, scheduler=build_scheduler(optimizer, optim, config.max_steps),
                        scaler=torch.amp.GradScaler("cuda") if config.precision == "fp16" else None,
-                       batches=batches)
+                       batches=batches, selection=selection)
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is not None and not resume:
         raise FileExistsError(f"{run_dir} already holds checkpoints ({checkpoint.name}); resume it "

@@ -10,7 +10,8 @@ One checkpoint is a directory `RUN/checkpoints/step-000123/`:
     model.safetensors   the unwrapped model's own state dict (no `module.` / `_orig_mod.` prefix)
     optimizer.pt        optimizer.state_dict(), tensors and numbers only (read with weights_only=True)
     rank-00000.pt       per rank: Python, NumPy, torch and CUDA RNG states, and that rank's data position
-    trainer.json        step, world size, scheduler, grad scaler, counters, rank 0's data position
+    trainer.json        step, world size, scheduler, grad scaler, counters, rank 0's data position,
+                        and the model selection's state (best score and step, patience used) if any
 
 The directory is filled under a temporary name and renamed into place only when every rank has
 written its part, so a crash (even SIGKILL mid-write) leaves the previous checkpoints untouched and
@@ -41,6 +42,7 @@ from torch import nn
 
 from bertforge.fileio import atomic_path, write_text_atomic
 from bertforge.train import distributed, fsdp
+from bertforge.train.selection import ModelSelection
 
 FORMAT_VERSION = 1
 CHECKPOINTS = "checkpoints"
@@ -100,13 +102,14 @@ class TrainState:
     step: int = 0
     counters: Counters = field(default_factory=Counters)
     checkpoint: Path | None = None  # the last checkpoint written or resumed from
+    selection: ModelSelection | None = None  # the best evaluation so far and the patience left
 
     def save(self, run_dir: str | os.PathLike[str], keep_last: int | None = None) -> Path:
         """Write checkpoint `step` (every rank calls this), keeping the newest `keep_last`. Returns its path."""
         self.checkpoint = save_checkpoint(
             run_dir, self.step, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
             scaler=self.scaler, data_state=self.batches.state_dict(), counters=dataclasses.asdict(self.counters),
-            keep_last=keep_last)
+            keep_last=keep_last, selection=self.selection.state_dict() if self.selection is not None else None)
         return self.checkpoint
 
     def resume_from(self, path: str | os.PathLike[str]) -> bool:
@@ -117,6 +120,8 @@ class TrainState:
                                   scaler=self.scaler)
         self.batches.load_state_dict(trainer["data"])
         self.step, self.counters, self.checkpoint = trainer["step"], Counters(**trainer["counters"]), Path(path)
+        if self.selection is not None and trainer.get("selection"):
+            self.selection.load_state_dict(trainer["selection"])
         return trainer["rng_restored"]
 
 
@@ -186,6 +191,7 @@ def save_checkpoint(
     data_state: dict[str, Any],
     counters: dict[str, Any],
     keep_last: int | None = None,
+    selection: dict[str, Any] | None = None,
 ) -> Path:
     """Write checkpoint `step` (every rank calls this) and prune to the newest `keep_last`. Returns its path.
 
@@ -221,6 +227,8 @@ def save_checkpoint(
             "scaler": scaler.state_dict() if scaler is not None else {},
             "counters": counters, "data": data_state,
         }
+        if selection is not None:
+            trainer["selection"] = selection
         # written last: list_checkpoints only trusts directories that hold it
         write_text_atomic(tmp / "trainer.json", json.dumps(trainer, indent=1) + "\n")
     distributed.barrier("writing checkpoint files")
