@@ -363,12 +363,12 @@ def main() -> None:
     print(f"wrote {save_results(args.results, payload)}")
 
 
-DOC_PAGE = ROOT / "docs" / "own-data-tag-qa.md"
+DOC_PAGE = ROOT / "docs" / "own-data.md"
 RESULT_NAMES = {"tag": "own_data_tag", "qa": "own_data_qa"}
 
 
 def render(payloads: dict[str, dict[str, Any]]) -> str:
-    """The comparison section of docs/own-data-tag-qa.md from the results of the tag and qa runs."""
+    """The comparison section of docs/own-data.md from the results of the tag and qa runs."""
     lines = [
         "Made by `flock /work/bench.lock python -m experiments.own_data_tag_qa --only tag --results own_data_tag` and",
         "the same with `--only qa --results own_data_qa` (raw figures in `experiments/results/own_data_{tag,qa}.json`).",
@@ -435,7 +435,7 @@ def _metric(run: dict[str, Any], key: str) -> float | None:
 
 
 def summarize() -> None:
-    """Rewrite the comparison section of docs/own-data-tag-qa.md from the saved results."""
+    """Rewrite the comparison section of docs/own-data.md from the saved results."""
     payloads = {}
     for family, name in RESULT_NAMES.items():
         path = ROOT / "experiments" / "results" / f"{name}.json"
