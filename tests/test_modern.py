@@ -239,3 +239,37 @@ def test_modern_masked_lm_trains_and_gradient_checkpointing_gives_the_same_loss(
     model.backbone.gradient_checkpointing = True
     torch.manual_seed(1)
     torch.testing.assert_close(model(ids, mask, labels=labels).loss, loss)
+
+
+# ------------------------------------------------------------------------------------------------
+# A bad config.json: one line naming the file and the field, exit code 2
+# ------------------------------------------------------------------------------------------------
+BAD_CONFIGS = [
+    ({"layer_types": ["full_attention", "sliding_attention", "banded_attention", "full_attention"]},
+     "layer_types[2]: unknown attention type 'banded_attention'"),
+    ({"layer_types": ["full_attention", "sliding_attention"]}, "layer_types has 2 entries for num_hidden_layers 4"),
+    ({"local_attention": 127}, "local_attention must be even"),
+    ({"hidden_size": 30, "num_attention_heads": 2}, "hidden_size / num_attention_heads = 15 is odd"),
+    ({"rope_parameters": {"full_attention": {"rope_type": "yarn", "rope_theta": 1.0}}},
+     "rope_parameters.full_attention.rope_type 'yarn' is not supported"),
+]
+
+
+@pytest.mark.parametrize(("change", "message"), BAD_CONFIGS)
+def test_bad_modern_config_is_one_line_naming_file_and_field(tmp_path, change, message) -> None:
+    from typer.testing import CliRunner
+
+    from bertforge.cli import app
+
+    saved_transformers_model(tmp_path, "ModernBertModel")
+    path = tmp_path / "config.json"
+    data = json.loads(path.read_text())
+    data.update(change)
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError) as caught:
+        load_any(tmp_path)
+    assert str(caught.value) == f"{path}: {str(caught.value).split(': ', 1)[1]}" and message in str(caught.value)
+    result = CliRunner().invoke(app, ["inspect", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and str(path) in lines[0] and message in lines[0], result.output
