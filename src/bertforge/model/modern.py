@@ -292,6 +292,7 @@ class ModernBertModel(ModernBertPreTrainedModel):
         self.embeddings = ModernEmbeddings(config)
         self.layers = nn.ModuleList(ModernEncoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.final_norm = layer_norm(config)
+        self.pooler = None  # none: the sentence heads read [CLS] (or the mean) through their prediction head
         # As in BertModel: drop padding before the first layer; attend per sequence (True), re-padded
         # (False), or per sequence for CPU inference and re-padded otherwise (None).
         self.unpad = True
@@ -423,16 +424,17 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
         sequence = encoded.last_hidden_state  # (B, T, H)
         loss = None
         if labels is None:
-            logits = self._decode(sequence)  # (B, T, V)
+            logits = self.masked_lm_logits(sequence)  # (B, T, V)
         else:  # only the labelled positions pay for the V-wide output layer
             predicted = labels != IGNORE_INDEX
-            logits = self._decode(sequence[predicted])  # (M, V)
+            logits = self.masked_lm_logits(sequence[predicted])  # (M, V)
             targets = labels[predicted]
             loss = F.cross_entropy(logits.float(), targets) if targets.numel() else logits.sum() * 0.0
         return PreTrainingOutput(loss=loss, mlm_loss=loss, nsp_loss=None, mlm_logits=logits, nsp_logits=None,
                                  hidden_states=encoded.hidden_states)
 
-    def _decode(self, hidden: torch.Tensor) -> torch.Tensor:  # (..., H) -> (..., V)
+    def masked_lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # (..., H) -> (..., V)
+        """The MLM head on final token vectors (fill-mask on chosen positions)."""
         return F.linear(self.head(hidden), self.backbone.embeddings.word_embeddings.weight, self.decoder_bias)
 
 

@@ -60,10 +60,10 @@ QA_WINDOW_OVERLAP = 128  # tokens shared by consecutive windows (BERT's doc_stri
 TASKS = ("fill-mask", "classify", "qa", "ner", "embed", "attention")
 # which model classes have the head each task needs (embed and attention need only the encoder)
 TASK_MODELS = {
-    "fill-mask": ("BertForMaskedLM", "BertForPreTraining"),
-    "classify": ("BertForSequenceClassification",),
-    "qa": ("BertForQuestionAnswering",),
-    "ner": ("BertForTokenClassification",),
+    "fill-mask": ("BertForMaskedLM", "BertForPreTraining", "ModernBertForMaskedLM"),
+    "classify": ("BertForSequenceClassification", "ModernBertForSequenceClassification"),
+    "qa": ("BertForQuestionAnswering", "ModernBertForQuestionAnswering"),
+    "ner": ("BertForTokenClassification", "ModernBertForTokenClassification"),
 }
 TASK_HEADS = {"fill-mask": "masked-LM", "classify": "sequence-classification", "qa": "span (QA)",
               "ner": "token-classification"}
@@ -363,8 +363,10 @@ class ModelService:
         self.config = model.config
         self.max_tokens = min(self.config.max_position_embeddings, tokenizer.model_max_length)
         self.tasks = [t for t in TASKS if t not in TASK_MODELS or self.kind in TASK_MODELS[t]]
+        if self.config.model_type != "bert":  # attention maps: BERT's explicit-softmax path only
+            self.tasks.remove("attention")
         self.labels = label_names(self.config)
-        if not self.labels and self.kind in ("BertForSequenceClassification", "BertForTokenClassification"):
+        if not self.labels and self.kind.endswith(("ForSequenceClassification", "ForTokenClassification")):
             self.labels = [f"LABEL_{i}" for i in range(self.model.num_labels)]
         # special ids are never offered as a fill-mask prediction
         self._special_ids = sorted(set(tokenizer.all_special_ids))
@@ -395,6 +397,9 @@ class ModelService:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
     def require(self, task: str) -> DynamicBatcher[Any, Any]:
+        if task not in self.batchers and task not in TASK_MODELS:  # attention, refused by a ModernBERT model
+            raise ApiError(400, "unsupported_task", f"this server's {self.kind} gives no attention maps (fused "
+                           f"attention only). This model serves: {', '.join('/' + t for t in self.tasks)}")
         if task not in self.batchers:
             raise ApiError(
                 400, "unsupported_task",
@@ -463,7 +468,7 @@ class ModelService:
         rows = torch.tensor([b for b, it in enumerate(items) for _ in it.masks])
         cols = torch.tensor([pos for it in items for pos, _, _ in it.masks])
         # only the masked positions go through the vocabulary projection: (N, H) -> (N, V)
-        logits = self.model.mlm(hidden[rows, cols], self.backbone.embeddings.word_embeddings.weight).float()
+        logits = self.model.masked_lm_logits(hidden[rows, cols]).float()
         logits[:, self._special_ids] = -math.inf
         top = logits.softmax(-1).topk(max(it.top_k for it in items), dim=-1)
         scores, token_ids = top.values.tolist(), top.indices.tolist()
