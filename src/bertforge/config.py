@@ -438,7 +438,7 @@ def resolve_config(spec: str | os.PathLike[str] | BertConfig | ModernBertConfig,
                    **overrides: Any) -> BertConfig | ModernBertConfig:
     """A config from a preset name, a config.json path, a checkpoint directory, or a config object."""
     if isinstance(spec, (BertConfig, ModernBertConfig)):
-        return dataclasses.replace(spec, **overrides)
+        return _replace(spec, overrides)
     if isinstance(spec, str) and spec in PRESETS:
         return BertConfig.from_preset(spec, **overrides)
     if isinstance(spec, str) and spec in MODERN_PRESETS:
@@ -450,7 +450,15 @@ def resolve_config(spec: str | os.PathLike[str] | BertConfig | ModernBertConfig,
         raise ValueError(f"{spec!r} is neither a preset ({', '.join([*PRESETS, *MODERN_PRESETS])}) "
                          "nor an existing config.json")
     config = read_config_file(path)
-    return dataclasses.replace(config, **overrides) if overrides else config
+    return _replace(config, overrides) if overrides else config
+
+
+def _replace(config: BertConfig | ModernBertConfig, overrides: dict[str, Any]) -> BertConfig | ModernBertConfig:
+    """A copy with fields replaced; a ModernBERT layer count given without `layer_types` takes the
+    default pattern (global every third layer) rather than a list of the old length."""
+    if isinstance(config, ModernBertConfig) and "num_hidden_layers" in overrides and "layer_types" not in overrides:
+        overrides = {**overrides, "layer_types": None}
+    return dataclasses.replace(config, **overrides)
 
 
 def config_from_dict(data: dict[str, Any], *, source: str = "<dict>") -> BertConfig | ModernBertConfig:
