@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import weakref
 
 import pytest
 import torch
 import transformers
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from bertforge.config import MODERN_PRESETS, ModernBertConfig, config_from_dict, resolve_config
 from bertforge.model import (
@@ -273,3 +277,67 @@ def test_bad_modern_config_is_one_line_naming_file_and_field(tmp_path, change, m
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and str(path) in lines[0] and message in lines[0], result.output
+
+
+# ------------------------------------------------------------------------------------------------
+# Long inputs: a sliding-window layer's memory grows linearly with the length
+# ------------------------------------------------------------------------------------------------
+class PeakMemory(TorchDispatchMode):
+    """Peak bytes held by the tensors the ops under it create (views excluded: they share storage).
+
+    With SDPA's math backend the attention scores are ordinary ops, so a T x T matrix would show
+    here; the fused kernels would hide their own buffers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = self.peak = 0
+
+    def _free(self, size: int) -> None:
+        self.live -= size
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in tree_flatten(out)[0]:
+            if isinstance(tensor, torch.Tensor) and not tensor._is_view():
+                size = tensor.untyped_storage().nbytes()
+                self.live += size
+                self.peak = max(self.peak, self.live)
+                weakref.finalize(tensor, self._free, size)
+        return out
+
+
+def layer_peak_memory(model: ModernBertModel, index: int, length: int) -> int:
+    layer = model.layers[index]
+    hidden = torch.randn(1, length, model.config.hidden_size)
+    rotations = model._rotations(torch.arange(length)[None])[layer.attention_type]
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), PeakMemory() as memory:
+        layer(hidden, rotations, None, None)
+    return memory.peak
+
+
+def test_a_sliding_window_layer_needs_linear_memory_at_4096_tokens() -> None:
+    config = ModernBertConfig(vocab_size=10, pad_token_id=0, hidden_size=64, intermediate_size=96,
+                              num_hidden_layers=2, num_attention_heads=2, local_attention=128)
+    model = ModernBertModel(config).eval()
+    assert model.layers[0].attention_type == "full_attention" and model.layers[1].attention_type == "sliding_attention"
+    sliding = [layer_peak_memory(model, 1, length) for length in (2048, 4096)]
+    full = [layer_peak_memory(model, 0, length) for length in (2048, 4096)]
+    assert sliding[1] / sliding[0] < 2.1  # doubling the length doubles the memory
+    assert full[1] / full[0] > 3.5  # the measure does see a T x T score matrix: 4x
+    assert sliding[1] < full[1] / 5
+
+
+def test_8192_tokens_through_a_padded_batch_match_the_unpacked_path() -> None:
+    torch.manual_seed(0)
+    config = ModernBertConfig(vocab_size=50, pad_token_id=0, hidden_size=32, intermediate_size=48,
+                              num_hidden_layers=3, num_attention_heads=2)  # max_position_embeddings 8192
+    model = ModernBertModel(config).eval()
+    ids = torch.randint(1, 50, (2, 8192))
+    mask = torch.ones_like(ids)
+    mask[1, 5000:] = 0
+    with torch.no_grad():
+        packed = model(ids, mask).last_hidden_state  # per sequence
+        alone = model(ids[1:, :5000]).last_hidden_state  # the second row on its own, unpadded
+    torch.testing.assert_close(packed[1, :5000], alone[0], atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="exceeds max_position_embeddings"):
+        model(torch.ones(1, 8193, dtype=torch.long))

@@ -159,3 +159,21 @@ def test_swag_on_a_modern_model(modern_dir: Path, tmp_path: Path) -> None:
     predict("swag", "swag", seed_dir, data, tmp_path / "pred")
     lines = (tmp_path / "pred" / "predictions-test.csv").read_text().splitlines()
     assert lines[0] == "id,label" and all(line.split(",")[1] in "0123" for line in lines[1:])
+
+
+def test_inputs_longer_than_bert_s_512_positions_on_a_rotary_model(modern_dir: Path, tmp_path: Path) -> None:
+    data = tmp_path / "glue" / "SST-2"
+    data.mkdir(parents=True)
+    long_review = " ".join(["a gripping , beautifully acted film with a terrible ending ."] * 60)
+    rows = [f"{long_review}\t1", "a terrible film .\t0", f"{long_review} terrible\t0", "beautifully acted .\t1"]
+    for split in ("train", "dev"):
+        (data / f"{split}.tsv").write_text("sentence\tlabel\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    tokenizer = BertTokenizer.from_pretrained(modern_dir)
+    assert len(tokenizer.encode(long_review)) > 600
+    results = finetune("glue", "SST-2", modern_dir, tmp_path / "glue", tmp_path / "sst2", epochs=1, batch_size=2,
+                       max_length=1024, progress=False, verbose=False)
+    seed_dir = tmp_path / "sst2" / "seed-1"
+    assert json.loads((seed_dir / "task.json").read_text())["max_length"] == 1024
+    assert results["summary"].keys() == {"accuracy"}
+    with pytest.raises(ValueError, match=r"max_length 2048 exceeds the 1024 positions of .*config.json"):
+        finetune("glue", "SST-2", modern_dir, tmp_path / "glue", tmp_path / "x", max_length=2048, verbose=False)

@@ -290,6 +290,9 @@ class ModernBertConfig:
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads "
                              f"({self.num_attention_heads})")
+        if not _is_int(self.pad_token_id) or not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(f"pad_token_id {self.pad_token_id!r} is not an id of the vocabulary "
+                             f"(vocab_size {self.vocab_size})")
         if self.head_dim % 2:
             raise ValueError(f"hidden_size / num_attention_heads = {self.head_dim} is odd: rotary position "
                              "embeddings rotate pairs of dimensions, so the head size must be even")

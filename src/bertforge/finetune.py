@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from bertforge.config import read_config_file
 from bertforge.recipe import override as recipe_override
 from bertforge.recipe import save as save_recipe
 from bertforge.recipe import setting
@@ -255,6 +256,7 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
     recipe = recipe.resolved(spec)
     loop, optim = recipe.train, recipe.optim
     model_dir, data_dir = Path(recipe.model), Path(recipe.data)
+    check_max_length(model_dir, loop.max_length)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
 
     train_examples = subsample(spec.read(data_dir, spec.train_split), loop.max_train_examples)
@@ -374,6 +376,7 @@ def predict(
         raise ValueError(f"{model_dir} was fine-tuned for {saved.get('family')} {saved.get('task')}, "
                          f"not {spec.family} {spec.name}")
     max_length = max_length or saved.get("max_length") or spec.default_max_length
+    check_max_length(model_dir, max_length)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     model = load_for_task(spec.head, model_dir)
     if model.load_report is not None and model.load_report.new_heads:
@@ -398,6 +401,17 @@ def predict(
         metrics = spec.metric(examples, predictions) if spec.has_labels(examples) else {}
         done[split] = {"files": [str(f) for f in files], "metrics": metrics, "examples": len(examples)}
     return done
+
+
+def check_max_length(model_dir: str | Path, max_length: int) -> None:
+    """Refuse, before any work, inputs longer than the model has positions for: 512 for BERT's
+    learnt table; for a rotary model (ModernBERT) the config's max_position_embeddings, 8,192 for
+    modern-base."""
+    config = read_config_file(Path(model_dir) / "config.json")
+    if max_length > config.max_position_embeddings:
+        raise ValueError(f"max_length {max_length} exceeds the {config.max_position_embeddings} positions of "
+                         f"{Path(model_dir) / 'config.json'} (max_position_embeddings); use --max-length "
+                         f"{config.max_position_embeddings} or less")
 
 
 def load_for_task(head: type, model_dir: str | Path, **config_overrides: Any) -> Any:
