@@ -19,12 +19,12 @@ PACKAGE = "bertforge"
 
 LAYERS: list[tuple[str, ...]] = [
     ("fileio",),
-    ("recipe",),  # reading, checking and writing settings dataclasses; knows no job
+    ("recipe", "tables"),  # settings dataclasses (knows no job); users' files as streamed rows
     ("config",),
     ("tokenizer",),
     ("checkpoint",),  # the file format: knows the key map, not the model classes
     ("model", "data"),
-    ("train",),  # a training loop for any nn.Module
+    ("train", "precision"),  # a training loop for any nn.Module; inference at fp32, bf16 or int8
     ("features", "plot"),  # frozen-feature extraction; figures from run logs
     ("tasks",),  # task readers, featurisers and metrics (tasks.frozen_ner builds on features)
     ("finetune", "pretrain", "analysis", "export"),

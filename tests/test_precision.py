@@ -1,0 +1,180 @@
+"""Inference precision: the choice by CPU flags, every head at fp32/bf16/int8, tolerances, a saved int8 copy."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertforge import (
+    BertConfig,
+    BertForMaskedLM,
+    BertForMultipleChoice,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertModel,
+)
+from bertforge.model import set_labels
+from bertforge.precision import (
+    PrecisionError,
+    apply_precision,
+    choose_precision,
+    cpu_flags,
+    is_quantized,
+    is_quantized_checkpoint,
+    load_model,
+    model_precision,
+    save_quantized,
+)
+
+# How far outputs may move from fp32 on the fixture model below (outputs up to ~3.2 in magnitude):
+# measured at most 0.033 for bf16 and 0.061 for int8 over every head; the bounds are twice that, so
+# about 2% (bf16) and 4% (int8) of the largest output. bf16 keeps 8 mantissa bits; int8 rounds every
+# activation row and weight row of the encoder's matrix products to 1/127 of its largest value.
+BF16_ATOL = 0.06
+INT8_ATOL = 0.12
+
+EPYC_FLAGS = {"fpu", "sse2", "avx2", "avx512f", "avx512_bf16", "avx512_vnni"}
+SAPPHIRE_RAPIDS_FLAGS = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile"}
+AMX_ONLY_FLAGS = {"avx2", "amx_bf16", "amx_tile"}
+SKYLAKE_FLAGS = {"fpu", "sse2", "avx2", "avx512f", "avx512bw"}
+ZEN2_FLAGS = {"fpu", "sse2", "avx2"}
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    (EPYC_FLAGS, "bf16"), (SAPPHIRE_RAPIDS_FLAGS, "bf16"), (AMX_ONLY_FLAGS, "bf16"),
+    (SKYLAKE_FLAGS, "fp32"), (ZEN2_FLAGS, "fp32"), (set(), "fp32"),
+])
+def test_auto_chooses_bf16_only_where_the_cpu_has_native_bf16(flags: set[str], expected: str) -> None:
+    assert choose_precision("auto", flags) == expected
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "int8"])
+def test_an_explicit_precision_is_kept_whatever_the_flags(precision: str) -> None:
+    assert choose_precision(precision, ZEN2_FLAGS) == precision
+    assert choose_precision(precision, SAPPHIRE_RAPIDS_FLAGS) == precision
+
+
+def test_an_unknown_precision_is_refused_by_name() -> None:
+    with pytest.raises(PrecisionError, match="fp16.*auto, fp32, bf16, int8"):
+        choose_precision("fp16")
+
+
+def test_cpu_flags_reads_the_flags_line(tmp_path: Path) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu avx2 avx512_bf16\n\n"
+                    "processor\t: 1\nflags\t\t: fpu avx2 avx512_bf16\n")
+    assert cpu_flags(info) == {"fpu", "avx2", "avx512_bf16"}
+    assert cpu_flags(tmp_path / "absent") == set()
+
+
+def config(labels: int = 3) -> BertConfig:
+    # A wider init than BERT's 0.02 so that the logits are of order 1, where rounding shows.
+    return set_labels(BertConfig(vocab_size=90, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                 intermediate_size=128, max_position_embeddings=32, initializer_range=0.1), labels)
+
+
+def inputs(shape: tuple[int, ...] = (4, 12)) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 90, shape, generator=gen)
+    mask = torch.ones_like(ids)
+    mask[..., -4:] = 0  # some padding, so the packed path runs
+    mask[..., 0, -5:] = 0 if len(shape) == 3 else mask[..., 0, -5:]
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": (torch.arange(shape[-1]) >= 6).long().expand(shape)}
+
+
+def model_of(cls: type, labels: int = 3) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return cls(config(labels)).eval()
+
+
+def outputs(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    with torch.inference_mode():
+        out = model(**batch)
+    names = ("logits", "start_logits", "end_logits", "mlm_logits", "last_hidden_state", "pooled_output")
+    found = {name: getattr(out, name) for name in names if getattr(out, name, None) is not None}
+    mask = batch["attention_mask"].bool()
+    # Positions at padding are not outputs anyone reads (zeros in the packed path).
+    return {name: value[mask] if value.shape[: mask.dim()] == mask.shape else value for name, value in found.items()}
+
+
+HEADS = [
+    (BertModel, {}),
+    (BertForSequenceClassification, {}),
+    (BertForTokenClassification, {}),
+    (BertForQuestionAnswering, {}),
+    (BertForMaskedLM, {}),
+    (BertForMultipleChoice, {"shape": (2, 3, 12)}),
+]
+
+
+@pytest.mark.parametrize(("cls", "options"), HEADS, ids=[cls.__name__ for cls, _ in HEADS])
+@pytest.mark.parametrize(("precision", "atol"), [("bf16", BF16_ATOL), ("int8", INT8_ATOL)])
+def test_every_head_runs_at_each_precision_close_to_fp32(cls: type, options: dict, precision: str, atol: float) -> None:
+    batch = inputs(options.get("shape", (4, 12)))
+    reference = model_of(cls)
+    expected = outputs(reference, batch)
+    model, used = apply_precision(copy.deepcopy(reference), precision)
+    assert used == precision == model_precision(model)
+    got = outputs(model, batch)
+    assert got.keys() == expected.keys()
+    for name, value in got.items():
+        assert value.dtype == torch.float32, name  # callers see fp32 at every precision
+        error = (value - expected[name]).abs().max().item()
+        assert error <= atol, f"{name}: max |{precision} - fp32| = {error:.4f} > {atol}"
+        assert error > 0, f"{name}: {precision} gave fp32's exact outputs, so it did not run at {precision}"
+
+
+def test_bf16_casts_the_weights_once_and_int8_quantizes_only_the_encoder() -> None:
+    bf16, _ = apply_precision(model_of(BertForSequenceClassification), "bf16")
+    assert {p.dtype for p in bf16.parameters()} == {torch.bfloat16}
+    int8, _ = apply_precision(model_of(BertForSequenceClassification), "int8")
+    assert is_quantized(int8)
+    layer = int8.bert.encoder.layers[0]
+    quantized = [layer.attention.qkv, layer.attention.out, layer.ffn.up, layer.ffn.down]
+    assert all(type(m.weight).__name__ == "Int8Tensor" for m in quantized)
+    assert type(int8.classifier.weight) is torch.nn.Parameter and int8.classifier.weight.dtype == torch.float32
+
+
+def test_classification_agrees_with_fp32_on_the_fixture() -> None:
+    batch = inputs((16, 12))
+    reference = model_of(BertForSequenceClassification)
+    expected = outputs(reference, batch)["logits"].argmax(-1)
+    for precision in ("bf16", "int8"):
+        model, _ = apply_precision(copy.deepcopy(reference), precision)
+        agree = (outputs(model, batch)["logits"].argmax(-1) == expected).float().mean().item()
+        assert agree >= 0.9, f"{precision}: {agree:.0%} of fp32's labels"
+
+
+def test_auto_resolves_to_a_concrete_precision() -> None:
+    model, used = apply_precision(model_of(BertForSequenceClassification), "auto")
+    assert used == choose_precision("auto", cpu_flags()) == model_precision(model)
+
+
+def test_a_saved_int8_model_reloads_with_the_same_outputs(tmp_path: Path) -> None:
+    batch = inputs()
+    model, _ = apply_precision(model_of(BertForTokenClassification, labels=5), "int8")
+    expected = outputs(model, batch)
+    save_quantized(model, tmp_path / "int8")
+    assert is_quantized_checkpoint(tmp_path / "int8")
+    assert not any(path.suffix in (".bin", ".pt", ".pth") for path in (tmp_path / "int8").iterdir())
+    loaded, used = load_model(tmp_path / "int8")
+    assert used == "int8" and type(loaded) is BertForTokenClassification and loaded.classifier.out_features == 5
+    assert "bertforge_quantization" not in loaded.config.extra
+    got = outputs(loaded, batch)
+    for name, value in got.items():
+        torch.testing.assert_close(value, expected[name], rtol=0, atol=1e-6)
+    with pytest.raises(PrecisionError, match="cannot run at bf16"):
+        load_model(tmp_path / "int8", "bf16")
+
+
+def test_load_model_applies_the_precision_to_a_normal_checkpoint(tmp_path: Path) -> None:
+    model_of(BertForSequenceClassification).save_pretrained(tmp_path / "fp32")
+    for precision in ("fp32", "bf16", "int8"):
+        model, used = load_model(tmp_path / "fp32", precision)
+        assert used == precision == model_precision(model)
+    with pytest.raises(PrecisionError):
+        load_model(tmp_path / "fp32", "int4")
