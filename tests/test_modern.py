@@ -156,7 +156,7 @@ def test_unpadded_batch_and_every_hidden_state_equal_transformers(tmp_path) -> N
 
 def test_sliding_window_attention_equals_a_dense_banded_mask() -> None:
     torch.manual_seed(0)
-    for length, half_window in [(3, 4), (30, 4), (50, 4), (97, 8), (64, 16)]:
+    for length, half_window in [(3, 4), (5, 4), (6, 4), (30, 4), (50, 4), (97, 8), (64, 16)]:
         query, key, value = torch.randn(3, 2, 2, length, 8).unbind(0)
         padding = torch.zeros(2, length, dtype=torch.bool)
         padding[1, length * 2 // 3:] = True
@@ -166,6 +166,10 @@ def test_sliding_window_attention_equals_a_dense_banded_mask() -> None:
         got = sliding_window_attention(query, key, value, half_window, padding)
         rows = ~padding
         torch.testing.assert_close(got.transpose(1, 2)[rows], expected.transpose(1, 2)[rows], atol=1e-5, rtol=0)
+        band = (positions[:, None] - positions[None, :]).abs() <= half_window
+        unpadded = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=band)
+        torch.testing.assert_close(sliding_window_attention(query, key, value, half_window), unpadded,
+                                   atol=1e-5, rtol=0)
 
 
 # ------------------------------------------------------------------------------------------------

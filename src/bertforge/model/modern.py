@@ -33,7 +33,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from bertforge.config import GLOBAL_ATTENTION, IGNORE_INDEX, ModernBertConfig
-from bertforge.model.bert import BertPreTrainedModel, EncoderOutput, padding_bias
+from bertforge.model.bert import BertPreTrainedModel, EncoderOutput
 from bertforge.model.heads import PreTrainingOutput, SpanOutput, TaskOutput, num_labels
 from bertforge.model.layers import PackedLayout, activation
 
@@ -75,12 +75,16 @@ def sliding_window_attention(
 ) -> torch.Tensor:  # (B, A, T, d)
     """Each query attends to the keys within `half_window` positions, without a T x T mask.
 
-    Short inputs (T <= 3 x 2w) take one SDPA call with a banded mask, bounded in size by the window.
+    Inputs within one window (T <= w + 1) need no band at all; short ones (T <= 3 x 2w) take one SDPA
+    call with a banded mask, bounded in size by the window.
     Longer ones are cut into query blocks of Q = 2w; block b sees the keys [bQ - w, bQ + Q + w), a
     strip of Q + 2w, so the scores held are T x 4w, not T x T: memory grows linearly with T.
     """
     length = query.shape[-2]
     block = 2 * half_window
+    if length <= half_window + 1:  # every pair is within the window: only padding to mask, if any
+        bias = None if key_padding is None else _bias(~key_padding[:, None, None, :], query.dtype)  # (B, 1, 1, T)
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=bias, dropout_p=dropout_p)
     if length <= 3 * block:
         positions = torch.arange(length, device=query.device)
         keep = (positions[:, None] - positions[None, :]).abs() <= half_window  # (T, T) band
@@ -323,9 +327,9 @@ class ModernBertModel(ModernBertPreTrainedModel):
         position_ids = position_ids.expand(batch, length)
 
         hidden = self.embeddings(input_ids)  # (B, T, H)
-        padding = None
-        if attention_mask is not None and padding_bias(attention_mask, hidden.dtype) is not None:
-            padding = attention_mask == 0  # (B, T)
+        padding = None  # (B, T) True at padding; None for a batch without any (a compiled model checks none)
+        if attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.all())):
+            padding = attention_mask == 0
         layout = None
         if self.unpad and padding is not None and not torch.compiler.is_compiling():
             per_sequence = self.attention_per_sequence
