@@ -177,3 +177,19 @@ def test_inputs_longer_than_bert_s_512_positions_on_a_rotary_model(modern_dir: P
     assert results["summary"].keys() == {"accuracy"}
     with pytest.raises(ValueError, match=r"max_length 2048 exceeds the 1024 positions of .*config.json"):
         finetune("glue", "SST-2", modern_dir, tmp_path / "glue", tmp_path / "x", max_length=2048, verbose=False)
+
+
+def test_top_layers_of_a_modern_model_can_start_afresh(modern_dir: Path) -> None:
+    from bertforge.finetune import reinitialize_top_layers
+    from bertforge.model import BertForSequenceClassification
+
+    model = BertForSequenceClassification.from_pretrained(modern_dir)
+    before = [p.clone() for p in model.backbone.layers.parameters()]
+    torch.manual_seed(5)
+    reinitialize_top_layers(model, 1)
+    after = list(model.backbone.layers.parameters())
+    changed = [not torch.equal(a, b) for a, b in zip(before, after, strict=True)]
+    top = len(list(model.backbone.layers[-1].parameters()))
+    assert not any(changed[:-top]) and any(changed[-top:])
+    with pytest.raises(ValueError, match="distinct layers"):
+        reinitialize_top_layers(model, 4)

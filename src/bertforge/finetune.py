@@ -435,7 +435,7 @@ def reinitialize_top_layers(model: Any, count: int) -> None:
     if count == 0:
         return
     backbone = model.base_model
-    layers = backbone.encoder.layers
+    layers = getattr(backbone, "encoder", backbone).layers  # BERT: encoder.layers; ModernBERT: layers
     if count > len(layers):
         raise ValueError(f"reinit_layers={count}, but the encoder has {len(layers)} distinct layers")
     modules = list(layers[len(layers) - count:])
