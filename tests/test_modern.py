@@ -287,26 +287,40 @@ def test_bad_modern_config_is_one_line_naming_file_and_field(tmp_path, change, m
 # Long inputs: a sliding-window layer's memory grows linearly with the length
 # ------------------------------------------------------------------------------------------------
 class PeakMemory(TorchDispatchMode):
-    """Peak bytes held by the tensors the ops under it create (views excluded: they share storage).
+    """Peak bytes of the storages created under it, each counted once while any tensor on it lives
+    (views and ops that return an input share its storage). Storages that existed before (weights,
+    inputs: `existing`) are not counted.
 
     With SDPA's math backend the attention scores are ordinary ops, so a T x T matrix would show
     here; the fused kernels would hide their own buffers."""
 
-    def __init__(self) -> None:
+    def __init__(self, existing: list[torch.Tensor]) -> None:
         super().__init__()
         self.live = self.peak = 0
+        self.external = {t.untyped_storage().data_ptr() for t in existing}
+        self.holders: dict[int, int] = {}  # storage address -> tensors alive on it
 
-    def _free(self, size: int) -> None:
-        self.live -= size
+    def _release(self, address: int, size: int) -> None:
+        self.holders[address] -= 1
+        if not self.holders[address]:
+            del self.holders[address]
+            self.live -= size
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         for tensor in tree_flatten(out)[0]:
-            if isinstance(tensor, torch.Tensor) and not tensor._is_view():
-                size = tensor.untyped_storage().nbytes()
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            storage = tensor.untyped_storage()
+            address, size = storage.data_ptr(), storage.nbytes()
+            if address in self.external or not size:
+                continue
+            if address not in self.holders:
+                self.holders[address] = 0
                 self.live += size
                 self.peak = max(self.peak, self.live)
-                weakref.finalize(tensor, self._free, size)
+            self.holders[address] += 1
+            weakref.finalize(tensor, self._release, address, size)
         return out
 
 
@@ -314,7 +328,8 @@ def layer_peak_memory(model: ModernBertModel, index: int, length: int) -> int:
     layer = model.layers[index]
     hidden = torch.randn(1, length, model.config.hidden_size)
     rotations = model._rotations(torch.arange(length)[None])[layer.attention_type]
-    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), PeakMemory() as memory:
+    existing = [hidden, rotations.cos, rotations.sin, *layer.parameters()]
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), PeakMemory(existing) as memory:
         layer(hidden, rotations, None, None)
     return memory.peak
 
