@@ -190,6 +190,9 @@ def main() -> None:
     if args.worker:
         print(json.dumps(measure(json.loads(args.worker))))
         return
+    import torch
+
+    torch.set_num_threads(args.threads)  # as in the measuring processes, so that the machine line says so
     if args.memory_only:
         memory_only(args)
         return
