@@ -424,8 +424,30 @@ recipe_command(
              _flag("quiet", "No progress bar.")],
     doc="""Turn text into shards of masked-LM + next-sentence instances, in parallel and resumably.
 
+    Inputs: .txt, .jsonl (--text-field) and .parquet (--text-column) files, directories and glob
+    patterns; text and JSON lines may be compressed (.gz, .bz2, .xz, .zst).
+
     Example: `bertforge prepare --input corpus/ --tokenizer runs/vocab --out data/bert128 --workers 4`
     """)
+
+
+@app.command("prepare-merge")
+def prepare_merge(
+    data: Annotated[Path, typer.Option("--data", help="The --out of the `prepare --part I/N` runs: it holds "
+                                                      "their part-I-of-N directories.")],
+) -> None:
+    """Join the parts of `prepare --part I/N` into one dataset that `pretrain --data` reads.
+
+    Example: `bertforge prepare-merge --data data/bert128`
+    """
+    from bertforge.data.prepare import merge_parts
+
+    try:
+        stats = merge_parts(data)
+    except _recipe_errors() as exc:
+        raise _fail(str(exc)) from exc
+    typer.echo(f"{stats['parts']} parts: {stats['documents']:,} documents, {stats['tokens']:,} tokens -> "
+               f"{stats['instances']:,} instances (+{stats['validation_instances']:,} validation) -> {data}")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -532,6 +554,19 @@ _FT_DOCS = {
 
     Example: `bertforge finetune squad --model models/minilm --data data/squad/dev-v1.1.json --train-articles 38 --out runs/squad`
     """,
+    "tag": """Fine-tune token tagging on your own files: CoNLL-style column files or .jsonl / .parquet rows of
+    tokens and tags, any entity types, IOB1, IOB2 (BIO) or BIOES (detected). The model trains on IOB2;
+    dev is scored with conlleval's entity F1 (per type too) and token accuracy.
+
+    Example: `bertforge finetune tag --train train.jsonl --dev dev.jsonl --model models/minilm --out runs/tag`
+    Integer tags: `bertforge finetune tag --train train.parquet --dev dev.parquet --tag-column ner_tags --tag-names O,B-PER,I-PER --model models/minilm --out runs/tag`
+    """,
+    "qa": """Fine-tune extractive QA on your own files: SQuAD-format .json (v1 or v2) or .jsonl / .parquet rows
+    {id, question, context, answers: {text: [...], answer_start: [...]}} (empty lists: no answer). Reports
+    SQuAD EM / F1; with unanswerable questions the no-answer threshold is tuned on dev and saved.
+
+    Example: `bertforge finetune qa --train train.jsonl --dev dev.jsonl --model models/minilm --out runs/qa`
+    """,
     "swag": """Fine-tune multiple choice on SWAG (four endings, softmax over their [CLS] scores); reports accuracy.
 
     Example: `bertforge finetune swag --model models/minilm --data data/swag --out runs/swag`
@@ -543,9 +578,13 @@ def _task_setting_parameters(family: str) -> list[pyinspect.Parameter]:
     """Options for a family's own task settings (SQuAD's --doc-stride, ...), as the task declares them."""
     from bertforge.tasks import FAMILIES
 
+    def names(name: str, kind: type) -> str:
+        flag = name.replace("_", "-")
+        return f"--{flag}/--no-{flag}" if kind is bool else f"--{flag}"
+
     return [pyinspect.Parameter(name, pyinspect.Parameter.KEYWORD_ONLY, default=None,
                                 annotation=Annotated[kind | None, typer.Option(
-                                    f"--{name.replace('_', '-')}", help=f"{text} [recipe: task_settings.{name}]",
+                                    names(name, kind), help=f"{text} [recipe: task_settings.{name}]",
                                     show_default=False)])
             for name, (kind, text) in FAMILIES[family].setting_options.items()]
 
@@ -565,7 +604,7 @@ def finetune_recipe(family: str, config: Path | None, given: dict[str, Any], ass
     """The recipe a `finetune FAMILY` command runs: defaults, then --config, then options, then --set."""
     from bertforge.recipe import override, parse_assignments, resolve
 
-    base = FinetuneRecipe(family=family, task="swag" if family == "swag" else None)
+    base = FinetuneRecipe(family=family, task=family if family in ("swag", "tag", "qa") else None)
     recipe = resolve(FinetuneRecipe, config, given, base=base)
     if recipe.family != family:
         raise ValueError(f"{config}: the recipe is for `finetune {recipe.family}`, not `finetune {family}`")
@@ -576,6 +615,8 @@ def finetune_recipe(family: str, config: Path | None, given: dict[str, Any], ass
 
 
 def _finetune_command(family: str) -> None:
+    from bertforge.tasks import FAMILIES
+
     task_params = _task_setting_parameters(family)
     task_names = [p.name for p in task_params]
 
@@ -598,7 +639,9 @@ def _finetune_command(family: str) -> None:
         typer.echo(f"wrote {out / 'results.json'}, {out / 'run_config.yaml'}")
 
     leading = [_FT_OUT, *task_params, *(_NER_FROZEN if family == "ner" else [])]
-    skip = ("family", "task_settings", *(("task",) if family == "swag" else ()))
+    own_files = FAMILIES[family].data_from_settings  # tag, qa: --train/--dev/--test, no --data or --task
+    skip = ("family", "task_settings", *(("task",) if family == "swag" or own_files else ()),
+            *(("data",) if own_files else ()))
     recipe_command(finetune_app, family, FinetuneRecipe, body, doc=_FT_DOCS[family], leading=leading,
                    skip=skip)
 
@@ -617,15 +660,16 @@ def _frozen_ner(recipe: Any, out: Path, strategy: str) -> None:
     typer.echo(f"{strategy}: hidden states {row['layers']} ({row['combine']}) -> dev F1 {100 * row['dev_f1']:.2f}")
 
 
-for _family in ("glue", "ner", "squad", "swag"):
+for _family in ("glue", "ner", "squad", "swag", "tag", "qa"):
     _finetune_command(_family)
 
 
 @app.command("predict")
 def predict_command(
-    family: Annotated[str, typer.Argument(help="glue, ner, squad or swag.")],
+    family: Annotated[str, typer.Argument(help="glue, ner, squad, swag, tag or qa.")],
     model: Annotated[Path, typer.Option("--model", help="A fine-tuned model (a seed-N directory).")],
-    data: Annotated[Path, typer.Option("--data", help="The task's data directory (or SQuAD file).")],
+    data: Annotated[Path, typer.Option("--data", help="The task's data directory (or SQuAD file; for tag and "
+                                                      "qa the file to predict).")],
     out: Annotated[Path, typer.Option("--out", help="Directory for the prediction files.")],
     task: Annotated[str | None, typer.Option("--task", help="The task (default: the one the model was "
                                                            "fine-tuned for, from its task.json).")] = None,
@@ -635,7 +679,9 @@ def predict_command(
     batch_size: Annotated[int, typer.Option("--batch-size", help="Rows per forward pass.")] = 64,
 ) -> None:
     """Write a fine-tuned model's predictions: GLUE leaderboard .tsv files (label names, STS-B scores,
-    MNLI-m / MNLI-mm / AX), SQuAD predictions.json (+ null_odds.json for v2.0), CoNLL lines, SWAG csv.
+    MNLI-m / MNLI-mm / AX), SQuAD predictions.json (+ null_odds.json for v2.0), CoNLL lines, SWAG csv;
+    for tag, predictions-test.jsonl (tokens, tags in the training files' scheme, scores), for qa the
+    SQuAD files.
 
     Example: `bertforge predict glue --model runs/sst2/seed-1 --data data/glue --out submission/`
     """

@@ -162,9 +162,9 @@ class FinetuneRecipe:
     `data` the task's data; `task_settings` are the task's own options (SQuAD's `doc_stride`, ...).
     """
 
-    family: str = setting("glue", help="Task family: glue, ner, squad or swag.")
+    family: str = setting("glue", help="Task family: glue, ner, squad, swag; tag, qa (your own files).")
     task: str | None = setting(None, help="The task within the family: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, "
-                                          "QNLI, RTE, WNLI; conll2003; squad, v1.1, v2.0; swag.")
+                                          "QNLI, RTE, WNLI; conll2003; squad, v1.1, v2.0; swag; tag; qa.")
     model: str | None = setting(None, help="The pre-trained checkpoint (Hugging Face layout).")
     data: str | None = setting(None, help="The task's data directory (or file, for SQuAD).")
     seeds: list[int] = setting(default_factory=lambda: [1], help="Comma-separated seeds, one run each.")
@@ -249,13 +249,15 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
     from bertforge.train.state import seed_everything
 
     started = time.perf_counter()
-    if recipe.model is None or recipe.data is None:
+    spec = make_task(recipe.family, recipe.task, recipe.task_settings)
+    if recipe.model is None or (recipe.data is None and not spec.data_from_settings):
         raise ValueError(f"the recipe names no {'model' if recipe.model is None else 'data'} "
                          "(give --model and --data, or model: and data: in the recipe)")
-    spec = make_task(recipe.family, recipe.task, recipe.task_settings)
+    if spec.data_from_settings and not (spec.settings.get("train") and spec.settings.get("dev")):
+        raise ValueError(f"finetune {spec.family} needs a training and a dev file: give --train FILE --dev FILE")
     recipe = recipe.resolved(spec)
     loop, optim = recipe.train, recipe.optim
-    model_dir, data_dir = Path(recipe.model), Path(recipe.data)
+    model_dir, data_dir = Path(recipe.model), Path(recipe.data or ".")
     check_max_length(model_dir, loop.max_length)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
 
@@ -326,7 +328,9 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
         del model
 
     results = {
-        "family": spec.family, "task": spec.name, "model": str(model_dir), "data": str(data_dir),
+        "family": spec.family, "task": spec.name, "model": str(model_dir),
+        "data": str(data_dir) if recipe.data else {s: spec.settings[s] for s in ("train", "dev", "test")
+                                                   if spec.settings.get(s)},
         "hyperparameters": hyper, "train_examples": len(train_examples), "train_features": len(train_features),
         "eval_examples": {split: len(e) for split, (e, _) in eval_sets.items()},
         "seeds": runs, "summary": summarize([r["metrics"] for r in runs]),

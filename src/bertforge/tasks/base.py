@@ -246,6 +246,8 @@ class Task(ABC):
     default_lr: ClassVar[float] = 2e-5
     default_batch_size: ClassVar[int] = 32
     train_split: ClassVar[str] = "train"
+    # the files come from the task's own settings (`train`, `dev`, `test`), not from a data directory
+    data_from_settings: ClassVar[bool] = False
     # task settings offered as command-line options: name -> (type, help); their defaults are the task's
     setting_options: ClassVar[dict[str, tuple[type, str]]] = {}
 
