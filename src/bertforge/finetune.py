@@ -258,7 +258,6 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
     recipe = recipe.resolved(spec)
     loop, optim = recipe.train, recipe.optim
     model_dir, data_dir = Path(recipe.model), Path(recipe.data or ".")
-    check_max_length(model_dir, loop.max_length)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
 
     train_examples = subsample(spec.read(data_dir, spec.train_split), loop.max_train_examples)
@@ -272,6 +271,7 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
         examples = spec.read(data_dir, split)
         examples = examples[:loop.max_eval_examples] if loop.max_eval_examples else examples
         eval_sets[split] = (examples, spec.featurize(examples, tokenizer, loop.max_length, label_names=label_list))
+    check_max_length(model_dir, loop.max_length)  # after the data's own checks, before any training
     _say(f"{spec.family} {spec.name}: {len(train_examples)} training examples -> {len(train_features)} features; "
          + ", ".join(f"{s}: {len(e)} examples" for s, (e, _) in eval_sets.items()), verbose)
 
