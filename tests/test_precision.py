@@ -178,3 +178,29 @@ def test_load_model_applies_the_precision_to_a_normal_checkpoint(tmp_path: Path)
         assert used == precision == model_precision(model)
     with pytest.raises(PrecisionError):
         load_model(tmp_path / "fp32", "int4")
+
+
+def test_a_modernbert_model_runs_at_bf16_and_int8_and_its_int8_copy_reloads(tmp_path: Path) -> None:
+    from bertforge.config import ModernBertConfig
+    from bertforge.model import ModernBertForSequenceClassification
+
+    torch.manual_seed(0)
+    modern = set_labels(ModernBertConfig(vocab_size=90, pad_token_id=0, hidden_size=64, intermediate_size=96,
+                                         num_hidden_layers=3, num_attention_heads=4, local_attention=4,
+                                         initializer_range=0.1), 3)
+    reference = ModernBertForSequenceClassification(modern).eval()
+    batch = inputs()
+    expected = outputs(reference, batch)["logits"]
+    for precision, atol in (("bf16", BF16_ATOL), ("int8", INT8_ATOL)):
+        model, used = apply_precision(copy.deepcopy(reference), precision)
+        error = (outputs(model, batch)["logits"] - expected).abs().max().item()
+        assert used == precision and 0 < error <= atol, (precision, error)
+    int8, _ = apply_precision(copy.deepcopy(reference), "int8")
+    layer = int8.backbone.layers[1]
+    assert all(type(m.weight).__name__ == "Int8Tensor"
+               for m in (layer.attention.qkv, layer.attention.out, layer.ffn.up, layer.ffn.down))
+    assert type(int8.classifier.weight) is torch.nn.Parameter
+    save_quantized(int8, tmp_path / "int8")
+    loaded, used = load_model(tmp_path / "int8")
+    assert used == "int8" and type(loaded) is ModernBertForSequenceClassification
+    torch.testing.assert_close(outputs(loaded, batch)["logits"], outputs(int8, batch)["logits"], rtol=0, atol=1e-6)

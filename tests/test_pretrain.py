@@ -134,6 +134,9 @@ def test_recipes_load_and_base_paper_follows_the_paper() -> None:
     assert paper.train.max_steps == 1_000_000 and paper.optim.lr == 1e-4 and paper.optim.warmup_steps == 10_000
     assert paper.optim.weight_decay == 0.01 and paper.data.long_fraction == 0.1
     assert load_recipe(RECIPES / "base-fast.yaml").optim.optimizer == "lamb"
+    modern = load_recipe(RECIPES / "modern-mini-cpu.yaml")
+    assert modern.model["preset"] == "modern-mini" and modern.data.mask_rate == 0.3
+    assert with_overrides(modern, local_attention=64).model["local_attention"] == 64  # a ModernBERT field
 
     assert with_overrides(paper, lr=3e-4, batch_size=4, hidden_dropout_prob=0.0).optim.lr == 3e-4
     with pytest.raises(ValueError, match="unknown recipe field"):
@@ -357,3 +360,31 @@ def test_pretrain_joins_the_distributed_context_once(shards, tmp_path: Path, mon
     data, _ = shards
     pretrain("tiny", data, tmp_path / "run", max_steps=1, max_position_embeddings=64, **SMALL)
     assert len(calls) == 1
+
+
+def test_modern_pretraining_is_mlm_only_at_the_recipe_s_mask_rate(shards, tmp_path: Path) -> None:
+    from bertforge.data.loader import PretrainingLoader
+    from bertforge.data.prepare import prepare
+
+    _, tokenizer = shards
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prepare([FIXTURE], tokenizer, tmp_path / "data", max_seq_length=64, plain_text=True, objective="none",
+                masking="dynamic", validation_fraction=0.1, block_sentences=16, progress=False)
+    loader = PretrainingLoader(tmp_path / "data", 16, mask_rate=0.3)
+    batch = next(iter(loader))
+    masked = (batch["labels"] != -100).sum() / batch["attention_mask"].sum()
+    assert 0.25 < masked < 0.35  # specials are never masked, so a little under 30% of all tokens
+    result = pretrain("modern-tiny", tmp_path / "data", tmp_path / "run", max_steps=2, mask_rate=0.3,
+                      local_attention=16, tokenizer=str(tokenizer), **SMALL)
+    config = json.loads((result.final / "config.json").read_text())
+    assert config["architectures"] == ["ModernBertForMaskedLM"] and config["local_attention"] == 16
+    assert set(result.train.metrics) == {"mlm_loss", "mlm_accuracy"}
+    saved = yaml.safe_load((tmp_path / "run" / "run_config.yaml").read_text())
+    assert saved["data"]["mask_rate"] == 0.3 and saved["model"]["model_type"] == "modernbert"
+    again = pretrain(tmp_path / "run" / "run_config.yaml", tmp_path / "data", tmp_path / "again", max_steps=2,
+                     progress=False)  # the saved recipe repeats the run
+    assert again.train.metrics == result.train.metrics
+    transformers.ModernBertForMaskedLM.from_pretrained(result.final)
+    with pytest.raises(ValueError, match="objective 'none'"):  # no sentence head to train NSP with
+        pretrain("modern-tiny", shards[0], tmp_path / "nsp", max_steps=1, tokenizer=str(tokenizer), **SMALL)

@@ -39,7 +39,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from bertforge.config import BertConfig
+from bertforge.config import ModelConfig, read_config_file
 from bertforge.fileio import atomic_path
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ class Checkpointable(Protocol):
     searched in our key names (`bert.pooler.dense.weight`), except the prefixes.
     """
 
-    config: BertConfig
+    config: ModelConfig
     # The attribute that holds the BertModel, and so our state-dict prefix of the backbone's keys;
     # "" when the model is the BertModel itself.
     base_model_prefix: ClassVar[str]
@@ -125,6 +125,45 @@ HEAD_KEY_MAP: list[tuple[str, str]] = [
 HF_BASE_PREFIX = "bert."
 HF_BACKBONE_ROOTS = ("embeddings.", "encoder.", "pooler.")
 
+# ModernBERT (model_type "modernbert"). transformers' names: `model.` before the backbone in a model
+# with heads; `tok_embeddings`, `layers.{i}.attn.Wqkv` (already fused, rows q; k; v as ours),
+# `attn.Wo`, `mlp.Wi` (the GeGLU input and gate halves in one matrix, as ours), `mlp.Wo`, the
+# norms; the heads' shared `head.dense` / `head.norm`, and `decoder.bias` (the decoder's weight is
+# the tied embedding matrix and is not written). Question answering calls its layer `classifier`.
+MODERN_KEY_MAP: list[tuple[str, str]] = [
+    ("embeddings.word_embeddings.weight", "embeddings.tok_embeddings.weight"),
+    ("embeddings.layer_norm.{p}", "embeddings.norm.{p}"),
+    ("layers.{i}.attention_norm.{p}", "layers.{i}.attn_norm.{p}"),
+    ("layers.{i}.attention.qkv.{p}", "layers.{i}.attn.Wqkv.{p}"),
+    ("layers.{i}.attention.out.{p}", "layers.{i}.attn.Wo.{p}"),
+    ("layers.{i}.ffn_norm.{p}", "layers.{i}.mlp_norm.{p}"),
+    ("layers.{i}.ffn.up.{p}", "layers.{i}.mlp.Wi.{p}"),
+    ("layers.{i}.ffn.down.{p}", "layers.{i}.mlp.Wo.{p}"),
+    ("final_norm.{p}", "final_norm.{p}"),
+    ("head.layer_norm.{p}", "head.norm.{p}"),
+    ("decoder_bias", "decoder.bias"),
+]
+
+
+@dataclass(frozen=True)
+class KeyLayout:
+    """One family's file layout: the renames (ours, theirs), the prefix transformers puts before the
+    backbone in a model with heads, the backbone's top-level names, and whether q/k/v are split."""
+
+    renames: list[tuple[str, str]]
+    hf_base_prefix: str
+    backbone_roots: tuple[str, ...]
+    split_qkv: bool
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_to_hf", [(_template_regex(ours), hf) for ours, hf in self.renames])
+        object.__setattr__(self, "_to_ours", [(_template_regex(hf), ours) for ours, hf in self.renames])
+
+
+def _layout(config: Any) -> KeyLayout:
+    """The key layout of a config's family (config.json's `model_type`)."""
+    return LAYOUTS[config.model_type]
+
 
 def _template_regex(template: str) -> re.Pattern[str]:
     pattern = re.escape(template)
@@ -133,10 +172,12 @@ def _template_regex(template: str) -> re.Pattern[str]:
     return re.compile(f"^{pattern}$")
 
 
-_OURS_TO_HF = [(_template_regex(ours), hf) for ours, hf in KEY_MAP + HEAD_KEY_MAP]
-_HF_TO_OURS = [(_template_regex(hf), ours) for ours, hf in KEY_MAP + HEAD_KEY_MAP]
 _OURS_QKV = _template_regex(FUSED_QKV[0])
 _HF_QKV = _template_regex(FUSED_QKV[1])
+LAYOUTS: dict[str, KeyLayout] = {
+    "bert": KeyLayout(KEY_MAP + HEAD_KEY_MAP, HF_BASE_PREFIX, HF_BACKBONE_ROOTS, split_qkv=True),
+    "modernbert": KeyLayout(MODERN_KEY_MAP, "model.", ("embeddings.", "layers.", "final_norm."), split_qkv=False),
+}
 
 
 def _rename(key: str, table: list[tuple[re.Pattern[str], str]]) -> str:
@@ -158,18 +199,19 @@ def _key_prefix(base_model_prefix: str) -> str:
 def to_hf_state_dict(model: Checkpointable) -> dict[str, torch.Tensor]:
     """Our state dict renamed to Hugging Face's keys, q/k/v split, contiguous tensors ready to save."""
     prefix = _key_prefix(model.base_model_prefix)
+    layout = _layout(model.config)
     out: dict[str, torch.Tensor] = {}
     for key, tensor in model.state_dict().items():
         tensor = tensor.detach()
         local = key[len(prefix):] if prefix and key.startswith(prefix) else key
-        hf_prefix = prefix if key.startswith(prefix) else ""
-        qkv = _OURS_QKV.match(local)
+        hf_prefix = layout.hf_base_prefix if prefix and key.startswith(prefix) else ""
+        qkv = _OURS_QKV.match(local) if layout.split_qkv else None
         if qkv:  # (3H, H) or (3H,) -> three (H, H) or (H,)
             for part, piece in zip(QKV_PARTS, tensor.chunk(3, dim=0), strict=True):
                 name = FUSED_QKV[1].format(i=qkv["i"], p=qkv["p"], part=part)
                 out[hf_prefix + name] = piece.contiguous()
             continue
-        out[hf_prefix + _rename(local, _OURS_TO_HF)] = tensor.contiguous()
+        out[hf_prefix + _rename(local, layout._to_hf)] = tensor.contiguous()  # type: ignore[attr-defined]
     return out
 
 
@@ -217,9 +259,12 @@ class LoadReport:
         return "\n".join(lines)
 
 
-def from_hf_state_dict(hf_state: dict[str, torch.Tensor], base_model_prefix: str) -> dict[str, torch.Tensor]:
-    """Rename a Hugging Face state dict to our keys, for a model whose backbone is `base_model_prefix`."""
-    renamed, fused = _hf_keys_to_ours(hf_state, base_model_prefix)
+def from_hf_state_dict(hf_state: dict[str, torch.Tensor], base_model_prefix: str,
+                       layout: KeyLayout | None = None) -> dict[str, torch.Tensor]:
+    """Rename a Hugging Face state dict to our keys, for a model whose backbone is `base_model_prefix`
+    (BERT's layout unless another family's is given)."""
+    layout = layout or LAYOUTS["bert"]
+    renamed, fused = _hf_keys_to_ours(hf_state, base_model_prefix, layout)
     ours = {name: hf_state[key] for name, key in renamed.items()}
     ours.update({name: torch.cat([hf_state[key] for key in keys], dim=0) for name, keys in fused.items()})
     # A checkpoint saved before the bias moved keeps the MLM bias only as the decoder's bias.
@@ -229,27 +274,29 @@ def from_hf_state_dict(hf_state: dict[str, torch.Tensor], base_model_prefix: str
     return ours
 
 
-def _shapes_as_ours(shapes: dict[str, tuple[int, ...]], base_model_prefix: str) -> dict[str, tuple[int, ...]]:
+def _shapes_as_ours(shapes: dict[str, tuple[int, ...]], base_model_prefix: str,
+                    layout: KeyLayout) -> dict[str, tuple[int, ...]]:
     """`from_hf_state_dict` for shapes alone: what the file's tensors will be under our keys."""
-    renamed, fused = _hf_keys_to_ours(shapes, base_model_prefix)
+    renamed, fused = _hf_keys_to_ours(shapes, base_model_prefix, layout)
     ours = {name: shapes[key] for name, key in renamed.items()}
     for name, keys in fused.items():
         ours[name] = (sum(shapes[key][0] for key in keys), *shapes[keys[0]][1:])
     return ours
 
 
-def _hf_keys_to_ours(hf_keys: Iterable[str], base_model_prefix: str) -> tuple[dict[str, str], dict[str, list[str]]]:
+def _hf_keys_to_ours(hf_keys: Iterable[str], base_model_prefix: str,
+                     layout: KeyLayout) -> tuple[dict[str, str], dict[str, list[str]]]:
     """Our key for each Hugging Face key ({ours: theirs}), and the q/k/v triples fused into one of ours."""
     prefix = _key_prefix(base_model_prefix)
     renamed: dict[str, str] = {}
     qkv_parts: dict[tuple[str, str], dict[str, str]] = {}
     for key in hf_keys:
-        local, is_backbone = _strip_backbone_prefix(_modernise(key))
-        qkv = _HF_QKV.match(local)
+        local, is_backbone = _strip_backbone_prefix(_modernise(key), layout)
+        qkv = _HF_QKV.match(local) if layout.split_qkv else None
         if qkv:
             qkv_parts.setdefault((qkv["i"], qkv["p"]), {})[qkv["part"]] = key
             continue
-        name = _rename(local, _HF_TO_OURS)
+        name = _rename(local, layout._to_ours)  # type: ignore[attr-defined]
         renamed[(prefix + name) if is_backbone else name] = key
     fused: dict[str, list[str]] = {}
     for (layer, param), parts in qkv_parts.items():
@@ -260,15 +307,15 @@ def _hf_keys_to_ours(hf_keys: Iterable[str], base_model_prefix: str) -> tuple[di
     return renamed, fused
 
 
-def read_config(directory: str | os.PathLike[str], **config_overrides: Any) -> BertConfig:
+def read_config(directory: str | os.PathLike[str], **config_overrides: Any) -> ModelConfig:
     """A checkpoint directory's config.json, with the overrides applied (and validated) on top."""
     directory = Path(directory)
     _require_directory(directory)
     if not (directory / "config.json").exists():
         raise CheckpointError(f"{directory}: no config.json")
-    config = BertConfig.from_pretrained(directory)
+    config = read_config_file(directory / "config.json")
     if config_overrides:
-        config = BertConfig.from_dict({**config.to_dict(), **config_overrides}, source=str(directory / "config.json"))
+        config = type(config).from_dict({**config.to_dict(), **config_overrides}, source=str(directory / "config.json"))
     return config
 
 
@@ -324,7 +371,7 @@ def load_weights_into(model: Checkpointable, directory: str | os.PathLike[str], 
 
 def _load_files(model: Checkpointable, weights: WeightFiles, *, strict: bool) -> LoadReport:
     directory = weights.directory
-    state = from_hf_state_dict(weights.read(), model.base_model_prefix)
+    state = from_hf_state_dict(weights.read(), model.base_model_prefix, _layout(model.config))
     report = _load_into(model, state, source=directory)
     if not report.ok:
         message = f"{directory}: checkpoint does not fit {type(model).__name__}\n{report.summary()}"
@@ -444,10 +491,10 @@ def read_safetensors_header(path: Path) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def check_fits(cls: type[nn.Module], config: BertConfig, weights: WeightFiles) -> None:
+def check_fits(cls: type[nn.Module], config: ModelConfig, weights: WeightFiles) -> None:
     """Raise a one-line CheckpointError if `config` cannot describe these weights or this machine
     cannot hold the model, without allocating the model: `cls` is built on the `meta` device only."""
-    in_file = _shapes_as_ours(weights.shapes(), cls.base_model_prefix)  # type: ignore[attr-defined]
+    in_file = _shapes_as_ours(weights.shapes(), cls.base_model_prefix, _layout(config))  # type: ignore[attr-defined]
     needed = estimated_parameter_count(config) * torch.get_default_dtype().itemsize
     memory = _physical_memory()
     too_big = memory is not None and needed > memory
@@ -469,7 +516,7 @@ def check_fits(cls: type[nn.Module], config: BertConfig, weights: WeightFiles) -
         raise CheckpointError(_too_big_message(config, weights, needed, memory))
 
 
-def _on_meta(cls: type[nn.Module], config: BertConfig) -> nn.Module:
+def _on_meta(cls: type[nn.Module], config: ModelConfig) -> nn.Module:
     """`cls(config)` as shapes only: on the `meta` device, which allocates nothing."""
     with torch.device("meta"), _NoRandomFill():
         return cls(config)  # type: ignore[call-arg]
@@ -497,10 +544,13 @@ def _stored_layers(shapes: dict[str, tuple[int, ...]]) -> int:
     return len(indices)
 
 
-def estimated_parameter_count(config: BertConfig) -> int:
+def estimated_parameter_count(config: ModelConfig) -> int:
     """The encoder's parameter count from config.json's sizes alone (heads add little), following the
     rows of KEY_MAP: enough to refuse an absurd config before anything is allocated."""
     hidden, inner, width = config.hidden_size, config.intermediate_size, config.embedding_dim
+    if config.model_type == "modernbert":  # token table; per layer q/k/v + out, GeGLU (2I in, I out), 2 norms
+        layer = 4 * hidden * hidden + 3 * hidden * inner + 2 * hidden
+        return config.vocab_size * hidden + config.num_hidden_layers * layer + 4 * hidden * hidden
     tables = config.vocab_size + config.max_position_embeddings + config.type_vocab_size
     embeddings = tables * width + 2 * width
     if config.embedding_size is not None:
@@ -518,7 +568,7 @@ def _physical_memory() -> int | None:
         return None
 
 
-def _too_big_message(config: BertConfig, weights: WeightFiles, needed: int, memory: int | None) -> str:
+def _too_big_message(config: ModelConfig, weights: WeightFiles, needed: int, memory: int | None) -> str:
     names = ["vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers"]
     names += [name for name in ("embedding_size", "num_hidden_groups") if getattr(config, name) is not None]
     sizes = ", ".join(f"{name} {getattr(config, name)}" for name in names)
@@ -530,7 +580,7 @@ def _too_big_message(config: BertConfig, weights: WeightFiles, needed: int, memo
     return message
 
 
-def _disagreement(cls: type[nn.Module], config: BertConfig, weights: WeightFiles, key: str,
+def _disagreement(cls: type[nn.Module], config: ModelConfig, weights: WeightFiles, key: str,
                   in_file: tuple[int, ...], from_config: tuple[int, ...]) -> str:
     shapes = f"{key} has shape {list(in_file)} in the file, {list(from_config)} from the config"
     culprit = _field_behind(cls, config, key, in_file, from_config)
@@ -540,7 +590,7 @@ def _disagreement(cls: type[nn.Module], config: BertConfig, weights: WeightFiles
             f"{weights.name}: {shapes}")
 
 
-def _field_behind(cls: type[nn.Module], config: BertConfig, key: str, in_file: tuple[int, ...],
+def _field_behind(cls: type[nn.Module], config: ModelConfig, key: str, in_file: tuple[int, ...],
                   from_config: tuple[int, ...]) -> str | None:
     """The config field that, set to the file's size, gives `key` the file's shape (None if no single one).
 
@@ -594,7 +644,8 @@ def _load_into(model: Checkpointable, state: dict[str, torch.Tensor], source: Pa
             continue
         # Weights of a head this model does not have (pre-training heads under a bare encoder, say),
         # or keys the model declares it does not use: not needed, not wrong.
-        if not local.startswith(HF_BACKBONE_ROOTS) or _matches(key, model.keys_to_ignore_on_load_unexpected):
+        if not local.startswith(_layout(model.config).backbone_roots) or _matches(
+                key, model.keys_to_ignore_on_load_unexpected):
             report.unused.append(key)
         else:
             report.unexpected.append(key)
@@ -615,11 +666,11 @@ def _matches(key: str, patterns: tuple[str, ...]) -> bool:
     return any(re.search(pattern, key) for pattern in patterns)
 
 
-def _strip_backbone_prefix(key: str) -> tuple[str, bool]:
-    """A Hugging Face key without its 'bert.' prefix, and whether it belongs to the backbone."""
-    if key.startswith(HF_BASE_PREFIX):
-        return key[len(HF_BASE_PREFIX):], True
-    return key, key.startswith(HF_BACKBONE_ROOTS)
+def _strip_backbone_prefix(key: str, layout: KeyLayout) -> tuple[str, bool]:
+    """A Hugging Face key without its backbone prefix ('bert.'), and whether it belongs to the backbone."""
+    if key.startswith(layout.hf_base_prefix):
+        return key[len(layout.hf_base_prefix):], True
+    return key, key.startswith(layout.backbone_roots)
 
 
 def _modernise(key: str) -> str:

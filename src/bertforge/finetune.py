@@ -62,6 +62,7 @@ from typing import Any
 
 import numpy as np
 
+from bertforge.config import read_config_file
 from bertforge.recipe import override as recipe_override
 from bertforge.recipe import save as save_recipe
 from bertforge.recipe import setting
@@ -305,6 +306,7 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
     for split in spec.final_splits():
         examples = spec.read(data_dir, split)
         final_sets[split] = (examples, spec.featurize(examples, tokenizer, loop.max_length, label_names=label_list))
+    check_max_length(model_dir, loop.max_length)  # after the data's own checks, before any training
     _say(f"{spec.family} {spec.name}: {len(train_examples)} training examples -> {len(train_features)} features; "
          + ", ".join(f"{s}: {len(e)} examples" for s, (e, _) in {**eval_sets, **final_sets}.items()), verbose)
 
@@ -528,6 +530,7 @@ def predict(
         raise ValueError(f"{model_dir} was fine-tuned for {saved.get('family')} {saved.get('task')}, "
                          f"not {spec.family} {spec.name}")
     max_length = max_length or saved.get("max_length") or spec.default_max_length
+    check_max_length(model_dir, max_length)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     model = load_for_task(spec.head, model_dir)
     if model.load_report is not None and model.load_report.new_heads:
@@ -554,6 +557,17 @@ def predict(
     return done
 
 
+def check_max_length(model_dir: str | Path, max_length: int) -> None:
+    """Refuse, before any work, inputs longer than the model has positions for: 512 for BERT's
+    learnt table; for a rotary model (ModernBERT) the config's max_position_embeddings, 8,192 for
+    modern-base."""
+    config = read_config_file(Path(model_dir) / "config.json")
+    if max_length > config.max_position_embeddings:
+        raise ValueError(f"max_length {max_length} exceeds the {config.max_position_embeddings} positions of "
+                         f"{Path(model_dir) / 'config.json'} (max_position_embeddings); use --max-length "
+                         f"{config.max_position_embeddings} or less")
+
+
 def load_for_task(head: type, model_dir: str | Path, **config_overrides: Any) -> Any:
     """`head.from_pretrained(model_dir, **config_overrides)`: a checkpoint under a task head.
 
@@ -575,7 +589,7 @@ def reinitialize_top_layers(model: Any, count: int) -> None:
     if count == 0:
         return
     backbone = model.base_model
-    layers = backbone.encoder.layers
+    layers = getattr(backbone, "encoder", backbone).layers  # BERT: encoder.layers; ModernBERT: layers
     if count > len(layers):
         raise ValueError(f"reinit_layers={count}, but the encoder has {len(layers)} distinct layers")
     modules = list(layers[len(layers) - count:])

@@ -77,14 +77,18 @@ ARCHITECTURE_TASKS = {
     "BertForSequenceClassification": "text-classification", "BertForTokenClassification": "token-classification",
     "BertForQuestionAnswering": "question-answering", "BertForMaskedLM": "fill-mask",
     "BertForPreTraining": "fill-mask", "BertModel": "embeddings", "BertForMultipleChoice": "multiple-choice",
+    "ModernBertForSequenceClassification": "text-classification",
+    "ModernBertForTokenClassification": "token-classification",
+    "ModernBertForQuestionAnswering": "question-answering", "ModernBertForMaskedLM": "fill-mask",
+    "ModernBertModel": "embeddings", "ModernBertForMultipleChoice": "multiple-choice",
 }
 # which head each task needs (embeddings read the encoder of any model)
 TASK_HEADS = {
-    "text-classification": ("BertForSequenceClassification",),
-    "token-classification": ("BertForTokenClassification",),
-    "question-answering": ("BertForQuestionAnswering",),
-    "fill-mask": ("BertForMaskedLM", "BertForPreTraining"),
-    "multiple-choice": ("BertForMultipleChoice",),
+    "text-classification": ("BertForSequenceClassification", "ModernBertForSequenceClassification"),
+    "token-classification": ("BertForTokenClassification", "ModernBertForTokenClassification"),
+    "question-answering": ("BertForQuestionAnswering", "ModernBertForQuestionAnswering"),
+    "fill-mask": ("BertForMaskedLM", "BertForPreTraining", "ModernBertForMaskedLM"),
+    "multiple-choice": ("BertForMultipleChoice", "ModernBertForMultipleChoice"),
 }
 POOLINGS = ("mean", "cls", "pooler")
 
@@ -581,7 +585,7 @@ class _FillMask(_Runner):
         hidden = model.base_model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).last_hidden_state
         masked = batch["input_ids"] == self.pipe.tokenizer.mask_token_id  # (B, T)
         # only the masked positions go through the vocabulary projection: (N, H) -> (N, V)
-        logits = model.mlm(hidden[masked], model.base_model.embeddings.word_embeddings.weight).float()
+        logits = model.masked_lm_logits(hidden[masked]).float()
         logits[:, sorted(set(self.pipe.tokenizer.all_special_ids))] = -math.inf
         top = logits.softmax(-1).topk(k, dim=-1)
         shape = (*masked.shape, k)

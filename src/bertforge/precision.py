@@ -191,8 +191,8 @@ def _quiet_torchao() -> Any:
 def _encoder_linear(module: nn.Module, fqn: str) -> bool:
     """Which Linear layers int8 covers: the encoder's (q/k/v, attention output, feed-forward), where
     nearly all the compute is. The task head and pooler are a few thousand multiply-adds per sequence
-    and stay fp32."""
-    return isinstance(module, nn.Linear) and ".encoder." in f".{fqn}"
+    and stay fp32. BERT's layers sit under `encoder.layers.`, ModernBERT's under `layers.`."""
+    return isinstance(module, nn.Linear) and ".layers." in f".{fqn}"
 
 
 def _quantize_int8(model: nn.Module) -> None:

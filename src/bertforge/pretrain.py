@@ -33,7 +33,14 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from bertforge.config import IGNORE_INDEX, BertConfig, resolve_config
+from bertforge.config import (
+    IGNORE_INDEX,
+    BertConfig,
+    ModelConfig,
+    ModernBertConfig,
+    config_from_dict,
+    resolve_config,
+)
 from bertforge.fileio import write_text_atomic
 from bertforge.recipe import from_mapping, override, read_mapping, setting
 from bertforge.train.config import OptimConfig, TrainConfig
@@ -66,6 +73,8 @@ class DataOptions:
                                                "path is taken beside --data).")
     long_fraction: float = setting(0.0, help="Share of the steps, at the end, that read long_data.")
     tokenizer: str | None = setting(None, help="Tokenizer to ship in final/ (default: the data's).")
+    mask_rate: float | None = setting(None, help="Share of tokens masked by dynamic masking (default: the "
+                                                 "rate the data was prepared with; ModernBERT used 0.30).")
 
 
 @dataclass
@@ -88,7 +97,7 @@ class PretrainResult:
 
 
 _SECTIONS = {"data": DataOptions, "optim": OptimConfig, "train": TrainConfig}
-_MODEL_FIELDS = {f.name for f in dataclasses.fields(BertConfig)} - {"extra"}
+_MODEL_FIELDS = {f.name for cls in (BertConfig, ModernBertConfig) for f in dataclasses.fields(cls)} - {"extra"}
 _FIELD_SECTION = {f.name: name for name, cls in _SECTIONS.items() for f in dataclasses.fields(cls)}
 assert len(_FIELD_SECTION) == sum(len(dataclasses.fields(c)) for c in _SECTIONS.values()), "field names must be unique"
 assert not _MODEL_FIELDS & _FIELD_SECTION.keys(), "model field names must not clash with recipe fields"
@@ -151,7 +160,7 @@ def _is_recipe_json(path: Path) -> bool:
 
 
 
-def model_config(recipe: Recipe, tokenizer_facts: dict[str, Any], max_seq_length: int) -> BertConfig:
+def model_config(recipe: Recipe, tokenizer_facts: dict[str, Any], max_seq_length: int) -> ModelConfig:
     """The recipe's model section, with the vocabulary size and padding id of the data's tokenizer."""
     section = dict(recipe.model)
     base = section.pop("preset", None) or section.pop("config", None)
@@ -160,11 +169,12 @@ def model_config(recipe: Recipe, tokenizer_facts: dict[str, Any], max_seq_length
         raise ValueError(f"the recipe's vocab_size {section['vocab_size']} differs from the data's tokenizer ({vocab})")
     section.update(vocab_size=vocab, pad_token_id=tokenizer_facts["pad_id"])
     if base is not None:
-        extra = {k: v for k, v in section.items() if k not in _MODEL_FIELDS}
-        config = resolve_config(base, **{k: v for k, v in section.items() if k in _MODEL_FIELDS})
+        fields = {f.name for f in dataclasses.fields(resolve_config(base))} - {"extra"}  # of its family
+        extra = {k: v for k, v in section.items() if k not in fields}
+        config = resolve_config(base, **{k: v for k, v in section.items() if k in fields})
         config.extra.update(extra)
     else:
-        config = BertConfig.from_dict(section, source="recipe model section")
+        config = config_from_dict(section, source="recipe model section")  # either family, by model_type
     if config.max_position_embeddings < max_seq_length:
         raise ValueError(f"the data has sequences of {max_seq_length} tokens but the model only "
                          f"{config.max_position_embeddings} positions (max_position_embeddings)")
@@ -243,7 +253,8 @@ def training_batches(data_dir: Path, recipe: Recipe, ctx: DistContext) -> ShardB
         return ShardBatches(PretrainingLoader(
             directory, recipe.data.batch_size, split="train", seed=recipe.train.seed, rank=ctx.rank,
             world_size=ctx.world_size, drop_last=True, even=True, num_workers=recipe.data.num_workers,
-            pad_to_multiple_of=recipe.data.pad_to_multiple_of, pin_memory=ctx.device.type == "cuda"))
+            pad_to_multiple_of=recipe.data.pad_to_multiple_of, pin_memory=ctx.device.type == "cuda",
+            mask_rate=recipe.data.mask_rate))
 
     first = loader(data_dir)
     if not recipe.data.long_data or recipe.data.long_fraction <= 0:
@@ -426,6 +437,7 @@ def pretrain(
     torch.manual_seed(recipe.train.seed)  # the same initial weights on every rank (DDP also broadcasts)
     # objective "none" (RoBERTa): the MLM model, which carries the span-boundary head when the config asks
     model_cls = BertForMaskedLM if options["objective"] == "none" else BertForPreTraining
+    model_cls = model_cls.for_config(bert_config)  # ModernBERT: its masked-LM model
     model = model_cls(bert_config)
     if init_from is not None:
         initialise_from(model, Path(init_from), info)

@@ -12,6 +12,11 @@ library. This module adds what BERT needs around it and keeps it in one readable
   inside the model;
 - `save_pretrained` writes the Hugging Face layout, so `transformers.BertTokenizer(Fast)` loads our
   files and tokenizes identically.
+
+A checkpoint whose tokenizer is not WordPiece (ModernBERT's byte-level BPE, say) ships only a
+`tokenizer.json`: `from_pretrained` then wraps that file as it is (`from_tokenizer_json`), with the
+special tokens its `tokenizer_config.json` names and its own post-processor placing them, so the
+same encode / encode_batch / tasks work with it. `vocab.txt` directories load as before.
 """
 
 from __future__ import annotations
@@ -193,6 +198,50 @@ class BertTokenizer:
             [AddedToken(t, special=True, normalized=False) for t in dict.fromkeys(specials.values())]
         )
         self._backend = backend
+        # The backend's own post-processor places the special tokens (a loaded tokenizer.json);
+        # False: BERT's template, assembled here (see `_assemble`).
+        self._backend_template = False
+
+    @classmethod
+    def from_tokenizer_json(cls, path: str | Path, *, model_max_length: int = 512,
+                            **special_tokens: str | None) -> BertTokenizer:
+        """Any `tokenizers` tokenizer.json (byte-level BPE, Unigram, WordPiece), used as it is.
+
+        `special_tokens`: cls_token, sep_token, pad_token, mask_token, unk_token, as
+        tokenizer_config.json names them; each must be in the vocabulary (unk_token may be None: a
+        byte-level vocabulary has no unknown piece). Inputs are encoded without specials, truncated
+        BERT's way (`_pair_lengths`), and then the file's post-processor adds the specials, so the
+        layout is the file's ([CLS] A [SEP] B [SEP] for ModernBERT).
+        """
+        path = Path(path)
+        try:
+            backend = Tokenizer.from_file(str(path))
+        except Exception as exc:  # the library's errors carry no type of their own
+            raise ValueError(f"{path}: not a tokenizers tokenizer.json ({exc})") from exc
+        backend.no_truncation()  # truncation and padding are ours, as for vocab.txt tokenizers
+        backend.no_padding()
+        vocab = backend.get_vocab(with_added_tokens=True)
+        names = {"unk_token": None, "cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]",
+                 "mask_token": "[MASK]", **special_tokens}
+        for key, token in names.items():
+            if token is not None and token not in vocab:
+                raise ValueError(f"{path}: special token {token!r} ({key}) is not in the vocabulary")
+        if not _is_positive_int(model_max_length):
+            raise ValueError(f"model_max_length must be a positive int, got {model_max_length!r}")
+        tokenizer = cls.__new__(cls)
+        tokenizer.lowercase = tokenizer.strip_accents = None
+        tokenizer.tokenize_chinese_chars = False
+        tokenizer.max_input_chars_per_word = 0
+        tokenizer.model_max_length = model_max_length
+        for key, token in names.items():
+            setattr(tokenizer, key, token)
+        tokenizer._vocab = vocab
+        tokenizer._id_to_token = [""] * (max(vocab.values()) + 1)
+        for token, index in vocab.items():
+            tokenizer._id_to_token[index] = token
+        tokenizer._backend = backend
+        tokenizer._backend_template = True
+        return tokenizer
 
     # ----------------------------------------------------------------------------- vocabulary
 
@@ -203,7 +252,8 @@ class BertTokenizer:
 
     @property
     def vocab_size(self) -> int:
-        return len(self._vocab)
+        """Ids run 0..vocab_size-1 (a loaded tokenizer.json may leave some unused)."""
+        return len(self._id_to_token)
 
     @property
     def vocab(self) -> dict[str, int]:
@@ -217,8 +267,8 @@ class BertTokenizer:
         return self._vocab[self.pad_token]
 
     @property
-    def unk_token_id(self) -> int:
-        return self._vocab[self.unk_token]
+    def unk_token_id(self) -> int | None:
+        return self._vocab[self.unk_token] if self.unk_token is not None else None
 
     @property
     def cls_token_id(self) -> int:
@@ -234,14 +284,14 @@ class BertTokenizer:
 
     @property
     def all_special_ids(self) -> list[int]:
-        return sorted({self.pad_token_id, self.unk_token_id, self.cls_token_id, self.sep_token_id,
-                       self.mask_token_id})
+        ids = {self.pad_token_id, self.unk_token_id, self.cls_token_id, self.sep_token_id, self.mask_token_id}
+        return sorted(i for i in ids if i is not None)
 
     def convert_tokens_to_ids(self, tokens: str | Iterable[str]) -> int | list[int]:
         """Token(s) to id(s); a token outside the vocabulary maps to the [UNK] id."""
         if isinstance(tokens, str):
-            return self._vocab.get(tokens, self.unk_token_id)
-        return [self._vocab.get(t, self.unk_token_id) for t in tokens]
+            return self._vocab.get(tokens, self.unk_token_id)  # type: ignore[return-value]
+        return [self._vocab.get(t, self.unk_token_id) for t in tokens]  # type: ignore[misc]
 
     def convert_ids_to_tokens(self, ids: int | Iterable[int]) -> str | list[str]:
         if isinstance(ids, int):
@@ -376,7 +426,7 @@ class BertTokenizer:
         for i, (_, pair) in enumerate(items):
             a = next(segments)
             b = next(segments) if pair is not None else None
-            n_special = (2 if b is None else 3) if add_special_tokens else 0
+            n_special = self._special_count(b is not None) if add_special_tokens else 0
             len_a, len_b = len(a), 0 if b is None else len(b)
             total = n_special + len_a + len_b
             if total > limit:
@@ -396,8 +446,16 @@ class BertTokenizer:
             out.append(self._assemble(a, len_a, b, len_b, add_special_tokens))
         return out
 
+    def _special_count(self, pair: bool) -> int:
+        if not self._backend_template:
+            return 3 if pair else 2
+        processor = self._backend.post_processor
+        return processor.num_special_tokens_to_add(pair) if processor is not None else 0
+
     def _assemble(self, a: Any, len_a: int, b: Any | None, len_b: int, add_special_tokens: bool) -> Encoding:
         """BERT's template over the first len_a / len_b tokens of each segment encoding."""
+        if self._backend_template:
+            return self._assemble_with_backend(a, len_a, b, len_b, add_special_tokens)
         enc = Encoding([], [], [], [], [], [], [])
         segs = [(a, len_a, 0)] + ([] if b is None else [(b, len_b, 1)])
         if add_special_tokens:
@@ -413,6 +471,24 @@ class BertTokenizer:
             if add_special_tokens:
                 self._push_special(enc, self.sep_token, seq_id)
         return enc
+
+    def _assemble_with_backend(self, a: Any, len_a: int, b: Any | None, len_b: int,
+                               add_special_tokens: bool) -> Encoding:
+        """The file's post-processor over the first len_a / len_b tokens of each segment encoding."""
+        a.truncate(len_a)
+        if b is not None:
+            b.truncate(len_b)
+        done = self._backend.post_process(a, b, add_special_tokens=add_special_tokens)
+        # Segments from the order of the pieces (the library drops the first segment's ids when it
+        # post-processes a pair): every template puts $A before $B. Specials: no segment, no word.
+        sequence_ids: list[int | None] = []
+        pieces = 0
+        for special in done.special_tokens_mask:
+            sequence_ids.append(None if special else int(pieces >= len_a))
+            pieces += not special
+        word_ids = [None if seq is None else word for seq, word in zip(sequence_ids, done.word_ids, strict=True)]
+        return Encoding(list(done.ids), list(done.type_ids), list(done.attention_mask), list(done.tokens),
+                        list(done.offsets), word_ids, sequence_ids)
 
     def _push_special(self, enc: Encoding, token: str, type_id: int, attention: int = 1) -> None:
         enc.input_ids.append(self._vocab[token])
@@ -465,9 +541,11 @@ class BertTokenizer:
         vocab: dict[str, int] | Path = directory / "vocab.txt"
         if not vocab.is_file():
             model = backend_json.get("model", {})
+            if backend_json and model.get("type") != "WordPiece":  # BPE, Unigram: the file as it is
+                return cls._from_backend_file(directory, config)
             if model.get("type") != "WordPiece":
                 raise FileNotFoundError(
-                    f"{directory}: no vocab.txt, and no WordPiece tokenizer.json to take the vocab from"
+                    f"{directory}: no vocab.txt, and no tokenizer.json to take the vocab from"
                 )
             vocab = model["vocab"]
         normalizer = backend_json.get("normalizer") or {}
@@ -489,14 +567,37 @@ class BertTokenizer:
             kwargs["max_input_chars_per_word"] = backend_json["model"]["max_input_chars_per_word"]
         return cls(vocab, **kwargs)
 
+    @classmethod
+    def _from_backend_file(cls, directory: Path, config: dict[str, Any]) -> BertTokenizer:
+        specials = {key: _special_token_value(config[key]) if config.get(key) is not None else None
+                    for key in _SPECIAL_KEYS}
+        missing = [key for key in ("cls_token", "sep_token", "pad_token", "mask_token") if specials[key] is None]
+        if missing:
+            raise ValueError(f"{directory / 'tokenizer_config.json'}: names no {', '.join(missing)} "
+                             "(needed to encode inputs and batches for the model)")
+        limit = config.get("model_max_length")
+        # transformers writes a huge sentinel when the limit is unknown: keep BERT's 512 then
+        length = int(limit) if isinstance(limit, int) and 0 < limit < 1_000_000 else 512
+        return cls.from_tokenizer_json(directory / "tokenizer.json", model_max_length=length, **specials)
+
     def save_pretrained(self, directory: str | Path) -> None:
         """Write vocab.txt, tokenizer_config.json, special_tokens_map.json and tokenizer.json.
 
         Each file is replaced atomically, so a crash never leaves a torn vocab next to a new config.
+        A tokenizer loaded from a tokenizer.json alone writes that file and the special tokens (no
+        vocab.txt: its pieces are not WordPiece).
         """
         directory = Path(directory)
         os.makedirs(directory, exist_ok=True)
         specials = {key: getattr(self, key) for key in _SPECIAL_KEYS}
+        if self._backend_template:
+            config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": self.model_max_length,
+                      **{key: value for key, value in specials.items() if value is not None}}
+            write_text_atomic(directory / "tokenizer_config.json", _to_json(config))
+            write_text_atomic(directory / "special_tokens_map.json",
+                              _to_json({k: v for k, v in specials.items() if v is not None}))
+            write_text_atomic(directory / "tokenizer.json", self._backend.to_str(pretty=True))
+            return
         config = {
             "tokenizer_class": "BertTokenizer",
             "do_lower_case": self.lowercase,

@@ -108,9 +108,22 @@ class PretrainingCollator:
         self._fallback_rng = np.random.default_rng(seed)
 
     @classmethod
-    def for_dataset(cls, dataset: PretrainingDataset, *, seed: int = 0,
-                    pad_to_multiple_of: int | None = None) -> PretrainingCollator:
-        return cls(dataset.info["tokenizer"]["pad_id"], masker=None if dataset.static else dataset.masker(),
+    def for_dataset(cls, dataset: PretrainingDataset, *, seed: int = 0, pad_to_multiple_of: int | None = None,
+                    mask_rate: float | None = None) -> PretrainingCollator:
+        """The collator of a dataset; `mask_rate` replaces the masking rate the data was prepared with
+        (dynamic masking only: static data was masked once and for all by `prepare`)."""
+        masker = None
+        if mask_rate is not None:
+            if not 0.0 < mask_rate < 1.0:
+                raise ValueError(f"mask_rate must be in (0, 1), not {mask_rate}")
+            if dataset.static:
+                raise ValueError(f"{dataset.data_dir}: mask_rate needs data prepared with masking 'dynamic' "
+                                 "(these shards were masked once, at the rate they were prepared with)")
+            max_length = dataset.info["options"]["max_seq_length"]
+            masker = dataset.masker(prob=mask_rate, max_predictions=math.ceil(mask_rate * max_length))
+        elif not dataset.static:
+            masker = dataset.masker()
+        return cls(dataset.info["tokenizer"]["pad_id"], masker=masker,
                    seed=seed, with_nsp=dataset.objective != "none", pad_to_multiple_of=pad_to_multiple_of)
 
     def __call__(self, items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
@@ -175,11 +188,12 @@ class PretrainingLoader:
     def __init__(self, data_dir: str | Path, batch_size: int, *, split: str = "train", seed: int = 0,
                  rank: int = 0, world_size: int = 1, shuffle: bool | None = None, drop_last: bool = False,
                  even: bool = False, num_workers: int = 0, pad_to_multiple_of: int | None = None,
-                 pin_memory: bool = False):
+                 pin_memory: bool = False, mask_rate: float | None = None):
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
         self.dataset = PretrainingDataset(data_dir, split)
-        self.collator = PretrainingCollator.for_dataset(self.dataset, seed=seed, pad_to_multiple_of=pad_to_multiple_of)
+        self.collator = PretrainingCollator.for_dataset(self.dataset, seed=seed, pad_to_multiple_of=pad_to_multiple_of,
+                                                        mask_rate=mask_rate)
         self.batch_size = batch_size
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.shuffle = split == "train" if shuffle is None else shuffle

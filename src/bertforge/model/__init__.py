@@ -1,5 +1,6 @@
-"""The BERT model: `layers` (building blocks), `bert` (the encoder), `heads` (task heads on it), and
-`auto.load_any` (the class a checkpoint's config.json names)."""
+"""The BERT model: `layers` (building blocks), `bert` (the encoder), `heads` (task heads on it),
+`modern` (ModernBERT's encoder and heads), and `auto.load_any` (the class a checkpoint's config.json
+names)."""
 
 from bertforge.model.auto import load_any
 from bertforge.model.bert import BertModel, BertPreTrainedModel, EncoderOutput
@@ -19,10 +20,20 @@ from bertforge.model.heads import (
     num_labels,
     set_labels,
 )
+from bertforge.model.modern import (
+    ModernBertForMaskedLM,
+    ModernBertForMultipleChoice,
+    ModernBertForQuestionAnswering,
+    ModernBertForSequenceClassification,
+    ModernBertForTokenClassification,
+    ModernBertModel,
+)
 
 __all__ = [
     "BertModel", "BertPreTrainedModel", "EncoderOutput",
     "BertForMaskedLM", "BertForPreTraining", "MaskedLMHead", "PreTrainingOutput",
     "BertForSequenceClassification", "BertForTokenClassification", "BertForQuestionAnswering",
     "BertForMultipleChoice", "TaskOutput", "SpanOutput", "label_names", "label_maps", "num_labels", "set_labels", "load_any",
+    "ModernBertModel", "ModernBertForMaskedLM", "ModernBertForSequenceClassification",
+    "ModernBertForTokenClassification", "ModernBertForQuestionAnswering", "ModernBertForMultipleChoice",
 ]

@@ -5,15 +5,17 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from bertforge.checkpoint import LoadReport, read_architectures
-from bertforge.model import heads  # noqa: F401  (defining the head classes registers them)
+from bertforge.checkpoint import LoadReport, read_architectures, read_config
+from bertforge.model import heads, modern  # noqa: F401  (defining the classes registers them)
 from bertforge.model.bert import BertModel, BertPreTrainedModel
 
 
 def model_class(directory: str | os.PathLike[str]) -> type[BertPreTrainedModel]:
-    """The first class config.json's `architectures` names that we have; BertModel if none."""
+    """The first class config.json's `architectures` names that we have, in the family its
+    `model_type` names; the family's bare encoder if it names none."""
     registry = BertPreTrainedModel.registry
-    return next((registry[name] for name in read_architectures(directory) if name in registry), BertModel)
+    named = next((registry[name] for name in read_architectures(directory) if name in registry), BertModel)
+    return named.for_config(read_config(directory))
 
 
 def load_any(directory: str | os.PathLike[str], **kwargs: Any) -> tuple[Any, LoadReport]:

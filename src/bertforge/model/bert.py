@@ -20,7 +20,7 @@ from torch.utils.checkpoint import checkpoint
 
 import bertforge.checkpoint as hf_checkpoint
 from bertforge.checkpoint import LoadReport
-from bertforge.config import BertConfig
+from bertforge.config import BertConfig, ModelConfig
 from bertforge.model.layers import Embeddings, EncoderLayer, PackedLayout
 
 if TYPE_CHECKING:
@@ -44,6 +44,12 @@ class BertPreTrainedModel(nn.Module):
 
     # Hugging Face architecture name -> class, so a checkpoint's config.json picks the class to build.
     registry: ClassVar[dict[str, type[BertPreTrainedModel]]] = {}
+    # The config family (config.json's model_type) this class implements.
+    model_type: ClassVar[str] = "bert"
+    # (class name, another model_type) -> the class that does the same job in that family
+    # (BertForSequenceClassification, "modernbert") -> ModernBertForSequenceClassification; filled
+    # in by the family's module.
+    counterparts: ClassVar[dict[tuple[str, str], str]] = {}
 
     # What loading a checkpoint needs to know of a class (see bertforge.checkpoint.Checkpointable).
     # The attribute holding the BertModel, which is also our key prefix of the backbone's weights.
@@ -67,6 +73,17 @@ class BertPreTrainedModel(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.config = config
+
+    @classmethod
+    def for_config(cls, config: ModelConfig) -> type[BertPreTrainedModel]:
+        """This class, or the one doing its job in `config`'s family (BertForSequenceClassification
+        with a ModernBERT config: ModernBertForSequenceClassification)."""
+        if config.model_type == cls.model_type:
+            return cls
+        name = cls.counterparts.get((cls.__name__, config.model_type))
+        if name is None:
+            raise ValueError(f"{cls.__name__} has no counterpart for model_type {config.model_type!r}")
+        return cls.registry[name]
 
     def init_weights(self) -> None:
         """BERT's initialisation: weights ~ N(0, initializer_range), biases 0, LayerNorm 1 and 0."""
@@ -119,6 +136,10 @@ class BertPreTrainedModel(nn.Module):
     ) -> Any:
         """Load a Hugging Face-layout BERT directory (ours or `transformers`'), heads included.
 
+        The directory's `model_type` picks the family: a ModernBERT checkpoint loaded through a BERT
+        class comes back as its ModernBERT counterpart (see `for_config`), so every caller of
+        `BertForSequenceClassification.from_pretrained` also takes ModernBERT checkpoints.
+
         config.json is checked against the weights' shapes before anything is allocated: a field that
         disagrees, a truncated file or an absurd size raise a one-line `CheckpointError`. Keys the
         target lacks or the file lacks are sorted into expected (a new task head, pre-training heads a
@@ -126,8 +147,8 @@ class BertPreTrainedModel(nn.Module):
         unless `strict=False`. The sorted lists are kept on `model.load_report`. Pickle files
         (`pytorch_model.bin`) are refused unless `allow_pickle=True`, and then read with `weights_only=True`.
         """
-        model, report = hf_checkpoint.load_pretrained(
-            cls, directory, strict=strict, allow_pickle=allow_pickle, **config_overrides)
+        target = cls.for_config(hf_checkpoint.read_config(directory))
+        model, report = hf_checkpoint.load_pretrained(target, directory, strict=strict, allow_pickle=allow_pickle, **config_overrides)
         model.load_report = report
         return model
 

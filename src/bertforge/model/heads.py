@@ -137,6 +137,10 @@ class _MaskedLMMixin:
     keys_redundant_on_load = (*BertPreTrainedModel.keys_redundant_on_load,
                               r"^cls\.predictions\.decoder\.(weight|bias)$")
 
+    def masked_lm_logits(self, vectors: torch.Tensor) -> torch.Tensor:
+        """The MLM head on final token vectors, (..., H) -> (..., V) (fill-mask on chosen positions)."""
+        return self.mlm(vectors, self.bert.embeddings.word_embeddings.weight)
+
     def _masked_lm(
         self, sequence: torch.Tensor, labels: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -60,10 +60,10 @@ MAX_BODY_BYTES = 1_000_000  # refused with 413 before the JSON is parsed
 TASKS = ("fill-mask", "classify", "qa", "ner", "embed", "attention")
 # which model classes have the head each task needs (embed and attention need only the encoder)
 TASK_MODELS = {
-    "fill-mask": ("BertForMaskedLM", "BertForPreTraining"),
-    "classify": ("BertForSequenceClassification",),
-    "qa": ("BertForQuestionAnswering",),
-    "ner": ("BertForTokenClassification",),
+    "fill-mask": ("BertForMaskedLM", "BertForPreTraining", "ModernBertForMaskedLM"),
+    "classify": ("BertForSequenceClassification", "ModernBertForSequenceClassification"),
+    "qa": ("BertForQuestionAnswering", "ModernBertForQuestionAnswering"),
+    "ner": ("BertForTokenClassification", "ModernBertForTokenClassification"),
 }
 TASK_HEADS = {"fill-mask": "masked-LM", "classify": "sequence-classification", "qa": "span (QA)",
               "ner": "token-classification"}
@@ -366,8 +366,10 @@ class ModelService:
         self.tasks = [t for t in TASKS if t not in TASK_MODELS or self.kind in TASK_MODELS[t]]
         self.pipelines = {task: self._pipeline(task, task_info or {}, max_batch_size) for task in self.tasks
                           if task in PIPELINE_TASKS}
+        if self.config.model_type != "bert":  # attention maps: BERT's explicit-softmax path only
+            self.tasks.remove("attention")
         self.labels = label_names(self.config)
-        if not self.labels and self.kind in ("BertForSequenceClassification", "BertForTokenClassification"):
+        if not self.labels and self.kind.endswith(("ForSequenceClassification", "ForTokenClassification")):
             self.labels = [f"LABEL_{i}" for i in range(self._model.num_labels)]
         self.model_calls = 0
         # one thread: the model runs one batch at a time; torch parallelises inside the call
@@ -420,6 +422,9 @@ class ModelService:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
     def require(self, task: str) -> DynamicBatcher[Any, Any]:
+        if task not in self.batchers and task not in TASK_MODELS:  # attention, refused by a ModernBERT model
+            raise ApiError(400, "unsupported_task", f"this server's {self.kind} gives no attention maps (fused "
+                           f"attention only). This model serves: {', '.join('/' + t for t in self.tasks)}")
         if task not in self.batchers:
             raise ApiError(
                 400, "unsupported_task",
