@@ -29,6 +29,10 @@ app = typer.Typer(
 )
 
 
+PRECISION_HELP = ("fp32, bf16, int8 (dynamic quantization of the encoder's Linear layers) or auto "
+                  "(bf16 where the CPU has AMX or AVX512-BF16, else fp32).")
+
+
 @app.callback()
 def _main() -> None:
     """BERT end to end: WordPiece vocabularies, pre-training, fine-tuning, analysis and serving."""
@@ -312,6 +316,7 @@ def serve(
     max_batch_size: Annotated[int, typer.Option(help="Rows per model call; 1 turns dynamic batching off.")] = 16,
     max_wait_ms: Annotated[float, typer.Option(help="How long a batch waits for company.")] = 5.0,
     device: Annotated[str, typer.Option(help="torch device: cpu, cuda, cuda:1, ...")] = "cpu",
+    precision: Annotated[str, typer.Option(help=PRECISION_HELP)] = "fp32",
 ) -> None:
     """Serve a checkpoint over HTTP: JSON API (/fill-mask /classify /qa /ner /embed /attention) and a demo page at /.
 
@@ -332,10 +337,12 @@ def serve(
         raise _fail(f"serving needs the 'serve' extra (pip install 'bertforge[serve]'): {exc}") from exc
     bound_kernel_cache()  # memory stays flat however many batch shapes arrive
     try:
-        api = create_app(model, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, device=device)
+        api = create_app(model, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, device=device,
+                         precision=precision)
     except (CheckpointError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from exc
-    typer.echo(f"serving {api.state.service.kind} from {model} at http://{host}:{port}/ "
+    typer.echo(f"serving {api.state.service.kind} from {model} at {api.state.service.precision} "
+               f"on http://{host}:{port}/ "
                f"(tasks: {', '.join(api.state.service.tasks)})")
     uvicorn.run(api, host=host, port=port, log_level="info")
 
@@ -633,6 +640,7 @@ def predict_command(
         "--split", help="Split(s) to predict; default the test split(s) (MNLI: test_matched, "
                         "test_mismatched and ax).")] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Rows per forward pass.")] = 64,
+    precision: Annotated[str, typer.Option(help=PRECISION_HELP)] = "fp32",
 ) -> None:
     """Write a fine-tuned model's predictions: GLUE leaderboard .tsv files (label names, STS-B scores,
     MNLI-m / MNLI-mm / AX), SQuAD predictions.json (+ null_odds.json for v2.0), CoNLL lines, SWAG csv.
@@ -653,12 +661,13 @@ def predict_command(
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise _fail(f"{model}: no readable {TASK_FILE} to take the task from; pass --task") from exc
     try:
-        done = predict(family, task, model, data, out, splits=split or None, batch_size=batch_size)
+        done = predict(family, task, model, data, out, splits=split or None, batch_size=batch_size,
+                       precision=precision)
     except (CheckpointError, DataFormatError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from exc
     for name, result in done.items():
         scores = "  ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
-        typer.echo(f"{name}: {result['examples']} examples -> {', '.join(result['files'])}"
+        typer.echo(f"{name}: {result['examples']} examples at {result['precision']} -> {', '.join(result['files'])}"
                    + (f"  ({scores})" if scores else ""))
 
 
@@ -719,6 +728,7 @@ def extract_command(
                                                         "truncated; their cut words get zeros).")] = None,
     fp16: Annotated[bool, typer.Option("--fp16", help="Store float16 instead of float32.")] = False,
     device: Annotated[str | None, typer.Option(help="torch device (default cpu).")] = None,
+    precision: Annotated[str, typer.Option(help=PRECISION_HELP)] = "fp32",
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
 ) -> None:
     """Features of a frozen encoder for each line of a file: per word, per token or pooled per line.
@@ -746,7 +756,7 @@ def extract_command(
         extractor = FeatureExtractor.from_pretrained(
             model, strategy=strategy, layers=chosen, combine=combine if chosen is not None else None,
             align=None if align == "token" else align, pool=pool, batch_size=batch_size, max_length=max_length,
-            dtype="float16" if fp16 else "float32", device=device)
+            dtype="float16" if fp16 else "float32", device=device, precision=precision)
     except (CheckpointError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from exc
     inputs = _text_lines(input_file, pairs)
@@ -755,7 +765,7 @@ def extract_command(
             summary = write_features(extractor, inputs, out, progress=bar)
     except ValueError as exc:
         raise _fail(str(exc)) from exc
-    typer.echo(f"{extractor.selection.describe()}; {summary['inputs']} lines -> {out} "
+    typer.echo(f"{extractor.selection.describe()} at {extractor.precision}; {summary['inputs']} lines -> {out} "
                f"({summary.get('rows', summary['inputs'])} {summary['unit']} rows of {summary['row_shape']})")
     if summary["truncated_inputs"]:
         typer.secho(f"warning: {summary['truncated_inputs']} lines were truncated to the length limit",

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bertforge.model.heads import label_names
+from bertforge.precision import cpu_description
 from bertforge.serve.batcher import DynamicBatcher
 
 log = logging.getLogger(__name__)
@@ -354,8 +355,12 @@ class ModelService:
         max_batch_size: int = 16,
         max_wait_ms: float = 5.0,
         device: str = "cpu",
+        precision: str = "fp32",
     ) -> None:
-        self.model = model.to(device).eval()
+        from bertforge.precision import apply_precision
+
+        # precision: fp32, bf16, int8 or auto (bertforge.precision); afterwards, the one in use
+        self.model, self.precision = apply_precision(model.to(device), precision)
         self.tokenizer = tokenizer
         self.device = torch.device(device)
         self.kind = type(model).__name__
@@ -384,9 +389,15 @@ class ModelService:
     @classmethod
     def from_dir(cls, model_dir: str | Path, **kwargs: Any) -> "ModelService":
         from bertforge.model import load_any
+        from bertforge.precision import PrecisionError, is_quantized_checkpoint, load_quantized
         from bertforge.tokenizer import BertTokenizer
 
-        model, _ = load_any(model_dir)
+        if is_quantized_checkpoint(model_dir):  # a saved int8 copy runs int8
+            if kwargs.get("precision", "auto") not in ("auto", "int8"):
+                raise PrecisionError(f"{model_dir}: an int8 model cannot run at {kwargs['precision']}")
+            model = load_quantized(model_dir)
+        else:
+            model, _ = load_any(model_dir)
         return cls(model, BertTokenizer.from_pretrained(model_dir), **kwargs)
 
     async def close(self) -> None:
@@ -701,13 +712,14 @@ def create_app(
     max_batch_size: int = 16,
     max_wait_ms: float = 5.0,
     device: str = "cpu",
+    precision: str = "fp32",
     service: ModelService | None = None,
 ) -> FastAPI:
     """The API and demo page for the checkpoint in `model_dir` (any bertforge / Hugging Face BERT dir).
 
     `max_batch_size` rows share one model call, collected for at most `max_wait_ms` after the first
-    arrives; `max_batch_size=1` turns dynamic batching off. `service` replaces `model_dir` when the
-    caller has already loaded a model.
+    arrives; `max_batch_size=1` turns dynamic batching off. `precision` is fp32, bf16, int8 or auto
+    (`bertforge.precision`). `service` replaces `model_dir` when the caller has already loaded a model.
 
     Example:
         uvicorn.run(create_app("runs/squad/final"), host="127.0.0.1", port=8000)
@@ -716,7 +728,7 @@ def create_app(
         if model_dir is None:
             raise ValueError("create_app needs model_dir (or a ModelService)")
         service = ModelService.from_dir(model_dir, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms,
-                                        device=device)
+                                        device=device, precision=precision)
     page = resources.files("bertforge.serve").joinpath("static/index.html").read_text(encoding="utf-8")
 
     @asynccontextmanager
@@ -779,6 +791,8 @@ def create_app(
         return {
             "status": "ok",
             "model": service.kind,
+            "precision": service.precision,
+            **cpu_description(),
             "tasks": service.tasks,
             "labels": service.labels,
             "num_layers": config.num_hidden_layers,
