@@ -167,8 +167,7 @@ def test_a_saved_int8_model_reloads_with_the_same_outputs(tmp_path: Path) -> Non
     got = outputs(loaded, batch)
     for name, value in got.items():
         torch.testing.assert_close(value, expected[name], rtol=0, atol=1e-6)
-    with pytest.raises(PrecisionError, match="cannot run at bf16"):
-        load_model(tmp_path / "int8", "bf16")
+    assert load_model(tmp_path / "int8", "bf16")[1] == "int8"  # its fp32 weights are gone: it says so
 
 
 def test_load_model_applies_the_precision_to_a_normal_checkpoint(tmp_path: Path) -> None:
@@ -251,15 +250,13 @@ def test_serve_runs_at_the_precision_and_reports_it(classifier_dir: Path) -> Non
 
     from bertforge.serve.app import create_app
 
-    for directory, precision in ((classifier_dir / "fp32", "bf16"), (classifier_dir / "int8", "auto")):
+    for directory, precision in ((classifier_dir / "fp32", "bf16"), (classifier_dir / "int8", "fp32")):
         expected = "int8" if directory.name == "int8" else precision
         with TestClient(create_app(directory, precision=precision)) as client:
             health = client.get("/health").json()
             assert health["precision"] == expected and health["cpu"]
             response = client.post("/classify", json={"text": "Prices rose 5%.", "text_pair": "Prices went up."})
             assert response.status_code == 200, response.text
-    with pytest.raises(PrecisionError, match="cannot run at fp32"):
-        create_app(classifier_dir / "int8", precision="fp32")
 
 
 def test_cli_refuses_an_unknown_precision_in_one_line(classifier_dir: Path, tmp_path: Path) -> None:
@@ -272,3 +269,21 @@ def test_cli_refuses_an_unknown_precision_in_one_line(classifier_dir: Path, tmp_
                                       "--precision", "fp16"])
     assert result.exit_code == 2 and "unknown precision 'fp16'" in result.output
     assert not (tmp_path / "metrics.json").exists()
+
+
+def test_cli_quantize_writes_a_copy_that_predict_runs(classifier_dir: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from bertforge.cli import app
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["quantize", "--model", str(classifier_dir / "fp32"), "--out", str(tmp_path / "q")])
+    assert result.exit_code == 0, result.output
+    assert {"config.json", "model.int8.safetensors", "vocab.txt"} <= {p.name for p in (tmp_path / "q").iterdir()}
+    predicted = runner.invoke(app, ["predict", "glue", "--task", "MRPC", "--model", str(tmp_path / "q"),
+                                    "--data", str(FIXTURES / "glue"), "--out", str(tmp_path / "p"), "--split", "dev",
+                                    "--precision", "auto"])
+    assert predicted.exit_code == 0, predicted.output
+    assert "at int8" in predicted.output
+    missing = runner.invoke(app, ["quantize", "--model", str(tmp_path / "absent"), "--out", str(tmp_path / "x")])
+    assert missing.exit_code == 2 and not (tmp_path / "x").exists()

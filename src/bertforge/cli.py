@@ -347,6 +347,34 @@ def serve(
     uvicorn.run(api, host=host, port=port, log_level="info")
 
 
+@app.command("quantize")
+def quantize_command(
+    model: Annotated[Path, typer.Option("--model", help="A Hugging Face-format BERT directory (any head).")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for the int8 copy.")],
+) -> None:
+    """Save an int8 copy of a checkpoint (dynamic quantization of the encoder's Linear layers, torchao).
+
+    The copy holds config.json (with the recipe), the tokenizer and model.int8.safetensors (int8 weights
+    and their scales; no pickle). `predict`, `serve` and `extract` load it and run it at int8; it is not
+    a transformers checkpoint. Example: `bertforge quantize --model runs/sst2/seed-1 --out runs/sst2/int8`
+    """
+    from bertforge.checkpoint import CheckpointError
+
+    try:
+        from bertforge.model import load_any
+        from bertforge.precision import apply_precision, save_quantized
+        from bertforge.tokenizer import BertTokenizer
+
+        loaded, _ = load_any(model)
+        tokenizer = BertTokenizer.from_pretrained(model) if (model / "vocab.txt").exists() else None
+        quantized, _ = apply_precision(loaded, "int8")
+        save_quantized(quantized, out, tokenizer=tokenizer)
+    except (CheckpointError, FileNotFoundError, ValueError) as exc:
+        raise _fail(str(exc)) from exc
+    files = {p.name: p.stat().st_size for p in out.iterdir() if p.is_file()}
+    typer.echo(f"wrote {out}: {', '.join(f'{name} ({size / 1e6:.1f} MB)' for name, size in sorted(files.items()))}")
+
+
 @app.command("export-onnx")
 def export_onnx_command(
     model: Annotated[Path, typer.Option("--model", help="A Hugging Face-format BERT directory.")],

@@ -389,12 +389,10 @@ class ModelService:
     @classmethod
     def from_dir(cls, model_dir: str | Path, **kwargs: Any) -> "ModelService":
         from bertforge.model import load_any
-        from bertforge.precision import PrecisionError, is_quantized_checkpoint, load_quantized
+        from bertforge.precision import is_quantized_checkpoint, load_quantized
         from bertforge.tokenizer import BertTokenizer
 
-        if is_quantized_checkpoint(model_dir):  # a saved int8 copy runs int8
-            if kwargs.get("precision", "auto") not in ("auto", "int8"):
-                raise PrecisionError(f"{model_dir}: an int8 model cannot run at {kwargs['precision']}")
+        if is_quantized_checkpoint(model_dir):  # a saved int8 copy runs int8 whatever is asked (its fp32 is gone)
             model = load_quantized(model_dir)
         else:
             model, _ = load_any(model_dir)
