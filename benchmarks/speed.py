@@ -217,25 +217,31 @@ def at_precision(library: str, model: Any, precision: str) -> Any:
 
 
 def measure_precision(spec: dict[str, Any]) -> dict[str, Any]:
-    """Sequences/s of one library at one precision, on file-order and on bucketed batches."""
+    """Sequences/s of each (library, precision) in `spec["variants"]`, in that order, on file-order and
+    on bucketed batches. One process measures all of them (the process start would otherwise dominate
+    on a small model); each variant gets its own freshly loaded model."""
     import torch
 
     torch.set_num_threads(spec["threads"])
-    model = at_precision(spec["library"], load_model(spec["library"], "inference", spec["checkpoint"]),
-                         spec["precision"])
-    model.eval()
     examples = json.loads(Path(spec["inputs"]).read_text())[spec["workload"]]
-    out = {}
-    for order, bucket in (("file order", False), ("bucketed", True)):
-        batches = make_batches(examples, bucket, spec.get("limit"))
-        with torch.inference_mode():
-            model(**batches[0])  # warm-up (allocator, kernels, quantization scales)
-            start = time.perf_counter()
-            for batch in batches:
-                model(**batch)
-            seconds = time.perf_counter() - start
-        sequences = sum(b["input_ids"].shape[0] for b in batches)
-        out[order] = {"seconds": seconds, "sequences_per_s": sequences / seconds, "sequences": sequences}
+    batches = {order: make_batches(examples, bucket, spec.get("limit"))
+               for order, bucket in (("file order", False), ("bucketed", True))}
+    out: dict[str, Any] = {}
+    for library, precision in spec["variants"]:
+        model = at_precision(library, load_model(library, "inference", spec["checkpoint"]), precision)
+        model.eval()
+        timings = {}
+        for order, batch_list in batches.items():
+            with torch.inference_mode():
+                model(**batch_list[0])  # warm-up (allocator, kernels, quantization scales)
+                start = time.perf_counter()
+                for batch in batch_list:
+                    model(**batch)
+                seconds = time.perf_counter() - start
+            sequences = sum(b["input_ids"].shape[0] for b in batch_list)
+            timings[order] = {"seconds": seconds, "sequences_per_s": sequences / seconds, "sequences": sequences}
+        out[f"{library} {precision}"] = timings
+        del model
     return out
 
 
@@ -449,12 +455,12 @@ def run_precision(data: Path, rounds: int, examples: int) -> None:
             spec = {"kind": "precision", "model": "all-MiniLM-L6", "checkpoint": minilm_dir(), "inputs": str(inputs),
                     "workload": workload, "limit": limit, "threads": threads}
             runs: dict[str, list[dict[str, Any]]] = {}
-            for _ in range(rounds):  # the six variants alternate within each round
-                for library in ("transformers", "bertforge"):
-                    for precision in PRECISION_LEVELS:
-                        label = f"{library} {precision}"
-                        runs.setdefault(label, []).append(
-                            run_worker({**spec, "library": library, "precision": precision}))
+            variants = [(library, precision) for precision in PRECISION_LEVELS
+                        for library in ("transformers", "bertforge")]
+            for index in range(rounds):  # one process per round; the order reverses every other round
+                measured = run_worker({**spec, "variants": variants if index % 2 == 0 else variants[::-1]})
+                for label, timings in measured.items():
+                    runs.setdefault(label, []).append(timings)
             median = {label: {order: statistics.median(r[order]["sequences_per_s"] for r in rs) for order in ORDERS}
                       for label, rs in runs.items()}
             results.append({"workload": workload, "limit": limit, "threads": threads, "median": median, "runs": runs})
@@ -515,7 +521,8 @@ flags of note: {flags} (no AMX unless listed). torch {info['torch']}, transforme
 {info['date']}; 1-minute load average {info['load_average_1m'][0]} at the start and {info['load_average_1m'][1]} at the
 end (the machine was shared: absolute figures are rough, the ratios come from runs alternating in
 the same minutes). all-MiniLM-L6-v2 encoder, batches of {payload['batch']}, sequences/s, median of
-{payload['rounds']} rounds, each run in its own process. Both libraries get the same batches (file
+{payload['rounds']} rounds; each round is one process that measures the six variants one after the other
+(the order reversed every other round), each on a freshly loaded model. Both libraries get the same batches (file
 order: padded to each batch's longest; bucketed: sorted by length first). bf16 casts the weights once
 on both sides; int8 is torchao's dynamic int8 quantization of the encoder's Linear layers on both sides.
 
