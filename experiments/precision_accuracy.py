@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from experiments.common import machine, markdown_table, save_results, update_doc_section
+from experiments.common import RESULTS, machine, markdown_table, save_results, update_doc_section
 
 FAMILY = {"conll2003": "ner", "squad": "squad", "v1.1": "squad"}
 DEV_SPLIT = {"ner": "dev", "squad": "dev", "glue": "dev"}
@@ -188,6 +188,8 @@ def main() -> None:
     parser.add_argument("--not-measured", action="append", default=[], help="a line saying what was not measured")
     parser.add_argument("--max-examples", type=int, default=None, help="score only the first N dev examples")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the saved rows of tasks not scored in this run (tasks can be run one by one)")
     args = parser.parse_args()
     import torchao
 
@@ -198,10 +200,16 @@ def main() -> None:
     for entry in args.model:
         task, _, directory = entry.partition("=")
         rows.append(score(task, model_dir(Path(directory)), args.data, args.max_examples))
+    models = list(args.model)
+    if args.merge and (RESULTS / "precision_accuracy.json").exists():
+        saved = json.loads((RESULTS / "precision_accuracy.json").read_text(encoding="utf-8"))
+        kept = [row for row in saved["rows"] if row["task"] not in {row["task"] for row in rows}]
+        rows = kept + rows
+        models = [f"{row['task']}={row['model']}" for row in rows]
     info = {**machine(), **cpu_description(), "load_average_1m_end": round(os.getloadavg()[0], 2)}
     payload = {"machine": info, "torchao": torchao.__version__, "rows": rows, "not_measured": args.not_measured}
     save_results("precision_accuracy", payload)
-    command = "python -m experiments.precision_accuracy " + " ".join(f"--model {m}" for m in args.model)
+    command = "python -m experiments.precision_accuracy " + " ".join(f"--model {m}" for m in models)
     update_doc_section("precision-accuracy", render(payload, command))
 
 
