@@ -34,6 +34,7 @@ from experiments.common import RESULTS, machine, markdown_table, save_results, u
 
 FAMILY = {"conll2003": "ner", "squad": "squad", "v1.1": "squad"}
 DEV_SPLIT = {"ner": "dev", "squad": "dev", "glue": "dev"}
+REGRESSION = {"STS-B"}  # every score moves a little: "predictions changed" says nothing there
 VARIANTS = ("fp32", "bf16", "int8", "bf16, fp32 LayerNorm", "bf16 autocast")
 # Per task, the metrics the points-lost figure takes the worst of (all of a task's metrics otherwise).
 HEADLINE = {"SST-2": ["accuracy"], "MRPC": ["accuracy", "f1"], "STS-B": ["pearson", "spearmanr"],
@@ -135,9 +136,12 @@ def score(task: str, path: Path, data: Path, max_examples: int | None) -> dict[s
     return row
 
 
-def changed_share(reference: Any, other: Any) -> float:
+def changed_share(reference: Any, other: Any) -> float | None:
+    """The share of examples whose prediction differs at all; None for regression scores (all differ)."""
     if isinstance(reference, dict):  # SQuAD: id -> answer text
         return sum(reference[k] != other[k] for k in reference) / max(len(reference), 1)
+    if reference and isinstance(reference[0], float):
+        return None
     pairs = list(zip(reference, other, strict=True))
     return sum(not np.array_equal(np.asarray(a), np.asarray(b)) for a, b in pairs) / max(len(pairs), 1)
 
@@ -150,7 +154,8 @@ def render(payload: dict[str, Any], command: str) -> str:
             metrics = row["metrics"][variant]
             scores = ", ".join(f"{m} {100 * metrics[m]:.2f}" for m in row["headline_metrics"])
             lost = "" if variant == "fp32" else f"{row['points_lost'][variant]:+.2f}"
-            changed = "" if variant == "fp32" else f"{100 * row['changed_predictions'][variant]:.1f}%"
+            share = None if row["task"] in REGRESSION else row["changed_predictions"].get(variant)
+            changed = "" if variant == "fp32" else ("n/a (scores)" if share is None else f"{100 * share:.1f}%")
             biggest = "" if variant == "fp32" else f"{row['max_output_change'][variant]:.3f}"
             bound = "" if variant not in ("bf16", "int8") else (
                 "met" if row["points_lost"][variant] <= 0.5 else f"missed by {row['points_lost'][variant] - 0.5:.2f}")
@@ -165,8 +170,8 @@ def render(payload: dict[str, Any], command: str) -> str:
     return f"""## Accuracy at bf16 and int8 inference
 
 `{command}`. CPU: {info['cpu']} (flags of note: {flags}); torch {info['torch']}, torchao
-{payload['torchao']}; {info['date']}. all-MiniLM-L6-v2 fine-tuned on each task's full training set (see
-the models below), then the same weights scored on dev at each precision with the official metric,
+{payload['torchao']}; {info['date']}. all-MiniLM-L6-v2 fine-tuned on each task (how, below the table),
+then the same weights scored on dev at each precision with the official metric,
 as `bertforge predict --precision P --split dev` does. "points lost" is 100 x (fp32 - this) for the
 worse of the headline metrics (a negative value is a gain); the target is at most 0.5 points for
 bf16 and int8. "predictions changed" is the share of dev examples whose predicted label (or score,
@@ -177,8 +182,24 @@ products, the weights cast again on every call).
 {note}
 {table}
 
-Models: {"; ".join(f"{row['task']}: {row['model']}" for row in payload['rows'])}.
+Models (all-MiniLM-L6-v2 fine-tuned with `bertforge finetune`, seed 1): {"; ".join(training_of(row) for row in payload['rows'])}.
 """
+
+
+def training_of(row: dict[str, Any]) -> str:
+    """How a row's model was fine-tuned, from the run_config.yaml beside its seed directory."""
+    import yaml
+
+    path = Path(row["model"])
+    config_file = next((p / "run_config.yaml" for p in (path, path.parent) if (p / "run_config.yaml").exists()), None)
+    if config_file is None:
+        return f"{row['task']}: `{path}`"
+    recipe = yaml.safe_load(config_file.read_text(encoding="utf-8")) or {}
+    train, optim = recipe.get("train", {}), recipe.get("optim", {})
+    examples = train.get("max_train_examples")
+    amount = f"a fixed random {examples:,} training examples" if examples else "the full training set"
+    return (f"{row['task']}: {amount}, {train.get('epochs')} epoch(s), lr {optim.get('lr')}, "
+            f"max length {train.get('max_length') or 'the task default'} (`{path}`)")
 
 
 def main() -> None:
@@ -190,7 +211,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--merge", action="store_true",
                         help="keep the saved rows of tasks not scored in this run (tasks can be run one by one)")
+    parser.add_argument("--render-only", action="store_true", help="rewrite the docs section from the saved JSON")
     args = parser.parse_args()
+    if args.render_only:
+        payload = json.loads((RESULTS / "precision_accuracy.json").read_text(encoding="utf-8"))
+        command = "python -m experiments.precision_accuracy " + " ".join(
+            f"--model {row['task']}={row['model']}" for row in payload["rows"])
+        update_doc_section("precision-accuracy", render(payload, command))
+        return
     import torchao
 
     from bertforge.precision import cpu_description
