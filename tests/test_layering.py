@@ -19,7 +19,7 @@ PACKAGE = "bertforge"
 
 LAYERS: list[tuple[str, ...]] = [
     ("fileio",),
-    ("recipe",),  # reading, checking and writing settings dataclasses; knows no job
+    ("recipe", "tables"),  # settings dataclasses (knows no job); users' files as streamed rows
     ("config",),
     ("tokenizer",),
     ("checkpoint",),  # the file format: knows the key map, not the model classes

@@ -1,5 +1,6 @@
-"""Small file helpers shared by every module: atomic writes, so a crash never leaves half a file; and UTF-8
-decoding whose error names the file, the line and the byte, which every reader turns into its own error type.
+"""Small file helpers shared by every module: atomic writes, so a crash never leaves half a file; UTF-8
+decoding whose error names the file, the line and the byte, which every reader turns into its own error type;
+`DataFormatError`, the located error of every reader of users' files; and streaming decompression by suffix.
 """
 
 from __future__ import annotations
@@ -49,6 +50,19 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+class DataFormatError(ValueError):
+    """Input that a reader cannot use, located as `file:line: field: what is wrong`.
+
+    `line` is 1-based (None when the problem is not on one line); `field` names the column, key or
+    JSON path concerned (None when the whole line is at fault).
+    """
+
+    def __init__(self, path: str | Path, line: int | None, field: str | None, message: str) -> None:
+        self.path, self.line, self.field, self.message = str(path), line, field, message
+        where = self.path if line is None else f"{self.path}:{line}"
+        super().__init__(f"{where}: {field}: {message}" if field else f"{where}: {message}")
 
 
 # ------------------------------------------------------------------------------------------------

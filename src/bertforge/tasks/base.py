@@ -30,25 +30,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from bertforge.config import IGNORE_INDEX
-from bertforge.fileio import NotUtf8Error, read_utf8_lines
+from bertforge.fileio import DataFormatError, NotUtf8Error, read_utf8_lines
 
 if TYPE_CHECKING:
     import torch
 
     from bertforge.tokenizer import BertTokenizer
-
-
-class DataFormatError(ValueError):
-    """Input that a reader cannot use, located as `file:line: field: what is wrong`.
-
-    `line` is 1-based (None when the problem is not on one line); `field` names the column, key or
-    JSON path concerned (None when the whole line is at fault).
-    """
-
-    def __init__(self, path: str | Path, line: int | None, field: str | None, message: str) -> None:
-        self.path, self.line, self.field, self.message = str(path), line, field, message
-        where = self.path if line is None else f"{self.path}:{line}"
-        super().__init__(f"{where}: {field}: {message}" if field else f"{where}: {message}")
 
 
 def read_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
