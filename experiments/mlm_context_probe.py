@@ -15,58 +15,27 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import Counter, defaultdict
 from pathlib import Path
 
 import torch
 
 from bertforge import BertForPreTraining
 from bertforge.data.loader import PretrainingLoader
-from bertforge.data.masking import IGNORE_INDEX
-from bertforge.pretrain import pretraining_metrics
+from bertforge.pretrain import mlm_context_probe
 from bertforge.tokenizer import BertTokenizer
 from experiments.common import RESULTS, machine, save_results
 
 
-def context_variants(batch: dict[str, torch.Tensor], special_ids: list[int], mask_id: int,
-                     generator: torch.Generator) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """(input_ids, labels) for: the context intact, its order shuffled, and the context removed."""
-    ids, labels = batch["input_ids"], batch["labels"]  # (B, T) each
-    words = (batch["attention_mask"] == 1) & ~torch.isin(ids, torch.tensor(special_ids))  # (B, T)
-    no_context = ids.masked_fill(words & (labels == IGNORE_INDEX), mask_id)
-    shuffled_ids, shuffled_labels = ids.clone(), labels.clone()
-    for row in range(ids.shape[0]):
-        positions = words[row].nonzero().squeeze(1)  # masked pieces move with their labels
-        order = positions[torch.randperm(len(positions), generator=generator)]
-        shuffled_ids[row, positions], shuffled_labels[row, positions] = ids[row, order], labels[row, order]
-    return {"context intact": (ids, labels), "shuffled order": (shuffled_ids, shuffled_labels),
-            "no context": (no_context, labels)}
-
-
-@torch.no_grad()
 def probe(model_dir: Path, data_dir: Path, batches: int, batch_size: int = 128) -> dict[str, float]:
     model = BertForPreTraining.from_pretrained(model_dir).eval()
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     loader = PretrainingLoader(data_dir, batch_size, split="valid", shuffle=False, pad_to_multiple_of=8)
     loader.set_epoch(0)  # the order the run's own evaluations used
-    generator = torch.Generator().manual_seed(0)
-    variants: dict[str, list[dict[str, torch.Tensor]]] = defaultdict(list)  # variant -> its batches
-    targets: Counter[int] = Counter()
-    for number, batch in enumerate(loader):
-        if number >= batches:
-            break
-        for name, (ids, labels) in context_variants(batch, tokenizer.all_special_ids, tokenizer.mask_token_id,
-                                                    generator).items():
-            variants[name].append({**batch, "input_ids": ids, "labels": labels})
-        targets.update(batch["labels"][batch["labels"] != IGNORE_INDEX].tolist())
-    scored = sum(targets.values())
-    if scored == 0:
-        raise SystemExit(f"{data_dir}: no validation sequences to score")
-    result = {name: round(100 * pretraining_metrics(model, variant_batches)["mlm_accuracy"], 2)
-              for name, variant_batches in variants.items()}
-    result["most frequent piece"] = round(100 * targets.most_common(1)[0][1] / scored, 2)
-    result["scored pieces"] = scored
-    return result
+    try:
+        return mlm_context_probe(model, loader, tokenizer.all_special_ids, tokenizer.mask_token_id,
+                                 max_batches=batches)
+    except ValueError as error:
+        raise SystemExit(f"{data_dir}: {error}") from error
 
 
 def main() -> None:

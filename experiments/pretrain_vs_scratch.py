@@ -35,17 +35,9 @@ from experiments.common import (
 
 def random_twin(final: Path, out: Path, seed: int = 0) -> Path:
     """A checkpoint with `final`'s config and tokenizer and BERT's initialisation instead of its weights."""
-    import torch
+    from bertforge.pretrain import random_init_like
 
-    from bertforge import BertConfig, BertForPreTraining
-    from bertforge.tokenizer import BertTokenizer
-
-    if (out / "config.json").exists():
-        return out
-    torch.manual_seed(seed)
-    model = BertForPreTraining(BertConfig.from_json_file(final / "config.json"))
-    model.save_pretrained(out, tokenizer=BertTokenizer.from_pretrained(final))
-    return out
+    return out if (out / "config.json").exists() else random_init_like(final, out, seed)
 
 
 # Settings that change what a run shows, not what it computes (`pretrain --quiet` turns the bar off).

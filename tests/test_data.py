@@ -17,11 +17,12 @@ import pytest
 
 from bertforge.data import corpus
 from bertforge.data import prepare as prepare_module
-from bertforge.data.corpus import DataError, InputRange, ReadStats, plan_shards, read_blocks, split_sentences
+from bertforge.data.corpus import DataError, InputRange, ReadStats, read_blocks, split_sentences
 from bertforge.data.instances import BufferedDraws, DocumentPool, InstanceMaker, SentenceBlock, truncate_pair
 from bertforge.data.masking import IGNORE_INDEX, Masker, span_length_distribution
 from bertforge.data.prepare import DataWarning, prepare
 from bertforge.data.shards import Shard, ShardWriter, list_shards
+from bertforge.data.sources import plan_shards
 
 SYLLABLES = ["ka", "lo", "mi", "ne", "su", "ta", "ri", "po", "ve", "du", "xa", "zo", "be", "gi", "hu", "fe"]
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

@@ -253,8 +253,10 @@ def resolve(args: list[str]) -> tuple[Any, Any, list[str], str | None]:
     return command, ctx, args, None
 
 
-def check(args: list[str], parse: bool) -> str | None:
-    """None if `bertforge <args>` names a real command and real options (and, with `parse`, parses)."""
+def check(args: list[str], parse: bool, text: str = "") -> str | None:
+    """None if `bertforge <args>` names a real command and real options (and, with `parse`, parses).
+
+    `text`: the command as written, to tell a quoted pattern (the command expands it) from a bare one."""
     command, ctx, rest, error = resolve(args)
     if error:
         return error
@@ -275,7 +277,8 @@ def check(args: list[str], parse: bool) -> str | None:
         if name in takes_value and not eq and position < len(rest):
             value = rest[position]
             position += 1
-        if "*" in value and not any(ch.isspace() for ch in value):  # an unquoted glob, most likely
+        quoted = f"'{value}'" in text or f'"{value}"' in text
+        if "*" in value and not quoted and not any(ch.isspace() for ch in value):  # an unquoted glob, most likely
             return (f"{name} {value}: the shell expands the pattern to several words and only the first "
                     f"goes to {name} (repeat the option once per file instead)")
     if not parse or gen.is_group(command) or "--help" in rest:
@@ -355,7 +358,7 @@ def test_documented_commands_exist():
     found = documented_commands()
     assert len(found) >= 40, f"only {len(found)} documented bertforge commands found: is the parser broken?"
     problems = [f"{d.where}: `bertforge {shlex.join(d.args)}`: {error}"
-                for d in found if (error := check(d.args, parse=d.in_code_block))]
+                for d in found if (error := check(d.args, parse=d.in_code_block, text=d.text))]
     assert not problems, "stale commands in the docs:\n" + "\n".join(problems)
 
 

@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("features", "plot"),  # frozen-feature extraction; figures from run logs
     ("tasks",),  # task readers, featurisers and metrics (tasks.frozen_ner builds on features)
     ("finetune", "pretrain", "analysis", "export"),
+    ("pipeline",),  # inference for any model: the tasks' featurize/postprocess with the saved settings
     ("serve", "quickstart"),
     ("cli",),
     ("",),  # `bertforge` itself: lazy re-exports of the public names

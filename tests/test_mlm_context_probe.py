@@ -1,10 +1,11 @@
-"""The context variants of experiments/mlm_context_probe.py: what each one keeps and what it takes away."""
+"""The context variants of the MLM context probe (bertforge.pretrain): what each one keeps and what it takes away."""
 
 from __future__ import annotations
 
 import torch
 
-from experiments.mlm_context_probe import IGNORE_INDEX, context_variants
+from bertforge.config import IGNORE_INDEX
+from bertforge.pretrain import context_variants
 
 SPECIAL, MASK = [0, 1, 2, 3, 4], 4
 

@@ -109,7 +109,7 @@ def test_a_saved_recipe_loads_back_equal(tmp_path: Path) -> None:
 # defaults in one place
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("family, task", [("glue", "RTE"), ("ner", "conll2003"), ("squad", "v2.0"),
-                                          ("swag", "swag")])
+                                          ("swag", "swag"), ("classify", "reviews")])
 def test_empty_settings_take_the_task_s_declared_defaults(family: str, task: str) -> None:
     spec = make_task(family, task)
     recipe = finetune_recipe(family, None, {"task": task} if family != "swag" else {}, []).resolved(spec)
@@ -146,7 +146,10 @@ def _setting_options(recipe_cls: type) -> set[str]:
 @pytest.mark.parametrize("path, recipe_cls, not_on_the_command_line", [
     (("prepare",), PrepareOptions, set()),
     (("pretrain",), Recipe, {"source", "progress", "model"}),
-    *[(("finetune", family), FinetuneRecipe, {"family", "task_settings", *(("task",) if family == "swag" else ())})
+    *[(("finetune", family), FinetuneRecipe, {"family", "task_settings", *(("task",) if family == "swag" else ()),
+                                              # the own-file families take --train/--dev/--test instead
+                                              *(("task",) if family in ("tag", "qa") else ()),
+                                              *(() if FAMILIES[family].reads_data_dir else ("data",))})
       for family in FAMILIES],
 ])
 def test_command_options_and_recipe_settings_do_not_drift_apart(path, recipe_cls, not_on_the_command_line) -> None:

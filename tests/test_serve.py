@@ -24,7 +24,8 @@ from bertforge.model import (  # noqa: E402
     SpanOutput,
     set_labels,
 )
-from bertforge.serve.app import MAX_ITEMS, _group_entities, create_app  # noqa: E402
+from bertforge.pipeline import group_entities  # noqa: E402
+from bertforge.serve.app import MAX_ITEMS, create_app  # noqa: E402
 from bertforge.serve.batcher import DynamicBatcher  # noqa: E402
 from bertforge.tokenizer import BertTokenizer  # noqa: E402
 
@@ -211,16 +212,20 @@ def test_ner(models: dict[str, Path]) -> None:
 
 def test_entity_grouping() -> None:
     text = "Jacob Devlin works at Google in Mountain View"
-    words = [["B-PER", 0.9, 0, 5], ["I-PER", 0.7, 6, 12], ["O", 0.9, 13, 18], ["O", 0.9, 19, 21],
-             ["B-ORG", 0.8, 22, 28], ["O", 0.9, 29, 31], ["I-LOC", 0.6, 32, 40], ["I-LOC", 0.8, 41, 45]]
-    entities = _group_entities(text, words)
-    assert [(e.label, e.text) for e in entities] == [("PER", "Jacob Devlin"), ("ORG", "Google"),
-                                                     ("LOC", "Mountain View")]
-    assert math.isclose(entities[0].score, 0.8)
+
+    def words(*rows: tuple) -> list[dict]:
+        return [{"label": label, "score": score, "start": start, "end": end} for label, score, start, end in rows]
+
+    entities = group_entities(text, words(("B-PER", 0.9, 0, 5), ("I-PER", 0.7, 6, 12), ("O", 0.9, 13, 18),
+                                          ("O", 0.9, 19, 21), ("B-ORG", 0.8, 22, 28), ("O", 0.9, 29, 31),
+                                          ("I-LOC", 0.6, 32, 40), ("I-LOC", 0.8, 41, 45)))
+    assert [(e["label"], e["text"]) for e in entities] == [("PER", "Jacob Devlin"), ("ORG", "Google"),
+                                                           ("LOC", "Mountain View")]
+    assert math.isclose(entities[0]["score"], 0.8)
     # B- always starts a new entity, even right after one of the same type; a bare label is IO tagging
-    split = _group_entities("a b", [["B-PER", 1.0, 0, 1], ["B-PER", 1.0, 2, 3]])
-    assert [e.text for e in split] == ["a", "b"]
-    assert [e.label for e in _group_entities("a b", [["PER", 1.0, 0, 1], ["PER", 1.0, 2, 3]])] == ["PER"]
+    split = group_entities("a b", words(("B-PER", 1.0, 0, 1), ("B-PER", 1.0, 2, 3)))
+    assert [e["text"] for e in split] == ["a", "b"]
+    assert [e["label"] for e in group_entities("a b", words(("PER", 1.0, 0, 1), ("PER", 1.0, 2, 3)))] == ["PER"]
 
 
 class _PointingQA(torch.nn.Module):
@@ -348,7 +353,7 @@ def test_concurrent_requests_share_model_calls(models: dict[str, Path], max_batc
     app = create_app(models["mlm"], max_batch_size=max_batch_size, max_wait_ms=200)
     service = app.state.service
     texts = [("the cat sat on the mat " * (i + 1)).strip() for i in range(8)]
-    expected = [service.run_embed([service.prepare_text(t, pooling="mean", normalize=True)])[0].embedding
+    expected = [service.run_embed([service.prepare_embed(t, "mean", True)])[0].embedding
                 for t in texts]
     calls = _count_calls(service.backbone)
     responses = asyncio.run(_concurrent(app, "/embed", [{"text": t} for t in texts]))

@@ -25,15 +25,19 @@ _PUBLIC = {
     "BertForMultipleChoice": "bertforge.model",
     "LoadReport": "bertforge.checkpoint",
 }
+# public modules that are called like functions: `from bertforge import pipeline; pipeline("runs/x")`
+_CALLABLE_MODULES = ("pipeline",)
 
 __all__ = [
     "__version__", "BertConfig", "PRESETS", "BertTokenizer", "BertModel", "BertForPreTraining",
     "BertForMaskedLM", "BertForSequenceClassification", "BertForTokenClassification",
-    "BertForQuestionAnswering", "BertForMultipleChoice", "LoadReport",
+    "BertForQuestionAnswering", "BertForMultipleChoice", "LoadReport", "pipeline",
 ]
 
 
 def __getattr__(name: str) -> Any:
+    if name in _CALLABLE_MODULES:
+        return importlib.import_module(f"bertforge.{name}")
     if name in _PUBLIC:
         return getattr(importlib.import_module(_PUBLIC[name]), name)
     raise AttributeError(f"module 'bertforge' has no attribute {name!r}")

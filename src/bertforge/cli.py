@@ -173,11 +173,12 @@ def quickstart(
     stage: Annotated[list[str] | None, typer.Option(help="Run only this stage (repeat); see the list above.")] = None,
     force: Annotated[bool, typer.Option(help="Rerun the chosen stages even if they completed.")] = False,
 ) -> None:
-    """Raw text to scores on bundled data: WordPiece -> shards -> pre-train a tiny BERT -> held-out MLM/NSP and
-    fill-mask -> fine-tune on SST-2, from it and from the real all-MiniLM-L6 -> report.md.
+    """Raw text to scores on bundled data: WordPiece -> shards -> pre-train a tiny BERT -> held-out MLM/SOP, a
+    word-order probe and fill-mask -> fine-tune on SST-2 from it, from random weights and from the real
+    all-MiniLM-L6 -> report.md.
 
-    Stages: tokenizer, data, pretrain, pretrain_eval, finetune_scratch, finetune_minilm, report. A second run
-    reuses completed stages.
+    Stages: tokenizer, data, pretrain, pretrain_eval, finetune_pretrained, finetune_random, finetune_minilm,
+    report. A second run reuses completed stages.
 
     Example: `bertforge quickstart --out runs/quickstart` (then read runs/quickstart/report.md)
     """
@@ -316,7 +317,8 @@ def serve(
     max_batch_size: Annotated[int, typer.Option(help="Rows per model call; 1 turns dynamic batching off.")] = 16,
     max_wait_ms: Annotated[float, typer.Option(help="How long a batch waits for company.")] = 5.0,
     device: Annotated[str, typer.Option(help="torch device: cpu, cuda, cuda:1, ...")] = "cpu",
-    precision: Annotated[str, typer.Option(help=PRECISION_HELP)] = "fp32",
+    precision: Annotated[str, typer.Option(
+        help="fp32, bf16, int8, or auto (bf16 where the CPU has native bf16 instructions).")] = "fp32",
 ) -> None:
     """Serve a checkpoint over HTTP: JSON API (/fill-mask /classify /qa /ner /embed /attention) and a demo page at /.
 
@@ -461,8 +463,30 @@ recipe_command(
              _flag("quiet", "No progress bar.")],
     doc="""Turn text into shards of masked-LM + next-sentence instances, in parallel and resumably.
 
+    Inputs: .txt, .jsonl (--text-field) and .parquet (--text-column) files, directories and glob
+    patterns; text and JSON lines may be compressed (.gz, .bz2, .xz, .zst).
+
     Example: `bertforge prepare --input corpus/ --tokenizer runs/vocab --out data/bert128 --workers 4`
     """)
+
+
+@app.command("prepare-merge")
+def prepare_merge(
+    data: Annotated[Path, typer.Option("--data", help="The --out of the `prepare --part I/N` runs: it holds "
+                                                      "their part-I-of-N directories.")],
+) -> None:
+    """Join the parts of `prepare --part I/N` into one dataset that `pretrain --data` reads.
+
+    Example: `bertforge prepare-merge --data data/bert128`
+    """
+    from bertforge.data.prepare import merge_parts
+
+    try:
+        stats = merge_parts(data)
+    except _recipe_errors() as exc:
+        raise _fail(str(exc)) from exc
+    typer.echo(f"{stats['parts']} parts: {stats['documents']:,} documents, {stats['tokens']:,} tokens -> "
+               f"{stats['instances']:,} instances (+{stats['validation_instances']:,} validation) -> {data}")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -539,7 +563,7 @@ def plot_command(
 # ---------------------------------------------------------------------------------------------------
 
 finetune_app = typer.Typer(
-    help="Fine-tune a pre-trained checkpoint on a task (GLUE, CoNLL-2003 NER, SQuAD, SWAG) with the paper's "
+    help="Fine-tune a pre-trained checkpoint on a task (GLUE, CoNLL-2003 NER, SQuAD, SWAG, or your own files: classify) with the paper's "
     "recipe: AdamW, 10% warm-up then linear decay, batch 32, 3 epochs. Every setting is an option, a line of "
     "a --config recipe (recipes/finetune/) or a --set key=value. Writes OUT/seed-N/ (a Hugging Face model), "
     "OUT/results.json (mean / std / median across seeds) and OUT/run_config.yaml (the resolved recipe).",
@@ -569,6 +593,26 @@ _FT_DOCS = {
 
     Example: `bertforge finetune squad --model models/minilm --data data/squad/dev-v1.1.json --train-articles 38 --out runs/squad`
     """,
+    "tag": """Fine-tune token tagging on your own files: CoNLL-style column files or .jsonl / .parquet rows of
+    tokens and tags, any entity types, IOB1, IOB2 (BIO) or BIOES (detected). The model trains on IOB2;
+    dev is scored with conlleval's entity F1 (per type too) and token accuracy.
+
+    Example: `bertforge finetune tag --train train.jsonl --dev dev.jsonl --model models/minilm --out runs/tag`
+    Integer tags: `bertforge finetune tag --train train.parquet --dev dev.parquet --tag-column ner_tags --tag-names O,B-PER,I-PER --model models/minilm --out runs/tag`
+    """,
+    "qa": """Fine-tune extractive QA on your own files: SQuAD-format .json (v1 or v2) or .jsonl / .parquet rows
+    {id, question, context, answers: {text: [...], answer_start: [...]}} (empty lists: no answer). Reports
+    SQuAD EM / F1; with unanswerable questions the no-answer threshold is tuned on dev and saved.
+
+    Example: `bertforge finetune qa --train train.jsonl --dev dev.jsonl --model models/minilm --out runs/qa`
+    """,
+    "classify": """Fine-tune text classification on your own CSV / TSV / JSONL / Parquet files: single-label
+    (string or integer labels), multi-label (a list, or --label-delimiter), regression (numbers), sentence
+    pairs (--pair-column). Writes per-class scores, a confusion matrix and predictions with label names.
+
+    Example: `bertforge finetune classify --model models/minilm --train reviews.csv --dev reviews-dev.csv --out runs/reviews`
+    Pairs, multi-label: `bertforge finetune classify --model models/minilm --train train.jsonl --dev dev.jsonl --text-column question --pair-column answer --label-column tags --label-delimiter , --out runs/tags`
+    """,
     "swag": """Fine-tune multiple choice on SWAG (four endings, softmax over their [CLS] scores); reports accuracy.
 
     Example: `bertforge finetune swag --model models/minilm --data data/swag --out runs/swag`
@@ -580,9 +624,13 @@ def _task_setting_parameters(family: str) -> list[pyinspect.Parameter]:
     """Options for a family's own task settings (SQuAD's --doc-stride, ...), as the task declares them."""
     from bertforge.tasks import FAMILIES
 
+    def names(name: str, kind: type) -> str:
+        flag = name.replace("_", "-")
+        return f"--{flag}/--no-{flag}" if kind is bool else f"--{flag}"
+
     return [pyinspect.Parameter(name, pyinspect.Parameter.KEYWORD_ONLY, default=None,
                                 annotation=Annotated[kind | None, typer.Option(
-                                    f"--{name.replace('_', '-')}", help=f"{text} [recipe: task_settings.{name}]",
+                                    names(name, kind), help=f"{text} [recipe: task_settings.{name}]",
                                     show_default=False)])
             for name, (kind, text) in FAMILIES[family].setting_options.items()]
 
@@ -602,7 +650,7 @@ def finetune_recipe(family: str, config: Path | None, given: dict[str, Any], ass
     """The recipe a `finetune FAMILY` command runs: defaults, then --config, then options, then --set."""
     from bertforge.recipe import override, parse_assignments, resolve
 
-    base = FinetuneRecipe(family=family, task="swag" if family == "swag" else None)
+    base = FinetuneRecipe(family=family, task=family if family in ("swag", "tag", "qa") else None)
     recipe = resolve(FinetuneRecipe, config, given, base=base)
     if recipe.family != family:
         raise ValueError(f"{config}: the recipe is for `finetune {recipe.family}`, not `finetune {family}`")
@@ -613,6 +661,8 @@ def finetune_recipe(family: str, config: Path | None, given: dict[str, Any], ass
 
 
 def _finetune_command(family: str) -> None:
+    from bertforge.tasks import FAMILIES
+
     task_params = _task_setting_parameters(family)
     task_names = [p.name for p in task_params]
 
@@ -632,10 +682,16 @@ def _finetune_command(family: str) -> None:
                    f"{results['train_examples']} training examples, {results['wall_s']:.0f} s")
         for name, row in results["summary"].items():
             typer.echo(f"  {name:>24}: mean {row['mean']:.4f}  std {row['std']:.4f}  median {row['median']:.4f}")
+        for split, summary in results.get("test_summary", {}).items():
+            for name, row in summary.items():
+                typer.echo(f"  {split + ' ' + name:>24}: mean {row['mean']:.4f}  std {row['std']:.4f}")
         typer.echo(f"wrote {out / 'results.json'}, {out / 'run_config.yaml'}")
 
     leading = [_FT_OUT, *task_params, *(_NER_FROZEN if family == "ner" else [])]
-    skip = ("family", "task_settings", *(("task",) if family == "swag" else ()))
+
+    own_files = not FAMILIES[family].reads_data_dir  # classify, tag, qa: --train/--dev/--test, no --data
+    skip = ("family", "task_settings", *(("task",) if family in ("swag", "tag", "qa") else ()),
+            *(("data",) if own_files else ()))
     recipe_command(finetune_app, family, FinetuneRecipe, body, doc=_FT_DOCS[family], leading=leading,
                    skip=skip)
 
@@ -654,29 +710,102 @@ def _frozen_ner(recipe: Any, out: Path, strategy: str) -> None:
     typer.echo(f"{strategy}: hidden states {row['layers']} ({row['combine']}) -> dev F1 {100 * row['dev_f1']:.2f}")
 
 
-for _family in ("glue", "ner", "squad", "swag"):
+for _family in ("glue", "ner", "squad", "swag", "classify", "tag", "qa"):
     _finetune_command(_family)
 
 
 @app.command("predict")
 def predict_command(
-    family: Annotated[str, typer.Argument(help="glue, ner, squad or swag.")],
-    model: Annotated[Path, typer.Option("--model", help="A fine-tuned model (a seed-N directory).")],
-    data: Annotated[Path, typer.Option("--data", help="The task's data directory (or SQuAD file).")],
-    out: Annotated[Path, typer.Option("--out", help="Directory for the prediction files.")],
-    task: Annotated[str | None, typer.Option("--task", help="The task (default: the one the model was "
-                                                           "fine-tuned for, from its task.json).")] = None,
-    split: Annotated[list[str] | None, typer.Option(
-        "--split", help="Split(s) to predict; default the test split(s) (MNLI: test_matched, "
-                        "test_mismatched and ax).")] = None,
+    model: Annotated[Path, typer.Option("--model", help="A fine-tuned model (a seed-N directory) or any "
+                                                        "BERT checkpoint.")],
+    family: Annotated[str | None, typer.Argument(
+        help="With --data: the task family (glue, ner, squad, swag, tag or qa). Not used with --input.")] = None,
+    input_file: Annotated[Path | None, typer.Option(
+        "--input", help="Your file to predict: .csv, .tsv, .jsonl (also .gz, .bz2, .xz, .zst), .parquet, "
+                        "or anything else as one text per line.")] = None,
+    data: Annotated[Path | None, typer.Option(
+        "--data", help="The task's data directory (or SQuAD file; for tag and qa the file to predict): writes "
+                       "the task's prediction files (leaderboard formats).")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="With --input: the predictions file (.jsonl, .csv or .tsv); with --data: the "
+                      "directory for the leaderboard files.")] = None,
+    task: Annotated[str | None, typer.Option(
+        "--task", help="With --input: the pipeline task (text-classification, token-classification, "
+                       "question-answering, fill-mask, embeddings; default: the model's). With --data: the "
+                       "benchmark task (default: the one in the model's task.json).")] = None,
+    text_column: Annotated[str, typer.Option("--text-column", help="Column holding the text.")] = "text",
+    pair_column: Annotated[str | None, typer.Option(
+        "--pair-column", help="Column holding the second sentence of a pair (classification).")] = None,
+    question_column: Annotated[str, typer.Option("--question-column", help="QA: column of the questions.")]
+    = "question",
+    context_column: Annotated[str, typer.Option("--context-column", help="QA: column of the passages.")]
+    = "context",
+    keep_columns: Annotated[list[str] | None, typer.Option(
+        "--keep-columns", help="Input columns copied into each output row (comma-separated; repeat).")] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Rows per forward pass.")] = 64,
-    precision: Annotated[str, typer.Option(help=PRECISION_HELP)] = "fp32",
+    max_length: Annotated[int | None, typer.Option(
+        "--max-length", help="Pieces per input (default: the length the model was fine-tuned with).")] = None,
+    chunk_rows: Annotated[int, typer.Option(
+        "--chunk-rows", help="Rows read, predicted and written at a time (memory is bounded by it).")] = 4096,
+    pooling: Annotated[str, typer.Option("--pooling", help="Embeddings: mean, cls or pooler.")] = "mean",
+    normalize: Annotated[bool, typer.Option("--normalize", help="Embeddings: scale to unit length.")] = False,
+    top_k: Annotated[int, typer.Option("--top-k", help="Fill-mask: tokens per [MASK].")] = 5,
+    device: Annotated[str | None, typer.Option("--device", help="torch device (default: cpu).")] = None,
+    precision: Annotated[str, typer.Option(
+        "--precision", help="fp32, bf16, int8, or auto (bf16 where the CPU has native bf16 instructions).")]
+    = "fp32",
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")] = True,
+    split: Annotated[list[str] | None, typer.Option(
+        "--split", help="With --data: split(s) to predict; default the test split(s) (MNLI: test_matched, "
+                        "test_mismatched and ax).")] = None,
 ) -> None:
-    """Write a fine-tuned model's predictions: GLUE leaderboard .tsv files (label names, STS-B scores,
-    MNLI-m / MNLI-mm / AX), SQuAD predictions.json (+ null_odds.json for v2.0), CoNLL lines, SWAG csv.
+    """Predict with a model: your own file with `--input` (any fine-tuned model, streamed in chunks, rows in
+    input order), or a task's prediction files with `FAMILY --data`: GLUE leaderboard .tsv files, SQuAD
+    predictions.json (+ null_odds.json for v2.0), CoNLL lines, SWAG csv; for tag, predictions-test.jsonl
+    (tokens, tags in the training files' scheme, scores), for qa the SQuAD files.
 
-    Example: `bertforge predict glue --model runs/sst2/seed-1 --data data/glue --out submission/`
+    Examples: `bertforge predict --model runs/reviews/seed-1 --input new.csv --out preds.jsonl`;
+    `bertforge predict glue --model runs/sst2/seed-1 --data data/glue --out submission/`
     """
+    if (input_file is None) == (data is None):
+        raise _fail("give --input FILE (your data) or FAMILY --data DIR (a benchmark's leaderboard files)")
+    if out is None:
+        raise _fail("--out is required")
+    if input_file is not None:
+        if family is not None:
+            raise _fail(f"FAMILY ({family}) goes with --data; with --input the task comes from the model "
+                        "(or --task)")
+        keep = [name.strip() for item in keep_columns or [] for name in item.split(",") if name.strip()]
+        _predict_file(model, input_file, out, task=task, text_column=text_column, pair_column=pair_column,
+                      question_column=question_column, context_column=context_column, keep_columns=keep,
+                      batch_size=batch_size, max_length=max_length, chunk_rows=chunk_rows, device=device,
+                      precision=precision, progress=progress, pooling=pooling, normalize=normalize, top_k=top_k)
+        return
+    if family is None:
+        raise _fail("--data needs the task family first: bertforge predict glue|ner|squad|swag|tag|qa --data ...")
+    _predict_leaderboard(family, model, data, out, task=task, split=split, batch_size=batch_size,  # type: ignore[arg-type]
+                         precision=precision)
+
+
+def _predict_file(model: Path, input_file: Path, out: Path, *, task: str | None, batch_size: int,
+                  max_length: int | None, device: str | None, precision: str, pooling: str, normalize: bool,
+                  top_k: int, **file_options: Any) -> None:
+    from bertforge.checkpoint import CheckpointError
+    from bertforge.pipeline import pipeline, predict_file
+    from bertforge.tasks.base import DataFormatError
+
+    try:
+        pipe = pipeline(model, task, batch_size=batch_size, max_length=max_length, device=device,
+                        precision=precision, pooling=pooling, normalize=normalize, top_k=top_k)
+        done = predict_file(pipe, input_file, out, **file_options)
+    except (CheckpointError, DataFormatError, FileNotFoundError, ValueError) as exc:
+        raise _fail(str(exc)) from exc
+    typer.echo(f"{pipe.task} ({pipe.precision}): {done['rows']} rows -> {out} "
+               f"({done['rows_per_second']:.1f} rows/s)")
+
+
+def _predict_leaderboard(family: str, model: Path, data: Path, out: Path, *, task: str | None,
+                         split: list[str] | None, batch_size: int, precision: str = "fp32") -> None:
     import json
 
     from bertforge.checkpoint import CheckpointError

@@ -137,6 +137,9 @@ def open_binary(path: str | os.PathLike[str]) -> BinaryIO:
         import lzma
         return lzma.open(path, "rb")  # type: ignore[return-value]
     if kind == "zst":
+        import io
+
         import zstandard
-        return zstandard.open(path, "rb")  # type: ignore[return-value]
+        # zstandard's reader has no readline: buffer it as the standard library's readers are
+        return io.BufferedReader(zstandard.open(path, "rb"), 1 << 16)  # type: ignore[arg-type]
     return open(path, "rb")

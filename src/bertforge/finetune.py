@@ -2,6 +2,8 @@
 
     from bertforge.finetune import finetune, predict
     results = finetune("glue", "RTE", "models/minilm", "data/glue", "runs/rte", seeds=(1, 2, 3), lr=2e-5)
+    finetune("classify", None, "models/minilm", None, "runs/reviews",
+             task_settings={"train": "reviews.csv", "dev": "reviews-dev.csv"})   # your own files
     predict("glue", "RTE", "runs/rte/seed-1", "data/glue", "submission/")
 
 A run is described by a `FinetuneRecipe` (the task, the model and data, the seeds, an optimiser
@@ -23,9 +25,11 @@ Files, per run directory `out_dir`:
     seed-N/task.json        family, task, max_length, task settings (SQuAD v2.0: the tuned null
                             threshold), label names, final dev metrics, steps, wall time, and the
                             resolved settings (`hyperparameters`)
-    seed-N/<dev predictions> the task's prediction files for the dev split(s)
+    seed-N/<dev predictions> the task's prediction files for the dev split(s); for the own-data families
+                            also their --test file's, predicted by the final model (`Task.final_splits`)
     seed-N/run/             the loop's metrics.jsonl (train loss, lr, dev metrics per epoch)
     results.json            hyper-parameters, per-seed metrics, and mean / std / median across seeds
+                            (`test_summary`: the same for a labelled --test file)
 
 A seed whose `task.json` already holds metrics for the same settings is reused, not retrained, so an
 interrupted multi-seed run can be started again with the same command. `predict` loads a fine-tuned
@@ -161,11 +165,13 @@ class FinetuneRecipe:
     `data` the task's data; `task_settings` are the task's own options (SQuAD's `doc_stride`, ...).
     """
 
-    family: str = setting("glue", help="Task family: glue, ner, squad or swag.")
+    family: str = setting("glue", help="Task family: glue, ner, squad, swag; classify, tag, qa (your own files).")
     task: str | None = setting(None, help="The task within the family: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, "
-                                          "QNLI, RTE, WNLI; conll2003; squad, v1.1, v2.0; swag.")
+                                          "QNLI, RTE, WNLI; conll2003; squad, v1.1, v2.0; swag; any name for "
+                                          "classify.")
     model: str | None = setting(None, help="The pre-trained checkpoint (Hugging Face layout).")
-    data: str | None = setting(None, help="The task's data directory (or file, for SQuAD).")
+    data: str | None = setting(None, help="The task's data directory (or file, for SQuAD; classify takes "
+                                          "--train/--dev/--test files instead).")
     seeds: list[int] = setting(default_factory=lambda: [1], help="Comma-separated seeds, one run each.")
     task_settings: dict[str, Any] = setting(default_factory=dict, help="Task options (SQuAD: doc_stride, ...).")
     optim: FinetuneOptim = dataclasses.field(default_factory=FinetuneOptim)
@@ -248,13 +254,15 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
     from bertforge.train.state import seed_everything
 
     started = time.perf_counter()
-    if recipe.model is None or recipe.data is None:
+    spec = make_task(recipe.family, recipe.task, recipe.task_settings)
+    if recipe.model is None or (recipe.data is None and spec.reads_data_dir):
         raise ValueError(f"the recipe names no {'model' if recipe.model is None else 'data'} "
                          "(give --model and --data, or model: and data: in the recipe)")
-    spec = make_task(recipe.family, recipe.task, recipe.task_settings)
+    if not spec.reads_data_dir and not (spec.settings.get("train") and spec.settings.get("dev")):
+        raise ValueError(f"finetune {spec.family} needs a training and a dev file: give --train FILE --dev FILE")
     recipe = recipe.resolved(spec)
     loop, optim = recipe.train, recipe.optim
-    model_dir, data_dir = Path(recipe.model), Path(recipe.data)
+    model_dir, data_dir = Path(recipe.model), None if recipe.data is None else Path(recipe.data)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
 
     train_examples = subsample(spec.read(data_dir, spec.train_split), loop.max_train_examples)
@@ -268,8 +276,12 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
         examples = spec.read(data_dir, split)
         examples = examples[:loop.max_eval_examples] if loop.max_eval_examples else examples
         eval_sets[split] = (examples, spec.featurize(examples, tokenizer, loop.max_length, label_names=label_list))
+    final_sets = {}  # read (and so checked) now, predicted by the final model
+    for split in spec.final_splits():
+        examples = spec.read(data_dir, split)
+        final_sets[split] = (examples, spec.featurize(examples, tokenizer, loop.max_length, label_names=label_list))
     _say(f"{spec.family} {spec.name}: {len(train_examples)} training examples -> {len(train_features)} features; "
-         + ", ".join(f"{s}: {len(e)} examples" for s, (e, _) in eval_sets.items()), verbose)
+         + ", ".join(f"{s}: {len(e)} examples" for s, (e, _) in {**eval_sets, **final_sets}.items()), verbose)
 
     recipe = dataclasses.replace(recipe, task_settings=dict(spec.settings))  # as the reader completed them
     hyper = hyperparameters(recipe)
@@ -285,13 +297,15 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
         if saved.get("metrics") and saved.get("hyperparameters") == hyper:
             _say(f"seed {seed}: already done in {seed_dir}, reusing its metrics", verbose)
             runs.append({"seed": seed, "metrics": saved["metrics"], "steps": saved.get("steps"),
-                         "wall_s": saved.get("wall_s"), "dir": seed_dir.name})
+                         "wall_s": saved.get("wall_s"), "dir": seed_dir.name,
+                         **({"test_metrics": saved["test_metrics"]} if saved.get("test_metrics") else {})})
             continue
         seed_started = time.perf_counter()
         seed_everything(seed)  # the new output layer's initialisation depends on the seed
-        overrides = label_maps(labels) if labels is not None else {}
+        overrides = {**(label_maps(labels) if labels is not None else {}), **spec.config_overrides()}
         model = load_for_task(spec.head, model_dir, **overrides)
         reinitialize_top_layers(model, loop.reinit_layers)
+        spec.configure_model(model, train_examples, label_list)
         batches = TaskBatches(train_features, loop.batch_size, seed=seed, pad_id=tokenizer.pad_token_id)
         steps_per_epoch = len(batches)
         max_steps = max(1, math.ceil(steps_per_epoch * loop.epochs))
@@ -311,27 +325,58 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
         model.save_pretrained(seed_dir, tokenizer=tokenizer)
         for split, (examples, _) in eval_sets.items():
             spec.write_predictions(examples, evaluator.predictions(split), seed_dir, split)
+        test_metrics = _predict_final(spec, model, final_sets, label_list, seed_dir, loop.eval_batch_size,
+                                      tokenizer.pad_token_id)
         wall = time.perf_counter() - seed_started
         record = {"family": spec.family, "task": spec.name, "seed": seed, "max_length": loop.max_length,
                   "settings": dict(spec.settings), "labels": label_list, "metrics": metrics, "steps": result.step,
                   "wall_s": round(wall, 1), "hyperparameters": hyper, "source_model": str(model_dir)}
+        if test_metrics:
+            record["test_metrics"] = test_metrics
         _write_json(seed_dir / TASK_FILE, record)
         if not loop.keep_checkpoints:
             shutil.rmtree(seed_dir / "run" / "checkpoints", ignore_errors=True)
         _say(f"seed {seed}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()) + f"  ({wall:.0f} s)", verbose)
         runs.append({"seed": seed, "metrics": metrics, "steps": result.step, "wall_s": round(wall, 1),
-                     "dir": seed_dir.name})
+                     "dir": seed_dir.name, **({"test_metrics": test_metrics} if test_metrics else {})})
         del model
 
     results = {
-        "family": spec.family, "task": spec.name, "model": str(model_dir), "data": str(data_dir),
+        "family": spec.family, "task": spec.name, "model": str(model_dir),
+        "data": str(data_dir) if data_dir is not None else {s: spec.settings[s] for s in ("train", "dev", "test")
+                                                            if spec.settings.get(s)},
         "hyperparameters": hyper, "train_examples": len(train_examples), "train_features": len(train_features),
         "eval_examples": {split: len(e) for split, (e, _) in eval_sets.items()},
         "seeds": runs, "summary": summarize([r["metrics"] for r in runs]),
+        **_test_summary(runs),
         "wall_s": round(time.perf_counter() - started, 1),
     }
     _write_json(out_dir / RESULTS_FILE, results)
     return results
+
+
+def _predict_final(task: Task, model: Any, final_sets: dict[str, tuple[list[Any], list[Any]]],
+                   label_names: list[str] | None, seed_dir: Path, batch_size: int,
+                   pad_id: int) -> dict[str, dict[str, float]]:
+    """Predict the task's final splits (classify's --test file) with the trained model into `seed_dir`;
+    returns {split: metrics} for those with labels."""
+    scores = {}
+    for split, (examples, features) in final_sets.items():
+        outputs = run_model(model, features, task.output_names, token_outputs=task.token_outputs,
+                            batch_size=batch_size, pad_id=pad_id)
+        predictions = task.postprocess(examples, features, outputs, label_names=label_names)
+        task.write_predictions(examples, predictions, seed_dir, split)
+        if task.has_labels(examples):
+            scores[split] = {k: float(v) for k, v in task.metric(examples, predictions).items()}
+    return scores
+
+
+def _test_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """results.json's `test_summary`: {split: summary across seeds} when the seeds scored a test file."""
+    splits = {split for r in runs for split in r.get("test_metrics", {})}
+    summary = {split: summarize([r["test_metrics"][split] for r in runs if split in r.get("test_metrics", {})])
+               for split in sorted(splits)}
+    return {"test_summary": summary} if summary else {}
 
 
 def _first_labelled(task: Task, evaluator: _Evaluator) -> tuple[list[Any], list[Any]]:

@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import os
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -300,6 +301,60 @@ def _sums(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
                          (logits.argmax(-1) == targets).sum().item(), targets.numel()], dtype=torch.float64)
 
 
+# The three ways `mlm_context_probe` shows the model its held-out sequences.
+CONTEXT_VARIANTS = ("context intact", "shuffled order", "no context")
+
+
+def context_variants(batch: dict[str, torch.Tensor], special_ids: list[int], mask_id: int,
+                     generator: torch.Generator) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """(input_ids, labels) for: the context intact, its order shuffled, and the context removed."""
+    import torch
+
+    ids, labels = batch["input_ids"], batch["labels"]  # (B, T) each
+    words = (batch["attention_mask"] == 1) & ~torch.isin(ids, torch.tensor(special_ids))  # (B, T)
+    no_context = ids.masked_fill(words & (labels == IGNORE_INDEX), mask_id)
+    shuffled_ids, shuffled_labels = ids.clone(), labels.clone()
+    for row in range(ids.shape[0]):
+        positions = words[row].nonzero().squeeze(1)  # masked pieces move with their labels
+        order = positions[torch.randperm(len(positions), generator=generator)]
+        shuffled_ids[row, positions], shuffled_labels[row, positions] = ids[row, order], labels[row, order]
+    return dict(zip(CONTEXT_VARIANTS, ((ids, labels), (shuffled_ids, shuffled_labels), (no_context, labels)),
+                    strict=True))
+
+
+def mlm_context_probe(model: nn.Module, batches: Any, special_ids: list[int], mask_id: int,
+                      max_batches: int = 0, seed: int = 0) -> dict[str, float]:
+    """How much context the model uses: held-out MLM accuracy (%) three ways, on the same masked pieces.
+
+    "context intact" is the usual score; "shuffled order" moves each sequence's unmasked pieces among
+    their positions (the same words, no order: what a bag-of-words model sees); "no context" replaces
+    every unmasked piece by [MASK] (position and segment only). A model still at the unigram /
+    bag-of-words stage of pre-training scores about the same on the first two; the difference is what
+    word order is worth to it. Also: the share of the most frequent target piece, and the pieces scored.
+    `batches` are statically masked validation batches (a `PretrainingLoader` over split "valid").
+    """
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    variants: dict[str, list[dict[str, torch.Tensor]]] = defaultdict(list)  # variant -> its batches
+    targets: Counter[int] = Counter()
+    for number, batch in enumerate(batches):
+        if max_batches and number >= max_batches:
+            break
+        for name, (ids, labels) in context_variants(batch, special_ids, mask_id, generator).items():
+            variants[name].append({**batch, "input_ids": ids, "labels": labels})
+        targets.update(batch["labels"][batch["labels"] != IGNORE_INDEX].tolist())
+    scored = sum(targets.values())
+    if scored == 0:
+        raise ValueError("no masked validation pieces to score")
+    with torch.no_grad():
+        result = {name: round(100 * pretraining_metrics(model, variants[name])["mlm_accuracy"], 2)
+                  for name in CONTEXT_VARIANTS}
+    result["most frequent piece"] = round(100 * targets.most_common(1)[0][1] / scored, 2)
+    result["scored pieces"] = scored
+    return result
+
+
 def validation_evaluator(data_dir: Path, options: DataOptions, objective: str) -> EvalFn | None:
     """Metrics on the fixed, statically masked validation split (None when the data has none)."""
     from bertforge.data.loader import PretrainingLoader
@@ -400,6 +455,21 @@ def initialise_from(model: nn.Module, checkpoint: Path, info: dict[str, Any]) ->
         raise ValueError(f"{checkpoint / 'vocab.txt'}: not the vocabulary the pre-training data was made with "
                          "(token ids would mean different pieces)")
     load_weights_into(model, checkpoint)
+
+
+def random_init_like(checkpoint: str | os.PathLike[str], out: str | os.PathLike[str], seed: int = 0) -> Path:
+    """A checkpoint with `checkpoint`'s config and tokenizer and BERT's random initialisation instead of
+    its weights: the start that shows what pre-training bought when both are fine-tuned alike."""
+    import torch
+
+    from bertforge.model import BertForPreTraining
+    from bertforge.tokenizer import BertTokenizer
+
+    checkpoint, out = Path(checkpoint), Path(out)
+    torch.manual_seed(seed)
+    model = BertForPreTraining(BertConfig.from_json_file(checkpoint / "config.json"))
+    model.save_pretrained(out, tokenizer=BertTokenizer.from_pretrained(checkpoint))
+    return out
 
 
 def export_final(model: nn.Module, directory: Path, tokenizer_dir: Path | None) -> Path:

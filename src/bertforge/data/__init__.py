@@ -1,6 +1,8 @@
 """Pre-training data: text files -> instances -> masked shards on disk -> batches.
 
     corpus.py     reading documents (BERT layout or plain text), sentence splitting, Gutenberg headers
+    records.py    reading documents from JSON lines and Parquet, one per record
+    sources.py    which files make the corpus (directories, globs, kinds); its cut into shards and parts
     instances.py  NSP / SOP segment pairs and RoBERTa-style packing, truncation
     masking.py    15% / 80-10-10, whole-word and span masking, vectorised with numpy
     shards.py     the on-disk format (memmap arrays + a JSON index per shard)

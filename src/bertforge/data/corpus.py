@@ -1,6 +1,14 @@
 """Reading pre-training text: documents, sentences, Gutenberg headers, and the split of the input into shards.
 
-Two input layouts:
+Input files, told apart by their names (:func:`bertforge.data.sources.input_kind`):
+
+* **text** (`.txt`, or any name not listed below), read as a stream of lines;
+* **compressed text** (`.txt.gz`, `.bz2`, `.xz`, `.zst`), decompressed as it is read
+  (`fileio.open_binary`);
+* **records**: JSON lines (`.jsonl`, `.ndjson`, `.json`, plain or compressed) and Parquet (`.parquet`),
+  one document per record, read by :mod:`bertforge.data.records`.
+
+Two layouts of the text (of a text file, or of each record):
 
 * **BERT layout** (the default): one sentence per line, a blank line between documents, as the
   paper's pre-training data was prepared.
@@ -14,9 +22,7 @@ Everything streams: a file is read line by line and handed on in *blocks* of at 
 `block_sentences` sentences, so memory stays bounded by the block size whatever the size of a file
 or of the corpus. A long document is several blocks that share one `doc_key`.
 
-The input is cut into shards by byte ranges (:func:`plan_shards`): the concatenated files are cut into
-`num_shards` pieces of about equal size, each cut moved forward to the next blank line (a document
-boundary in the BERT layout, a paragraph boundary in plain text), so no sentence is cut in two.
+Which files, and the cut of the input into shards and parts, are :mod:`bertforge.data.sources`' part.
 """
 
 from __future__ import annotations
@@ -27,18 +33,24 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bertforge.fileio import NotUtf8Error, decode_utf8
+from bertforge.fileio import (
+    NotUtf8Error,
+    compression_of,
+    decode_utf8,
+    open_binary,
+)
 
 __all__ = [
     "DataError",
     "InputRange",
     "ReadStats",
     "TextBlock",
-    "expand_inputs",
     "find_gutenberg_body",
     "next_blank_line",
     "next_document_start",
-    "plan_shards",
+    "next_line_start",
+    "count_newlines",
+    "hard_split",
     "read_blocks",
     "split_sentences",
 ]
@@ -47,7 +59,7 @@ BAD_BYTES_POLICIES = ("skip", "replace", "error")
 _READ_CHUNK = 1 << 20  # bytes per read when scanning for newlines or cut points
 SECTION_BLANK_LINES = 3  # plain text: this many blank lines in a row start a new document
 _MAX_PARAGRAPH_CHARS = 200_000  # a "paragraph" longer than this (no blank line for pages) is flushed early
-_MAX_LOCATIONS = 5  # how many file:line examples each warning keeps
+MAX_LOCATIONS = 5  # how many file:line examples each warning keeps
 _MAX_LINE_BYTES = 1 << 20  # a longer line is read in pieces (cut at spaces), so memory stays bounded
 
 
@@ -113,7 +125,7 @@ def split_sentences(text: str) -> list[str]:
     return sentences
 
 
-def _hard_split(text: str, max_chars: int) -> list[str]:
+def hard_split(text: str, max_chars: int) -> list[str]:
     """Cut an overlong piece of text at white space into pieces of at most `max_chars` characters."""
     pieces = []
     while len(text) > max_chars:
@@ -146,13 +158,8 @@ def find_gutenberg_body(path: str | os.PathLike[str]) -> tuple[int, int, list[st
     it). A missing marker is not an error: the file is used from its start / to its end, with a warning.
     """
     path = Path(path)
-    size = path.stat().st_size
     warnings: list[str] = []
-    with open(path, "rb") as handle:
-        head = handle.read(_GUTENBERG_SCAN)
-        tail_start = max(0, size - _GUTENBERG_SCAN)
-        handle.seek(tail_start)
-        tail = handle.read()
+    head, tail, tail_start, size = _head_and_tail(path)
     start = 0
     match = _GUTENBERG_START.search(head)
     if match is None:
@@ -176,6 +183,25 @@ def find_gutenberg_body(path: str | os.PathLike[str]) -> tuple[int, int, list[st
     return start, end, warnings
 
 
+def _head_and_tail(path: Path) -> tuple[bytes, bytes, int, int]:
+    """The first and last `_GUTENBERG_SCAN` bytes of a file's (decompressed) text, where the last start,
+    and the text's size. A compressed file is decompressed once, as a stream, to find its end."""
+    if not compression_of(path):
+        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            head = handle.read(_GUTENBERG_SCAN)
+            tail_start = max(0, size - _GUTENBERG_SCAN)
+            handle.seek(tail_start)
+            return head, handle.read(), tail_start, size
+    with open_binary(path) as handle:
+        head = handle.read(_GUTENBERG_SCAN)
+        previous, last, size = b"", head, len(head)
+        while chunk := handle.read(_GUTENBERG_SCAN):
+            previous, last, size = last, chunk, size + len(chunk)
+    window = (previous + last)[-_GUTENBERG_SCAN:]
+    return head, window, size - len(window), size
+
+
 # ---------------------------------------------------------------------------------------------------
 # planning: which byte ranges go into which shard
 # ---------------------------------------------------------------------------------------------------
@@ -183,55 +209,45 @@ def find_gutenberg_body(path: str | os.PathLike[str]) -> tuple[int, int, list[st
 
 @dataclass(frozen=True)
 class InputRange:
-    """A piece of one input file: bytes `[start, end)`, whose first line is line `first_line` (1-based)."""
+    """A piece of one input file, in the unit its kind is cut by.
+
+    * text and JSON lines, plain: bytes `[start, end)`, whose first line is line `first_line` (1-based);
+    * compressed text or JSON lines: the whole stream from decompressed byte `start` to `end` (-1: to
+      the end of the stream);
+    * Parquet: row groups `[start, end)`, whose first row is row `first_line` of the file (1-based).
+
+    `size`: bytes on disk the piece stands for, where `end - start` is not that (compressed, Parquet).
+    """
 
     path: str
     file_index: int
     start: int
     end: int
     first_line: int
+    kind: str = "text"
+    size: int = 0
+
+    @property
+    def compressed(self) -> bool:
+        return compression_of(self.path) is not None
+
+    @property
+    def weight(self) -> int:
+        """Bytes on disk: what shards and parts are balanced by."""
+        return self.size if self.kind == "parquet" or self.compressed else self.end - self.start
 
     def to_json(self) -> list:
-        return [self.path, self.file_index, self.start, self.end, self.first_line]
+        row = [self.path, self.file_index, self.start, self.end, self.first_line]
+        return row if self.kind == "text" and not self.size else [*row, self.kind, self.size]
 
     @classmethod
     def from_json(cls, row: Sequence) -> InputRange:
-        path, file_index, start, end, first_line = row
-        return cls(str(path), int(file_index), int(start), int(end), int(first_line))
+        path, file_index, start, end, first_line, *rest = row
+        kind, size = (str(rest[0]), int(rest[1])) if rest else ("text", 0)
+        return cls(str(path), int(file_index), int(start), int(end), int(first_line), kind, size)
 
 
-def expand_inputs(inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[Path]:
-    """Files named by `inputs`: files as given, directories by their `*.txt` files (recursively), sorted.
-
-    Raises DataError for a path that does not exist or a directory without text files.
-    """
-    if isinstance(inputs, (str, os.PathLike)):
-        inputs = [inputs]
-    files: list[Path] = []
-    for item in inputs:
-        path = Path(item)
-        if path.is_dir():
-            found = sorted(p for p in path.rglob("*.txt") if p.is_file())
-            if not found:
-                raise DataError(f"{path}: directory holds no .txt files")
-            files.extend(found)
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise DataError(f"{path}: no such file or directory")
-    if not files:
-        raise DataError("no input files given")
-    seen: set[Path] = set()
-    unique = []
-    for path in files:
-        key = path.resolve()
-        if key not in seen:
-            seen.add(key)
-            unique.append(path)
-    return unique
-
-
-def _count_newlines(handle, start: int, end: int) -> int:
+def count_newlines(handle, start: int, end: int) -> int:
     handle.seek(start)
     count, left = 0, end - start
     while left > 0:
@@ -263,11 +279,22 @@ def next_blank_line(handle, offset: int, start: int, end: int) -> int:
     return end
 
 
+def next_line_start(handle, offset: int, start: int, end: int) -> int:
+    """Offset of the first line that starts at or after `offset` (within `[start, end)`), else `end`."""
+    if offset <= start:
+        return start
+    handle.seek(offset - 1)
+    if handle.read(1) == b"\n":
+        return min(offset, end)
+    return min(offset + len(handle.readline()), end)
+
+
 def next_document_start(handle, offset: int, end: int, *, blank_lines: int = 1) -> int | None:
     """Offset of the first line of the next document at or after `offset`, or None before `end`.
 
     A document starts at a non-blank line that follows `blank_lines` or more blank lines (1 in the BERT
-    layout, SECTION_BLANK_LINES in plain text): the same offset `read_blocks` uses in a document's key.
+    layout, SECTION_BLANK_LINES in plain text, 0 in JSON lines where every line is one): the same offset
+    `read_blocks` uses in a document's key.
     """
     pos = offset
     if offset > 0:
@@ -288,74 +315,6 @@ def next_document_start(handle, offset: int, end: int, *, blank_lines: int = 1) 
             run = 0
         pos += len(line)
     return None
-
-
-def plan_shards(
-    files: Sequence[str | os.PathLike[str]],
-    num_shards: int,
-    *,
-    strip_gutenberg: bool = False,
-) -> tuple[list[list[InputRange]], list[str]]:
-    """Cut the input into at most `num_shards` shards of about equal byte size, cutting only at blank lines.
-
-    Returns the shards (each a list of InputRange, in input order, none empty) and warnings (empty
-    files, missing Gutenberg markers). Deterministic: the same files and `num_shards` give the same plan.
-    """
-    warnings: list[str] = []
-    bodies: list[tuple[str, int, int, int]] = []  # path, file_index, start, end
-    for index, file in enumerate(files):
-        path = Path(file)
-        size = path.stat().st_size
-        if size == 0:
-            warnings.append(f"{path}: empty file, skipped")
-            continue
-        start, end = 0, size
-        if strip_gutenberg:
-            start, end, notes = find_gutenberg_body(path)
-            warnings.extend(notes)
-        if end > start:
-            bodies.append((str(path), index, start, end))
-    total = sum(end - start for _, _, start, end in bodies)
-    if total == 0:
-        return [], warnings
-
-    # cut points in the concatenated stream, each snapped forward to a blank line in its file
-    num_shards = max(1, num_shards)
-    cuts: set[tuple[int, int]] = set()  # (position in `bodies`, byte offset in that file)
-    targets = [total * k // num_shards for k in range(1, num_shards)]
-    base, body_i = 0, 0
-    for target in targets:
-        while body_i < len(bodies) and base + (bodies[body_i][3] - bodies[body_i][2]) <= target:
-            base += bodies[body_i][3] - bodies[body_i][2]
-            body_i += 1
-        if body_i >= len(bodies):
-            break
-        path, _, start, end = bodies[body_i]
-        with open(path, "rb") as handle:
-            offset = next_blank_line(handle, start + (target - base), start, end)
-        if start < offset < end:
-            cuts.add((body_i, offset))
-        elif offset >= end and body_i + 1 < len(bodies):
-            cuts.add((body_i + 1, bodies[body_i + 1][2]))
-
-    # walk the files, starting a new shard at each cut
-    shards: list[list[InputRange]] = [[]]
-    for i, (path, file_index, start, end) in enumerate(bodies):
-        offsets = sorted(off for (b, off) in cuts if b == i)
-        if offsets and offsets[0] == start and shards[-1]:
-            shards.append([])
-            offsets = offsets[1:]
-        with open(path, "rb") as handle:
-            line = 1 + _count_newlines(handle, 0, start)
-            piece_start = start
-            for off in [*offsets, end]:
-                if off > piece_start:
-                    shards[-1].append(InputRange(path, file_index, piece_start, off, line))
-                    line += _count_newlines(handle, piece_start, off)
-                if off != end:
-                    shards.append([])
-                piece_start = off
-    return [shard for shard in shards if shard], warnings
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -386,6 +345,8 @@ class ReadStats:
     bad_line_locations: list[str] = field(default_factory=list)
     overlong_locations: list[str] = field(default_factory=list)
     sentences_per_file: dict[int, int] = field(default_factory=dict)
+    bad_records: int = 0  # JSON lines / Parquet: records skipped (see records.py)
+    bad_record_locations: list[str] = field(default_factory=list)
 
     def merge(self, other: ReadStats) -> None:
         self.documents += other.documents
@@ -393,8 +354,10 @@ class ReadStats:
         self.bytes += other.bytes
         self.bad_lines += other.bad_lines
         self.overlong_lines += other.overlong_lines
-        self.bad_line_locations = (self.bad_line_locations + other.bad_line_locations)[:_MAX_LOCATIONS]
-        self.overlong_locations = (self.overlong_locations + other.overlong_locations)[:_MAX_LOCATIONS]
+        self.bad_line_locations = (self.bad_line_locations + other.bad_line_locations)[:MAX_LOCATIONS]
+        self.overlong_locations = (self.overlong_locations + other.overlong_locations)[:MAX_LOCATIONS]
+        self.bad_records += other.bad_records
+        self.bad_record_locations = (self.bad_record_locations + other.bad_record_locations)[:MAX_LOCATIONS]
         for key, value in other.sentences_per_file.items():
             self.sentences_per_file[key] = self.sentences_per_file.get(key, 0) + value
 
@@ -404,6 +367,7 @@ class ReadStats:
             "bad_lines": self.bad_lines, "overlong_lines": self.overlong_lines,
             "bad_line_locations": self.bad_line_locations, "overlong_locations": self.overlong_locations,
             "sentences_per_file": {str(k): v for k, v in self.sentences_per_file.items()},
+            "bad_records": self.bad_records, "bad_record_locations": self.bad_record_locations,
         }
 
     @classmethod
@@ -417,34 +381,63 @@ def _iter_lines(rng: InputRange, max_line_bytes: int) -> Iterator[tuple[bytes, i
     """Yield (raw line, line number, byte offset, part) over the range; an overlong line comes in pieces
     (`part` is true for each piece of such a line).
 
-    A piece of an overlong line ends at a space, so no word and no UTF-8 character is cut.
+    A piece of an overlong line ends at a space, so no word and no UTF-8 character is cut. A compressed
+    file is read as a stream from its start (`end` -1: to the end of the stream).
     """
-    with open(rng.path, "rb") as handle:
-        handle.seek(rng.start)
+    with open_binary(rng.path) as handle:
+        end = rng.end
+        if rng.compressed:
+            _skip(handle, rng.start)
+        else:
+            handle.seek(rng.start)
         pos, line_no, continuing = rng.start, rng.first_line, False
-        while pos < rng.end:
-            raw = handle.readline(min(max_line_bytes, rng.end - pos))
+        pending = b""  # the rest of a line cut short, read again before the file (streams cannot seek back)
+        while end < 0 or pos < end:
+            limit = max_line_bytes if end < 0 else min(max_line_bytes, end - pos)
+            if pending:
+                raw, pending = _take_line(pending, limit)
+                if not raw.endswith(b"\n") and len(raw) < limit:
+                    raw += handle.readline(limit - len(raw))
+            else:
+                raw = handle.readline(limit)
             if not raw:
                 break
-            complete = raw.endswith(b"\n") or pos + len(raw) >= rng.end
+            # short of the limit without "\n": the last line of a stream (a plain file's range ends first)
+            complete = raw.endswith(b"\n") or (pos + len(raw) >= end if end >= 0 else len(raw) < limit)
             if not complete:
                 cut = raw.rfind(b" ")
                 if cut > 0:
-                    handle.seek(pos + cut + 1)
-                    raw = raw[:cut + 1]
+                    cut += 1
                 else:  # no space at all: back off to a UTF-8 character boundary
                     cut = len(raw)
                     while cut > len(raw) - 4 and cut > 1 and (raw[cut - 1] & 0xC0) == 0x80:
                         cut -= 1
                     if cut > 1 and raw[cut - 1] >= 0xC0:
                         cut -= 1
-                    handle.seek(pos + cut)
+                if cut < len(raw) or pending:
+                    pending = raw[cut:] + pending
                     raw = raw[:cut]
             yield raw, line_no, pos, not complete or continuing
             pos += len(raw)
             continuing = not complete
             if complete:
                 line_no += 1
+
+
+def _take_line(buffer: bytes, limit: int) -> tuple[bytes, bytes]:
+    """The first line of `buffer` (at most `limit` bytes) and the rest."""
+    stop = buffer.find(b"\n", 0, limit)
+    stop = min(len(buffer), limit) if stop < 0 else stop + 1
+    return buffer[:stop], buffer[stop:]
+
+
+def _skip(handle, count: int) -> None:
+    """Read past the first `count` bytes of a stream (a compressed file's Gutenberg header)."""
+    while count > 0:
+        chunk = handle.read(min(_READ_CHUNK, count))
+        if not chunk:
+            return
+        count -= len(chunk)
 
 
 def read_blocks(
@@ -456,7 +449,7 @@ def read_blocks(
     bad_bytes: str = "skip",
     stats: ReadStats | None = None,
 ) -> Iterator[TextBlock]:
-    """Stream one input range as blocks of sentences.
+    """Stream one text range as blocks of sentences (`sources.read_blocks` reads every kind of input).
 
     Blocks never mix documents. Lines with bytes that are not UTF-8 are skipped (`bad_bytes="skip"`,
     counted with their file:line in `stats`), decoded with U+FFFD (`"replace"`), or stop the run with a
@@ -467,6 +460,8 @@ def read_blocks(
     if bad_bytes not in BAD_BYTES_POLICIES:
         raise ValueError(f"bad_bytes must be one of {BAD_BYTES_POLICIES}, not {bad_bytes!r}")
     stats = stats if stats is not None else ReadStats()
+    if rng.kind != "text":
+        raise ValueError(f"{rng.path}: a {rng.kind} range; read it with bertforge.data.sources.read_blocks")
     sentences: list[str] = []
     doc_key = (rng.file_index, rng.start)
     location = f"{rng.path}:{rng.first_line}"
@@ -503,7 +498,7 @@ def read_blocks(
         if paragraph:
             text = " ".join(paragraph)
             paragraph, paragraph_chars = [], 0
-            yield from add([p for sent in split_sentences(text) for p in _hard_split(sent, max_line_chars)],
+            yield from add([p for sent in split_sentences(text) for p in hard_split(sent, max_line_chars)],
                            paragraph_line)
 
     overlong_line_no = bad_line_no = -1
@@ -525,7 +520,7 @@ def read_blocks(
                 if bad_line_no != line_no:
                     bad_line_no = line_no
                     stats.bad_lines += 1
-                    if len(stats.bad_line_locations) < _MAX_LOCATIONS:
+                    if len(stats.bad_line_locations) < MAX_LOCATIONS:
                         stats.bad_line_locations.append(f"{rng.path}:{line_no}")
                 continue
         if offset == 0:
@@ -535,7 +530,7 @@ def read_blocks(
         if too_long and overlong_line_no != line_no:
             overlong_line_no = line_no
             stats.overlong_lines += 1
-            if len(stats.overlong_locations) < _MAX_LOCATIONS:
+            if len(stats.overlong_locations) < MAX_LOCATIONS:
                 stats.overlong_locations.append(f"{rng.path}:{line_no}")
 
         if plain_text:
@@ -567,7 +562,7 @@ def read_blocks(
         if not doc_has_text:
             doc_key = (rng.file_index, offset)
         if too_long:
-            pieces = [p for sent in split_sentences(text) for p in _hard_split(sent, max_line_chars)]
+            pieces = [p for sent in split_sentences(text) for p in hard_split(sent, max_line_chars)]
             yield from add(pieces, line_no)
         else:
             yield from add([text], line_no)

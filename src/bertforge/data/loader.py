@@ -52,7 +52,9 @@ class PretrainingDataset(Dataset):
                             "same arguments to complete it")
         self.info = read_json(self.data_dir / "dataset.json")
         self.split = split
-        self.shards = [s for s in list_shards(self.data_dir / split) if len(s)]
+        # the parts of `prepare --part`, joined by `prepare-merge`: their shards in place, part after part
+        parts = [self.data_dir / part for part in self.info.get("parts", [])] or [self.data_dir]
+        self.shards = [s for part in parts for s in list_shards(part / split) if len(s)]
         self.cumulative = np.cumsum([0] + [len(s) for s in self.shards])
         if split == "valid" or self.info["options"]["masking"] == "static":
             self.static = True

@@ -1,11 +1,19 @@
-"""`prepare`: text files -> shards of pre-training instances, in parallel, streaming and resumable.
+"""`prepare`: text, JSON lines and Parquet -> shards of pre-training instances, in parallel, streaming and
+resumable.
 
-The work is cut into shards by byte ranges of the input (`corpus.plan_shards`); each shard is made by
-one process from its own range, with its own random streams seeded from `(seed, shard index)`, so the
-output depends only on the inputs, the options, the seed and the number of shards (which is
-`max(workers, input size / shard_mb)`), never on timing. A shard is finished when its record
-`done/shard_XXXXX.json` exists; it is written after the shard's data, so an interrupted run, started
-again with the same arguments, redoes only the shards that have no record.
+The work is cut into shards (`sources.cut_ranges`: byte ranges of text cut at blank lines, of JSON lines
+at line ends, Parquet at row groups; a compressed file whole); each shard is made by one process from
+its own ranges, with its own random streams seeded from `(seed, shard index)`, so the output depends
+only on the inputs, the options, the seed and the number of shards (which is `max(workers, input size
+/ shard_mb)`), never on timing. A shard is finished when its record `done/shard_XXXXX.json` exists; it
+is written after the shard's data, so an interrupted run, started again with the same arguments,
+redoes only the shards that have no record.
+
+Parts (`part="I/N"`, for N machines): the input is first cut into N parts by the same rule, part I
+alone is prepared into `out/part-I-of-N` in `ceil(part size / shard_mb)` shards (so a part does not
+depend on the machine's number of workers), with random streams seeded from `(seed, shard, I, N)`.
+:func:`merge_parts` then writes the dataset index over the N part directories, and the loader reads
+their shards in place.
 
 NotNext partners: every shard keeps a :class:`~bertforge.data.instances.DocumentPool` of recent
 documents of its own range and draws NotNext segments from documents other than the current one,
@@ -28,6 +36,7 @@ import itertools
 import json
 import math
 import os
+import shutil
 import time
 import warnings
 import zlib
@@ -44,10 +53,7 @@ from bertforge.data.corpus import (
     DataError,
     InputRange,
     ReadStats,
-    expand_inputs,
     next_document_start,
-    plan_shards,
-    read_blocks,
 )
 from bertforge.data.instances import (
     OBJECTIVES,
@@ -58,13 +64,15 @@ from bertforge.data.instances import (
     SentenceBlock,
 )
 from bertforge.data.masking import IGNORE_INDEX, Masker
+from bertforge.data.records import BAD_RECORDS_POLICIES, parquet_layout
 from bertforge.data.shards import ShardWriter, read_json, shard_name, token_dtype
+from bertforge.data.sources import cut_ranges, expand_inputs, input_bodies, read_blocks
 from bertforge.fileio import atomic_path, write_text_atomic
 from bertforge.recipe import override as recipe_override
 from bertforge.recipe import save as save_recipe
 from bertforge.recipe import setting
 
-__all__ = ["MASKING_MODES", "RUN_CONFIG_FILE", "DataWarning", "PrepareOptions", "prepare"]
+__all__ = ["MASKING_MODES", "RUN_CONFIG_FILE", "DataWarning", "PrepareOptions", "merge_parts", "parse_part", "prepare"]
 
 MASKING_MODES = ("static", "dynamic")
 DATASET_FORMAT = "bertforge-pretraining-data"
@@ -88,7 +96,8 @@ class PrepareOptions:
     """
 
     inputs: list[str] = setting(default_factory=list, aliases=("--input", "-i"),
-                                help="Text file or directory of .txt files (repeat).")
+                                help="File, directory or glob pattern (repeat): .txt, .jsonl, .parquet, "
+                                     "and .txt/.jsonl compressed (.gz, .bz2, .xz, .zst).")
     tokenizer: str | None = setting(None, help="Tokenizer directory (vocab.txt ...).")
     max_seq_length: int = setting(128, help="Tokens per instance, [CLS] and [SEP] included.")
     workers: int = setting(1, help="Processes, one shard each at a time.")
@@ -114,6 +123,13 @@ class PrepareOptions:
     block_sentences: int = setting(256, help="Sentences per block (the unit held out for validation).")
     max_line_chars: int = setting(10_000, help="Longer lines are cut (and counted).")
     bad_bytes: str = setting("skip", help="Lines that are not UTF-8: skip, replace or error.")
+    text_field: str = setting("text", help="JSON lines: the field of each record that holds its text.")
+    text_column: str = setting("text", help="Parquet: the column that holds each row's text.")
+    bad_records: str = setting("skip", help="JSON lines / Parquet records without usable text: skip (counted, "
+                                            "reported) or error (stop at the first, naming file and line).")
+    part: str | None = setting(None, help="I/N: prepare only part I (0 to N-1) of N disjoint parts of the "
+                                          "input, into OUT/part-I-of-N, for N machines or a job array; join "
+                                          "them with `bertforge prepare-merge`.")
 
     def __post_init__(self) -> None:
         _check_options(self)
@@ -133,14 +149,17 @@ def prepare(
     progress: bool = True,
     **settings: Any,
 ) -> dict[str, Any]:
-    """Make pre-training shards from text files and return the statistics (also in `out_dir/stats.json`).
+    """Make pre-training shards from text, JSON lines or Parquet and return the statistics (also in
+    `out_dir/stats.json`; with `part`, in `out_dir/part-I-of-N/stats.json`).
 
     `inputs` is a `PrepareOptions` (then `tokenizer_dir` may stay None), or the input paths, with any
     other setting of `PrepareOptions` by name (`max_seq_length=64`, `objective="sop"`, ...).
 
     Args:
-        inputs: text files or directories (their `*.txt`, recursively). BERT layout (one sentence per
-            line, blank line between documents) unless `plain_text`.
+        inputs: files, directories (their text, JSON-lines and Parquet files, recursively) and glob
+            patterns; text and JSON lines may be compressed (.gz, .bz2, .xz, .zst). BERT layout (one
+            sentence per line, blank line between documents) unless `plain_text`; a JSON-lines record
+            (its `text_field`) or a Parquet row (its `text_column`) is one document.
         tokenizer_dir: a directory `BertTokenizer.from_pretrained` reads (vocab.txt ...).
         out_dir: where the shards go; a rerun with the same arguments finishes an interrupted run.
         objective: "nsp" (BERT), "sop" (ALBERT sentence order) or "none" (RoBERTa full sentences).
@@ -153,6 +172,9 @@ def prepare(
             (e.g. a corpus's official test split), besides the `validation_fraction` of `inputs`.
         shard_mb: input megabytes per shard at most (more shards than workers when the input is large).
         bad_bytes: lines that are not UTF-8: "skip" (counted, reported), "replace" or "error".
+        bad_records: records without usable text: "skip" (counted, reported) or "error" (a RecordError
+            naming file, line or row, and field).
+        part: "I/N": only part I of N disjoint parts, into `out_dir/part-I-of-N` (see `merge_parts`).
 
     Example:
         >>> stats = prepare(["corpus/"], "tokenizer/", "data/bert128", workers=4)  # doctest: +SKIP
@@ -173,12 +195,23 @@ def prepare(
     tokenizer = _load_tokenizer(str(tokenizer_dir))
     vocab_facts = _vocab_facts(tokenizer)
 
-    total_bytes = sum(f.stat().st_size for f in files)
-    num_shards = max(workers, math.ceil(total_bytes / (shard_mb * 1e6)))
-    plan, plan_warnings = plan_shards(files, num_shards, strip_gutenberg=strip_gutenberg)
-    if not plan:
+    bodies, plan_warnings = input_bodies(files, strip_gutenberg=strip_gutenberg, text_column=recipe.text_column)
+    if not bodies:
         raise DataError(f"no text to prepare: all {len(files)} input files are empty ({', '.join(map(str, files[:3]))}"
                         f"{', ...' if len(files) > 3 else ''})")
+    if recipe.part is not None:  # this machine's part of the corpus, cut by the same rule as shards
+        part, num_parts = parse_part(recipe.part)
+        parts = cut_ranges(bodies, num_parts)
+        if part >= len(parts):
+            raise DataError(f"part {recipe.part}: the input only splits into {len(parts)} parts (a compressed file "
+                            "or a Parquet row group is never split); use fewer parts")
+        bodies = parts[part]
+        out = out / part_dir_name(part, num_parts)
+    if recipe.part is None:
+        num_shards = max(workers, math.ceil(sum(f.stat().st_size for f in files) / (shard_mb * 1e6)))
+    else:  # a part's shards do not depend on the machine it runs on: shard_mb alone sets them
+        num_shards = max(1, math.ceil(sum(r.weight for r in bodies) / (shard_mb * 1e6)))
+    plan = cut_ranges(bodies, num_shards)
     dataset = {
         "format": DATASET_FORMAT, "version": 1, "options": options, "tokenizer": vocab_facts,
         "inputs": [{"path": str(f), "bytes": f.stat().st_size, "mtime_ns": f.stat().st_mtime_ns} for f in files],
@@ -197,10 +230,14 @@ def prepare(
     tokenizer.save_pretrained(out / "tokenizer")
 
     todo = [i for i in range(len(plan)) if not (out / "done" / f"{shard_name(i)}.json").exists()]
-    todo_bytes = sum(r.end - r.start for i in todo for r in plan[i])
+    todo_bytes = sum(r.weight for i in todo for r in plan[i])
+    # the random streams of a shard: (seed, shard), and the part too when there are parts
+    stream = [] if recipe.part is None else list(parse_part(recipe.part))
     jobs = [{"shard": i, "ranges": dataset["shards"][i], "options": options, "out_dir": str(out),
-             "tokenizer_dir": str(tokenizer_dir)} for i in todo]
-    _run_jobs(jobs, workers, todo_bytes, progress)
+             "tokenizer_dir": str(tokenizer_dir), "stream": [i, *stream]} for i in todo]
+    # the bar counts text bytes read: known in advance only when no input is compressed or Parquet
+    exact = all(r.weight == r.end - r.start for i in todo for r in plan[i])
+    _run_jobs(jobs, workers, todo_bytes if exact else None, progress)
 
     stats = _collect_stats(out, dataset, plan_warnings)
     stats["run"] = {"wall_s": round(time.time() - started, 3), "shards_made": len(todo), "bytes_read": todo_bytes,
@@ -217,6 +254,68 @@ def prepare(
             f"{stats['sentences']} sentences, {stats['skipped']['one_sentence_documents']} one-sentence documents "
             f"skipped{' (is the input plain text? pass plain_text=True)' if not plain_text else ''}"
         )
+    return stats
+
+
+def merge_parts(data_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Join the parts that `prepare(..., part="I/N")` wrote under `data_dir` into one dataset.
+
+    Checks that all N parts are there and finished, made from the same inputs with the same options
+    and vocabulary; then writes `data_dir/dataset.json` (which lists the parts), `stats.json` (over all
+    of them), `continuation.npy` and `tokenizer/`. No shard is copied: the loader reads each part's
+    shards in place, part after part. Returns the statistics.
+    """
+    data = Path(data_dir)
+    found: dict[int, tuple[int, Path]] = {}
+    for directory in sorted(data.glob("part-*-of-*")):
+        index, _, count = directory.name.removeprefix("part-").partition("-of-")
+        if directory.is_dir() and index.isdigit() and count.isdigit():
+            found[int(index)] = (int(count), directory)
+    if not found:
+        raise DataError(f"{data}: no part directories (part-I-of-N) to merge; make them with prepare --part I/N")
+    counts = {count for count, _ in found.values()}
+    if len(counts) > 1:
+        raise DataError(f"{data}: parts of different splits ({', '.join(f'of {n}' for n in sorted(counts))}); "
+                        "keep the parts of one split only")
+    num_parts = counts.pop()
+    missing = [i for i in range(num_parts) if i not in found]
+    if missing:
+        raise DataError(f"{data}: part(s) {', '.join(f'{i}/{num_parts}' for i in missing)} missing; "
+                        f"prepare them with --part I/{num_parts} and the same arguments")
+    record = data / "dataset.json"
+    if record.exists() and "parts" not in read_json(record):
+        raise DataError(f"{data} holds a whole dataset already (dataset.json without parts); merge parts into "
+                        "the directory that holds only them")
+    dirs = [found[i][1] for i in range(num_parts)]
+    infos = []
+    for directory in dirs:
+        if not (directory / "stats.json").is_file():
+            raise DataError(f"{directory}: this part has not finished (no stats.json); run its prepare again")
+        infos.append(read_json(directory / "dataset.json"))
+
+    def job(info: dict) -> dict:
+        return {"options": {k: v for k, v in info["options"].items() if k != "part"},
+                "tokenizer": info["tokenizer"], "inputs": info["inputs"]}
+
+    for directory, info in zip(dirs[1:], infos[1:], strict=True):
+        differ = [k for k, v in job(info).items() if v != job(infos[0])[k]]
+        if differ:
+            raise DataError(f"{directory} was made with other {' and '.join(differ)} than {dirs[0]}; every part "
+                            "needs the same inputs, options and tokenizer")
+    records = []
+    for part, (directory, info) in enumerate(zip(dirs, infos, strict=True)):
+        for shard in range(len(info["shards"])):
+            records.append({**read_json(directory / "done" / f"{shard_name(shard)}.json"), "part": part})
+    merged = {"format": DATASET_FORMAT, "version": 1, **job(infos[0]), "shards": [],
+              "parts": [d.name for d in dirs]}
+    merged["options"]["part"] = None
+    stats = _summarize(records, merged, [])
+    stats["parts"] = num_parts
+    shutil.copytree(dirs[0] / "tokenizer", data / "tokenizer", dirs_exist_ok=True)
+    with atomic_path(data / "continuation.npy") as tmp:
+        shutil.copyfile(dirs[0] / "continuation.npy", tmp)
+    write_text_atomic(data / "dataset.json", json.dumps(merged, indent=1) + "\n")
+    write_text_atomic(data / "stats.json", json.dumps(stats, indent=1) + "\n")
     return stats
 
 
@@ -248,6 +347,11 @@ def _check_options(o: PrepareOptions) -> None:
     need(o.objective in OBJECTIVES, f"objective must be one of {OBJECTIVES}, not {o.objective!r}")
     need(o.masking in MASKING_MODES, f"masking must be one of {MASKING_MODES}, not {o.masking!r}")
     need(o.bad_bytes in BAD_BYTES_POLICIES, f"bad_bytes must be one of {BAD_BYTES_POLICIES}, not {o.bad_bytes!r}")
+    need(o.bad_records in BAD_RECORDS_POLICIES,
+         f"bad_records must be one of {BAD_RECORDS_POLICIES}, not {o.bad_records!r}")
+    need(bool(o.text_field) and bool(o.text_column), "text_field and text_column must not be empty")
+    if o.part is not None:
+        parse_part(o.part)
     need(8 <= o.max_seq_length <= 65535, f"max_seq_length must be in [8, 65535], not {o.max_seq_length}")
     need(o.workers >= 1, f"workers must be at least 1, not {o.workers}")
     need(0.0 < o.masked_lm_prob < 1.0, f"masked_lm_prob must be in (0, 1), not {o.masked_lm_prob}")
@@ -264,6 +368,23 @@ def _check_options(o: PrepareOptions) -> None:
     need(o.max_predictions_per_seq >= 1, "max_predictions_per_seq must be at least 1")
     if o.span:
         o.whole_word = True  # SpanBERT spans are made of whole words
+
+
+def parse_part(part: str) -> tuple[int, int]:
+    """`"I/N"` -> (I, N), with 0 <= I < N; ValueError otherwise."""
+    index, _, count = str(part).partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        raise ValueError(f"part must be I/N (e.g. 0/4), not {part!r}") from None
+    if not 0 <= i < n:
+        raise ValueError(f"part {part}: I must be in [0, N) (parts count from 0: 0/{max(n, 1)} ... "
+                         f"{max(n, 1) - 1}/{max(n, 1)})")
+    return i, n
+
+
+def part_dir_name(index: int, count: int) -> str:
+    return f"part-{index:05d}-of-{count:05d}"
 
 
 _TOKENIZERS: dict[str, Any] = {}
@@ -331,7 +452,7 @@ def _init_worker(queue) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one process per core already
 
 
-def _run_jobs(jobs: list[dict], workers: int, total_bytes: int, progress: bool) -> None:
+def _run_jobs(jobs: list[dict], workers: int, total_bytes: int | None, progress: bool) -> None:
     if not jobs:
         return
     from tqdm.auto import tqdm
@@ -411,10 +532,11 @@ class _Split:
     """Instance making, masking and writing for one split (train or valid) of one shard."""
 
     def __init__(self, name: str, shard: int, o: dict, facts: dict, masker: Masker | None, seed: int,
-                 out: Path, dupe: int, pool: DocumentPool | None, fallback_pool: DocumentPool | None):
+                 out: Path, dupe: int, pool: DocumentPool | None, fallback_pool: DocumentPool | None,
+                 stream: Sequence[int]):
         self.maker = InstanceMaker(o["max_seq_length"], facts["cls_id"], facts["sep_id"], o["objective"],
                                    o["short_seq_prob"])
-        streams = np.random.SeedSequence([seed, shard]).spawn(2)
+        streams = np.random.SeedSequence([seed, *stream]).spawn(2)
         self.rng = BufferedDraws(np.random.default_rng(streams[0]))
         self.mask_rng = np.random.default_rng(streams[1])
         self.masker = masker
@@ -499,33 +621,62 @@ def _is_validation(sentences: list[str], fraction: float) -> bool:
     return zlib.crc32("\n".join(sentences).encode("utf-8"), 0x5A17) / 2**32 < fraction
 
 
+def _text_field(o: dict, r: InputRange) -> str:
+    return o["text_column"] if r.kind == "parquet" else o["text_field"]
+
+
 def _prefill(pool: DocumentPool, ranges: list[InputRange], o: dict, tokenizer) -> None:
     """Fill the NotNext pool with the first block of documents spread over the shard: the first
     document of each file piece, and the next document after each of `_PREFILL_PROBES` evenly spaced
-    places. A probe starts where a document starts, so its key is the key the main pass gives it."""
-    total = sum(r.end - r.start for r in ranges)
-    blank_lines = SECTION_BLANK_LINES if o["plain_text"] else 1
+    places. A probe starts where a document starts, so its key is the key the main pass gives it.
+    (A compressed file is only read from its start; a Parquet probe starts at a row group.)"""
+    total = sum(r.weight for r in ranges)
     starts: dict[tuple[str, int], InputRange] = {}
     for r in ranges[:_PREFILL_PROBES]:
         starts[(r.path, r.start)] = r
     for k in range(1, _PREFILL_PROBES):
         target = total * k // _PREFILL_PROBES
         for r in ranges:
-            if target < r.end - r.start:
+            if target < r.weight:
                 break
-            target -= r.end - r.start
+            target -= r.weight
         else:
             continue
-        with open(r.path, "rb") as handle:
-            start = next_document_start(handle, r.start + target, r.end, blank_lines=blank_lines)
+        start = _probe_start(r, target, o)
         if start is not None:
             starts.setdefault((r.path, start), r)
     for (_, start), r in sorted(starts.items(), key=lambda item: (item[1].file_index, item[0][1])):
-        probe = InputRange(r.path, r.file_index, start, r.end, 0)
+        if r.kind == "parquet":
+            row = r.first_line + sum(_parquet_rows(r)[:start - r.start])
+            probe = dataclasses.replace(r, start=start, end=start + 1, first_line=row)
+        else:
+            probe = dataclasses.replace(r, start=start, first_line=0)
         blocks = read_blocks(probe, plain_text=o["plain_text"], block_sentences=o["block_sentences"],
-                             max_line_chars=o["max_line_chars"], bad_bytes="skip", stats=ReadStats())
+                             max_line_chars=o["max_line_chars"], bad_bytes="skip", stats=ReadStats(),
+                             field=_text_field(o, r), bad_records="skip")
         for text in itertools.islice(blocks, 1):
             pool.add(_tokenize(tokenizer, text.doc_key, text.sentences, True))
+
+
+def _parquet_rows(r: InputRange) -> tuple[int, ...]:
+    return parquet_layout(r.path)[1][r.start:r.end]
+
+
+def _probe_start(r: InputRange, offset: int, o: dict) -> int | None:
+    """Where the first document at or after `offset` (bytes into `r`'s weight) starts, in `r`'s unit."""
+    if r.compressed:
+        return None
+    if r.kind == "parquet":
+        sizes = parquet_layout(r.path)[0]
+        base = 0
+        for group in range(r.start, r.end):
+            if base >= offset:
+                return group
+            base += sizes[group]
+        return None
+    blank_lines = 0 if r.kind == "jsonl" else SECTION_BLANK_LINES if o["plain_text"] else 1
+    with open(r.path, "rb") as handle:
+        return next_document_start(handle, r.start + offset, r.end, blank_lines=blank_lines)
 
 
 def _build_shard(job: dict, callback: Callable[[int, int], None] | None = None) -> dict:
@@ -535,6 +686,7 @@ def _build_shard(job: dict, callback: Callable[[int, int], None] | None = None) 
     tokenizer = _load_tokenizer(job["tokenizer_dir"])
     facts = _vocab_facts(tokenizer)
     ranges = [InputRange.from_json(r) for r in job["ranges"]]
+    stream = job.get("stream", [shard])
     report = _report_progress(callback)
     name = shard_name(shard)
     for split in ("train", "valid"):  # what an interrupted run of this shard left: start clean
@@ -547,21 +699,23 @@ def _build_shard(job: dict, callback: Callable[[int, int], None] | None = None) 
 
     pools: dict[str, DocumentPool | None] = {"train": None, "valid": None}
     if o["objective"] == "nsp":
-        pool_rng = np.random.default_rng([_POOL_SEED, shard])
+        pool_rng = np.random.default_rng([_POOL_SEED, *stream])
         pools = {"train": DocumentPool(pool_rng), "valid": DocumentPool(pool_rng)}
         held_out = set(o.get("validation_files", ()))  # held-out text must not reach training as partners
         _prefill(pools["train"], [r for r in ranges if r.path not in held_out], o, tokenizer)
     static = o["masking"] == "static"
     train = _Split("train", shard, o, facts, masker() if static else None, o["seed"], out,
-                   o["dupe_factor"], pools["train"], None)
-    valid = _Split("valid", shard, o, facts, masker(), VALIDATION_SEED, out, 1, pools["valid"], pools["train"])
+                   o["dupe_factor"], pools["train"], None, stream)
+    valid = _Split("valid", shard, o, facts, masker(), VALIDATION_SEED, out, 1, pools["valid"], pools["train"],
+                   stream)
     read = ReadStats()
     tokens = 0
     one_sentence: list[str] = []  # where the first one-sentence documents are, for the warning
     try:
         for r in ranges:
             for text in read_blocks(r, plain_text=o["plain_text"], block_sentences=o["block_sentences"],
-                                    max_line_chars=o["max_line_chars"], bad_bytes=o["bad_bytes"], stats=read):
+                                    max_line_chars=o["max_line_chars"], bad_bytes=o["bad_bytes"], stats=read,
+                                    field=_text_field(o, r), bad_records=o["bad_records"]):
                 block = _tokenize(tokenizer, text.doc_key, text.sentences, text.new_document)
                 tokens += len(block.ids)
                 held_out = r.path in o.get("validation_files", ())
@@ -597,6 +751,11 @@ def _build_shard(job: dict, callback: Callable[[int, int], None] | None = None) 
 
 def _collect_stats(out: Path, dataset: dict, plan_warnings: list[str]) -> dict[str, Any]:
     records = [read_json(out / "done" / f"{shard_name(i)}.json") for i in range(len(dataset["shards"]))]
+    return _summarize(records, dataset, plan_warnings)
+
+
+def _summarize(records: list[dict], dataset: dict, plan_warnings: list[str]) -> dict[str, Any]:
+    """stats.json from the shards' records (of one run, or of all the parts of one)."""
     read = ReadStats()
     train, valid = InstanceCounters(), InstanceCounters()
     for rec in records:
@@ -616,13 +775,18 @@ def _collect_stats(out: Path, dataset: dict, plan_warnings: list[str]) -> dict[s
     if read.bad_lines:
         warnings_.append(f"skipped {read.bad_lines} line(s) with bytes that are not UTF-8, first at "
                          f"{', '.join(read.bad_line_locations)}")
+    if read.bad_records:
+        field = (f"field {o['text_field']!r}" if o["text_field"] == o["text_column"]
+                 else f"field {o['text_field']!r} / column {o['text_column']!r}")
+        warnings_.append(f"skipped {read.bad_records} record(s) without usable text in {field} (bad_records='error' "
+                         f"stops at the first), first at {', '.join(read.bad_record_locations)}")
     if read.overlong_lines:
         warnings_.append(f"{read.overlong_lines} line(s) longer than {o['max_line_chars']} characters were split "
                          f"into sentences (is the input really one sentence per line?), first at "
                          f"{', '.join(read.overlong_locations)}")
+    planned = {r[1] for rec in records for r in rec["ranges"]}
     for index, entry in enumerate(dataset["inputs"]):
-        if entry["bytes"] and not read.sentences_per_file.get(index) and any(
-                r[1] == index for shard in dataset["shards"] for r in shard):
+        if entry["bytes"] and not read.sentences_per_file.get(index) and index in planned:
             warnings_.append(f"{entry['path']}: no sentences found (only blank lines?)")
     one = train.one_sentence_documents + valid.one_sentence_documents
     if one and o["objective"] != "none":
@@ -650,13 +814,13 @@ def _collect_stats(out: Path, dataset: dict, plan_warnings: list[str]) -> dict[s
         "is_next_fraction": round(train.is_next / made, 5) if made and o["objective"] != "none" else None,
         "truncated_fraction": round(train.truncated / made, 5) if made else None,
         "skipped": {
-            "bad_lines": read.bad_lines, "overlong_lines": read.overlong_lines,
+            "bad_lines": read.bad_lines, "bad_records": read.bad_records, "overlong_lines": read.overlong_lines,
             "empty_files": sum(1 for e in dataset["inputs"] if e["bytes"] == 0),
             "one_sentence_documents": one, "dropped_sentences": train.dropped_sentences + valid.dropped_sentences,
             "random_next_fallbacks": fallbacks,
         },
         "per_shard": [
-            {"shard": rec["shard"], "documents": rec["read"]["documents"], "sentences": rec["read"]["sentences"],
+            {**({"part": rec["part"]} if "part" in rec else {}), "shard": rec["shard"], "documents": rec["read"]["documents"], "sentences": rec["read"]["sentences"],
              "bytes": rec["read"]["bytes"], "tokens": rec["tokens"], "instances": rec["train"]["instances"],
              "validation_instances": rec["valid"]["instances"], "wall_s": rec["wall_s"]}
             for rec in records

@@ -318,18 +318,41 @@ def _classifier_dropout(config: BertConfig) -> nn.Dropout:
     return nn.Dropout(config.hidden_dropout_prob if rate is None else rate)
 
 
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
+
+
 class BertForSequenceClassification(BertPreTrainedModel):
-    """A sentence or sentence-pair label (or a score, with one output) from the pooled [CLS] vector."""
+    """A sentence or sentence-pair label (or a score, with one output) from the pooled [CLS] vector.
+
+    The loss follows config.json's `problem_type`, as in `transformers`: "regression" (mean squared
+    error), "single_label_classification" (cross-entropy over class ids) or
+    "multi_label_classification" (sigmoid + binary cross-entropy over (B, num_labels) 0/1 targets).
+    Without one it is inferred the same way: one output is regression, integer labels single-label,
+    float label vectors multi-label. `label_weights` (num_labels,) weighs the loss for imbalanced data:
+    per-class weights of the cross-entropy, or the positive weight of each label's binary
+    cross-entropy; it is a training setting, not saved with the model.
+    """
 
     head_prefixes = ("classifier.",)
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
         self.num_labels = num_labels(config)
+        self.problem_type: str | None = config.extra.get("problem_type")
+        if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
+            raise ValueError(f"config.json problem_type {self.problem_type!r} is not one of {', '.join(PROBLEM_TYPES)}")
         self.bert = BertModel(config)
         self.dropout = _classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, self.num_labels)
+        self.register_buffer("label_weights", None, persistent=False)
         self.init_modules(self.classifier)
+
+    def set_label_weights(self, weights: torch.Tensor | None) -> None:
+        """Weigh the loss per class (or per label's positives); None removes the weights."""
+        if weights is not None and tuple(weights.shape) != (self.num_labels,):
+            raise ValueError(f"label weights of shape {tuple(weights.shape)} for {self.num_labels} outputs")
+        device = self.classifier.weight.device
+        self.label_weights = None if weights is None else weights.to(device=device, dtype=torch.float32)
 
     def forward(
         self,
@@ -337,7 +360,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,  # (B,) class ids, or (B,) floats when num_labels == 1
+        labels: torch.Tensor | None = None,  # (B,) class ids, (B,) floats for regression, (B, L) 0/1 multi-label
         *,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
@@ -345,13 +368,25 @@ class BertForSequenceClassification(BertPreTrainedModel):
         encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids,
                             output_hidden_states=output_hidden_states, output_attentions=output_attentions)
         logits = self.classifier(self.dropout(encoded.pooled_output))  # (B, H) -> (B, num_labels)
-        loss = None
-        if labels is not None:
-            if self.num_labels == 1:  # regression (STS-B): mean squared error on the single output
-                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
-            else:
-                loss = F.cross_entropy(logits.float(), labels.view(-1))
+        loss = None if labels is None else self.loss(logits, labels)
         return TaskOutput(loss, logits, encoded.hidden_states, encoded.attentions)
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The loss of `problem_type` (inferred from the labels as `transformers` does when unset)."""
+        problem = self.problem_type
+        if problem is None:
+            if self.num_labels == 1:
+                problem = "regression"
+            elif labels.dtype in (torch.long, torch.int):
+                problem = "single_label_classification"
+            else:
+                problem = "multi_label_classification"
+        if problem == "regression":  # (STS-B): mean squared error on the single output
+            return F.mse_loss(logits.squeeze(-1).float(), labels.float().view(-1))
+        if problem == "single_label_classification":
+            return F.cross_entropy(logits.float(), labels.view(-1), weight=self.label_weights)
+        # (B, L) logits against (B, L) 0/1 targets, each label its own yes/no
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float(), pos_weight=self.label_weights)
 
 
 class BertForTokenClassification(BertPreTrainedModel):

@@ -10,18 +10,19 @@ of concurrent requests share model calls.
 Three layers, in order of a request:
 1. pydantic request models (strict types, no unknown fields, character and list limits) reject
    malformed input with 422 before anything else runs;
-2. `ModelService.prepare_*` tokenises in the event loop and raises `ApiError` (a 4xx with a code and
-   a message) for input that is well-formed but unusable: no [MASK], too many tokens, a task whose
-   head this model lacks;
-3. `ModelService.run_*` runs one padded batch through the model on the service's single model
-   thread and post-processes each item (top-k, spans, entity grouping, pooling).
+2. `ModelService.prepare_*` runs the task's inference pipeline (`bertforge.pipeline`) up to its
+   model rows in the event loop and raises `ApiError` (a 4xx with a code and a message) for input
+   that is well-formed but unusable: no [MASK], too many tokens, a task whose head this model lacks;
+3. `ModelService.run_*` runs the rows of a batch of items through the model on the service's single
+   model thread and finishes each item with the pipeline's post-processing (the same as `bertforge
+   predict`: the model's label names, SQuAD's answer search and tuned null threshold, entity grouping,
+   top-k, pooling).
 
 Every error is JSON: `{"error": "<code>", "message": "<what to fix>"}` (+ `details` for 422).
 """
 
 import asyncio
 import logging
-import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -38,8 +39,10 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bertforge.model.heads import label_names
-from bertforge.precision import cpu_description
+from bertforge.pipeline import FAMILY_TASKS, InputError, Pipeline, Prepared, read_task_file
+from bertforge.precision import cpu_description, model_precision
 from bertforge.serve.batcher import DynamicBatcher
+from bertforge.tasks import make_task
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +57,6 @@ MAX_MASKS = 10  # [MASK] tokens in one fill-mask text
 MAX_TOP_K = 50
 MAX_ATTENTION_TOKENS = 128  # the attention map is T x T numbers in JSON
 MAX_BODY_BYTES = 1_000_000  # refused with 413 before the JSON is parsed
-QA_MAX_QUESTION_TOKENS = 64  # as in BERT's SQuAD code (max_query_length)
-QA_MAX_SEQ_LENGTH = 384  # window length, [CLS] question [SEP] passage-window [SEP]
-QA_WINDOW_OVERLAP = 128  # tokens shared by consecutive windows (BERT's doc_stride)
 
 TASKS = ("fill-mask", "classify", "qa", "ner", "embed", "attention")
 # which model classes have the head each task needs (embed and attention need only the encoder)
@@ -235,20 +235,22 @@ class LabelScore(_Response):
 
 
 class ClassifyResult(_Response):
-    label: str | None  # None for a regression head (one output)
+    label: str | None  # None for a regression head (one output) and a multi-label model
     score: float | None
     value: float | None = None  # the regression output
+    labels: list[str] | None = None  # a multi-label model: every label at or above its threshold
     scores: list[LabelScore]
     truncated: bool
 
 
 class QAResult(_Response):
     answer: str  # "" when no_answer
-    score: float  # p(start) * p(end) of the span, or of [CLS] when no_answer
+    score: float  # the span's probability among the n-best spans; with no answer, [CLS]'s among [CLS] and them
     start: int | None  # characters of the passage; None when no_answer
     end: int | None
     no_answer: bool
-    null_score: float  # p(start) * p(end) of [CLS], the no-answer score
+    # SQuAD v2.0: null score - best span score (logits); no answer when above the model's tuned threshold
+    null_odds: float | None = None
 
 
 class Entity(_Response):
@@ -308,15 +310,7 @@ class _Encoded:
 
 
 @dataclass
-class _FillMaskItem:
-    text: str
-    row: _Encoded
-    masks: list[tuple[int, int, int]]  # (token position, start char, end char)
-    top_k: int
-
-
-@dataclass
-class _TextItem:  # classify, ner, embed, attention
+class _TextItem:  # attention
     text: str
     row: _Encoded
     offsets: list[tuple[int, int]]
@@ -328,24 +322,30 @@ class _TextItem:  # classify, ner, embed, attention
 
 
 @dataclass
-class _QAWindow:
-    row: _Encoded
-    context_position: int  # where the passage tokens start in the row
-    first_token: int  # index of the window's first token among the passage's tokens
-    length: int  # passage tokens in the window
+class _Item:
+    """One input of a pipeline task: its examples and model rows, and this request's options."""
+
+    prepared: Prepared
+    options: dict[str, Any]
+
+    @property
+    def rows(self) -> int:
+        return len(self.prepared.features)
 
 
-@dataclass
-class _QAItem:
-    context: str
-    offsets: list[tuple[int, int]]  # characters of each passage token
-    windows: list[_QAWindow]
-    allow_no_answer: bool
-    max_answer_tokens: int
+# the endpoint -> the pipeline task behind it
+PIPELINE_TASKS = {"fill-mask": "fill-mask", "classify": "text-classification", "qa": "question-answering",
+                  "ner": "token-classification", "embed": "embeddings"}
 
 
 class ModelService:
-    """One checkpoint, its tokenizer, and a batcher per task, sharing one model thread."""
+    """One checkpoint, its tokenizer, and a batcher per task, sharing one model thread.
+
+    The task endpoints run the inference pipeline (`bertforge.pipeline`) of their task, with the
+    settings saved in the model's task.json (`task_info`): the same features and post-processing as
+    `bertforge predict` and Python's `pipeline()`, the model's own label names, SQuAD's windows and the
+    tuned null threshold.
+    """
 
     def __init__(
         self,
@@ -355,12 +355,10 @@ class ModelService:
         max_batch_size: int = 16,
         max_wait_ms: float = 5.0,
         device: str = "cpu",
-        precision: str = "fp32",
+        task_info: dict[str, Any] | None = None,
     ) -> None:
-        from bertforge.precision import apply_precision
-
-        # precision: fp32, bf16, int8 or auto (bertforge.precision); afterwards, the one in use
-        self.model, self.precision = apply_precision(model.to(device), precision)
+        self._model = model.to(device).eval()
+        self.precision = model_precision(model)  # fp32, bf16 or int8, read from the weights (see from_dir)
         self.tokenizer = tokenizer
         self.device = torch.device(device)
         self.kind = type(model).__name__
@@ -368,11 +366,11 @@ class ModelService:
         self.config = model.config
         self.max_tokens = min(self.config.max_position_embeddings, tokenizer.model_max_length)
         self.tasks = [t for t in TASKS if t not in TASK_MODELS or self.kind in TASK_MODELS[t]]
+        self.pipelines = {task: self._pipeline(task, task_info or {}, max_batch_size) for task in self.tasks
+                          if task in PIPELINE_TASKS}
         self.labels = label_names(self.config)
         if not self.labels and self.kind in ("BertForSequenceClassification", "BertForTokenClassification"):
-            self.labels = [f"LABEL_{i}" for i in range(self.model.num_labels)]
-        # special ids are never offered as a fill-mask prediction
-        self._special_ids = sorted(set(tokenizer.all_special_ids))
+            self.labels = [f"LABEL_{i}" for i in range(self._model.num_labels)]
         self.model_calls = 0
         # one thread: the model runs one batch at a time; torch parallelises inside the call
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertforge-model")
@@ -381,22 +379,42 @@ class ModelService:
         self.batchers: dict[str, DynamicBatcher[Any, Any]] = {
             task: DynamicBatcher(
                 runners[task], max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, executor=self.executor,
-                weight=(lambda item: len(item.windows)) if task == "qa" else None, name=task,
+                weight=(lambda item: item.rows) if task == "qa" else None, name=task,
             )
             for task in self.tasks
         }
 
+    def _pipeline(self, task: str, info: dict[str, Any], batch_size: int) -> Pipeline:
+        """The pipeline of one endpoint: the model's fine-tuning task and settings where task.json has them."""
+        kind = PIPELINE_TASKS[task]
+        family = info.get("family")
+        spec, max_length = None, None
+        if family and FAMILY_TASKS.get(family) == kind:
+            spec = make_task(family, info.get("task"), info.get("settings") or {})
+            max_length = info.get("max_length")
+        elif kind == "question-answering" and self.config.extra.get("version_2_with_negative"):
+            spec = make_task("squad", "v2.0")
+        return Pipeline(self._model, self.tokenizer, kind, spec=spec, max_length=max_length, batch_size=batch_size,
+                        device=str(self.device))
+
+    @property
+    def model(self) -> Any:
+        return self._model
+
+    @model.setter
+    def model(self, model: Any) -> None:  # a stand-in model (tests) goes to every pipeline
+        self._model = model
+        for pipe in self.pipelines.values():
+            pipe.model = model
+
     @classmethod
-    def from_dir(cls, model_dir: str | Path, **kwargs: Any) -> "ModelService":
-        from bertforge.model import load_any
-        from bertforge.precision import is_quantized_checkpoint, load_quantized
+    def from_dir(cls, model_dir: str | Path, *, precision: str = "fp32", **kwargs: Any) -> "ModelService":
+        """The service for a checkpoint directory, its weights at `precision` (`bertforge.precision`)."""
+        from bertforge.precision import load_model
         from bertforge.tokenizer import BertTokenizer
 
-        if is_quantized_checkpoint(model_dir):  # a saved int8 copy runs int8 whatever is asked (its fp32 is gone)
-            model = load_quantized(model_dir)
-        else:
-            model, _ = load_any(model_dir)
-        return cls(model, BertTokenizer.from_pretrained(model_dir), **kwargs)
+        model, _ = load_model(model_dir, precision)
+        return cls(model, BertTokenizer.from_pretrained(model_dir), task_info=read_task_file(model_dir), **kwargs)
 
     async def close(self) -> None:
         for batcher in self.batchers.values():
@@ -412,7 +430,85 @@ class ModelService:
             )
         return self.batchers[task]
 
-    # ---------------------------------------------------------------------------- shared helpers
+    # ---------------------------------------------------------------------------- the pipeline tasks
+
+    def prepare(self, task: str, value: Any, **options: Any) -> _Item:
+        """One input of an endpoint as the pipeline's examples and rows; unusable input is a 422."""
+        try:
+            return _Item(self.pipelines[task].prepare([value]), options)
+        except InputError as exc:
+            raise ApiError(422, exc.code, f"{exc.field or 'input'}: {exc.detail}") from exc
+        except ValueError as exc:  # text the tokenizer refuses (a lone surrogate, say)
+            raise ApiError(422, "bad_text", str(exc)) from exc
+
+    def _run(self, task: str, items: list[_Item], **forward: Any) -> list[Any]:
+        """Every item's rows in one pipeline run (length-sorted batches), then each item's results."""
+        self.model_calls += 1
+        pipe = self.pipelines[task]
+        outputs = pipe.run([f for it in items for f in it.prepared.features], **forward)
+        results, first = [], 0
+        for it in items:
+            results.append(pipe.finish(it.prepared, outputs[first:first + it.rows], **it.options)[0])
+            first += it.rows
+        return results
+
+    def prepare_fill_mask(self, text: str, top_k: int) -> _Item:
+        item = self.prepare("fill-mask", text, top_k=min(top_k, self.config.vocab_size))
+        masks = len(item.prepared.info[0]["masks"])
+        if masks > MAX_MASKS:
+            raise ApiError(422, "too_many_masks", f"the text has {masks} {self.tokenizer.mask_token} tokens; "
+                           f"at most {MAX_MASKS}")
+        return item
+
+    def run_fill_mask(self, items: list[_Item]) -> list[FillMaskResult]:
+        found = self._run("fill-mask", items, top_k=max(it.options["top_k"] for it in items))
+        return [FillMaskResult(masks=[MaskResult(position=m["position"], start=m["start"], end=m["end"],
+                                                 predictions=[MaskPrediction(**p) for p in m["predictions"]])
+                                      for m in masks]) for masks in found]
+
+    def prepare_classify(self, text: str, pair: str | None = None) -> _Item:
+        return self.prepare("classify", text if pair is None else (text, pair))
+
+    def run_classify(self, items: list[_Item]) -> list[ClassifyResult]:
+        results = []
+        for r in self._run("classify", items):
+            if "value" in r:  # regression
+                results.append(ClassifyResult(label=None, score=None, value=r["value"], scores=[],
+                                              truncated=r["truncated"]))
+            elif "labels" in r:  # multi-label
+                results.append(ClassifyResult(label=None, score=None, labels=r["labels"], truncated=r["truncated"],
+                                              scores=[LabelScore(**s) for s in r["scores"]]))
+            else:
+                results.append(ClassifyResult(label=r["label"], score=r["score"], truncated=r["truncated"],
+                                              scores=[LabelScore(**s) for s in r["scores"]]))
+        return results
+
+    def prepare_ner(self, text: str) -> _Item:
+        return self.prepare("ner", text)
+
+    def run_ner(self, items: list[_Item]) -> list[NerResult]:
+        return [NerResult(entities=[Entity(**e) for e in r["entities"]],
+                          tokens=[TokenLabel(token=w["word"], label=w["label"], score=w["score"], start=w["start"],
+                                             end=w["end"]) for w in r["words"]],
+                          truncated=False)  # long texts are read in windows of whole words
+                for r in self._run("ner", items)]
+
+    def prepare_embed(self, text: str, pooling: str = "mean", normalize: bool = True) -> _Item:
+        return self.prepare("embed", text, pooling=pooling, normalize=normalize)
+
+    def run_embed(self, items: list[_Item]) -> list[EmbedResult]:
+        return [EmbedResult(embedding=r["embedding"], dim=len(r["embedding"]), pooling=r["pooling"],
+                            tokens=r["tokens"], truncated=r["truncated"]) for r in self._run("embed", items)]
+
+    def prepare_qa(self, question: str, context: str, allow_no_answer: bool | None,
+                   max_answer_tokens: int) -> _Item:
+        return self.prepare("qa", {"question": question, "context": context}, allow_no_answer=allow_no_answer,
+                            max_answer_tokens=max_answer_tokens)
+
+    def run_qa(self, items: list[_Item]) -> list[QAResult]:
+        return [QAResult(**r) for r in self._run("qa", items)]
+
+    # ---------------------------------------------------------------------------- attention
 
     def _encode(self, text: str, pair: str | None = None, *, limit: int | None = None,
                 truncate: bool = True, what: str = "text") -> tuple[Any, bool]:
@@ -431,7 +527,7 @@ class ModelService:
 
     def prepare_text(self, text: str, pair: str | None = None, *, limit: int | None = None,
                      truncate: bool = True, **options: Any) -> _TextItem:
-        """One text (or pair) for classify, ner, embed or attention; `options` ride along to the runner."""
+        """One text (or pair) for the attention map; `options` ride along to the runner."""
         enc, truncated = self._encode(text, pair, limit=limit, truncate=truncate)
         return _TextItem(text, _Encoded(enc.input_ids, enc.token_type_ids), list(enc.offsets), list(enc.tokens),
                          list(enc.word_ids), list(enc.sequence_ids), truncated, options)
@@ -450,118 +546,6 @@ class ModelService:
             types[i, :n] = torch.tensor(row.token_type_ids)
         return ids.to(self.device), mask.to(self.device), types.to(self.device)
 
-    # ---------------------------------------------------------------------------- fill-mask
-
-    def prepare_fill_mask(self, text: str, top_k: int) -> _FillMaskItem:
-        enc, _ = self._encode(text, truncate=False)
-        mask_id = self.tokenizer.mask_token_id
-        masks = [(i, *enc.offsets[i]) for i, tid in enumerate(enc.input_ids) if tid == mask_id]
-        if not masks:
-            raise ApiError(422, "no_mask", f"the text has no {self.tokenizer.mask_token} token; put "
-                           f"{self.tokenizer.mask_token} where a word should be predicted")
-        if len(masks) > MAX_MASKS:
-            raise ApiError(422, "too_many_masks", f"the text has {len(masks)} {self.tokenizer.mask_token} tokens; "
-                           f"at most {MAX_MASKS}")
-        return _FillMaskItem(text, _Encoded(enc.input_ids, enc.token_type_ids), masks, min(top_k, self.config.vocab_size))
-
-    @torch.inference_mode()
-    def run_fill_mask(self, items: list[_FillMaskItem]) -> list[FillMaskResult]:
-        self.model_calls += 1
-        ids, mask, types = self._tensors([it.row for it in items])
-        hidden = self.backbone(ids, mask, types).last_hidden_state  # (B, T, H)
-        rows = torch.tensor([b for b, it in enumerate(items) for _ in it.masks])
-        cols = torch.tensor([pos for it in items for pos, _, _ in it.masks])
-        # only the masked positions go through the vocabulary projection: (N, H) -> (N, V)
-        logits = self.model.mlm(hidden[rows, cols], self.backbone.embeddings.word_embeddings.weight).float()
-        logits[:, self._special_ids] = -math.inf
-        top = logits.softmax(-1).topk(max(it.top_k for it in items), dim=-1)
-        scores, token_ids = top.values.tolist(), top.indices.tolist()
-        results, n = [], 0
-        for it in items:
-            found = []
-            for pos, start, end in it.masks:
-                preds = []
-                for score, tid in zip(scores[n][:it.top_k], token_ids[n][:it.top_k], strict=True):
-                    token = self.tokenizer.convert_ids_to_tokens(tid)
-                    word = token[2:] if token.startswith("##") else token
-                    preds.append(MaskPrediction(token=token, token_id=tid, score=score,
-                                                sequence=it.text[:start] + word + it.text[end:]))
-                found.append(MaskResult(position=pos, start=start, end=end, predictions=preds))
-                n += 1
-            results.append(FillMaskResult(masks=found))
-        return results
-
-    # ---------------------------------------------------------------------------- classify
-
-    @torch.inference_mode()
-    def run_classify(self, items: list[_TextItem]) -> list[ClassifyResult]:
-        self.model_calls += 1
-        logits = self.model(*self._tensors([it.row for it in items])).logits.float()  # (B, num_labels)
-        results = []
-        if logits.size(-1) == 1:  # regression
-            for it, value in zip(items, logits[:, 0].tolist(), strict=True):
-                results.append(ClassifyResult(label=None, score=None, value=value, scores=[], truncated=it.truncated))
-            return results
-        for it, probs in zip(items, logits.softmax(-1).tolist(), strict=True):
-            ranked = sorted(zip(self.labels, probs, strict=True), key=lambda x: -x[1])
-            results.append(ClassifyResult(label=ranked[0][0], score=ranked[0][1],
-                                          scores=[LabelScore(label=lab, score=p) for lab, p in ranked],
-                                          truncated=it.truncated))
-        return results
-
-    # ---------------------------------------------------------------------------- ner
-
-    @torch.inference_mode()
-    def run_ner(self, items: list[_TextItem]) -> list[NerResult]:
-        self.model_calls += 1
-        probs = self.model(*self._tensors([it.row for it in items])).logits.float().softmax(-1)  # (B, T, L)
-        best_p, best = probs.max(-1)
-        results = []
-        for b, it in enumerate(items):
-            tokens: list[TokenLabel] = []
-            words: list[list[Any]] = []  # [label, score, start, end] per word, from its first piece
-            last_word = None
-            for t, (seq, word) in enumerate(zip(it.sequence_ids, it.word_ids, strict=True)):
-                if seq is None:  # [CLS], [SEP]
-                    continue
-                label, score = self.labels[int(best[b, t])], float(best_p[b, t])
-                start, end = it.offsets[t]
-                tokens.append(TokenLabel(token=it.tokens[t], label=label, score=score, start=start, end=end))
-                if word is not None and word == last_word:
-                    words[-1][3] = end  # a continuation piece: the word grows, its label stays
-                else:
-                    words.append([label, score, start, end])
-                last_word = word
-            results.append(NerResult(entities=_group_entities(it.text, words), tokens=tokens,
-                                     truncated=it.truncated))
-        return results
-
-    # ---------------------------------------------------------------------------- embed
-
-    @torch.inference_mode()
-    def run_embed(self, items: list[_TextItem]) -> list[EmbedResult]:
-        self.model_calls += 1
-        ids, mask, types = self._tensors([it.row for it in items])
-        out = self.backbone(ids, mask, types)
-        hidden = out.last_hidden_state.float()  # (B, T, H)
-        results = []
-        for b, it in enumerate(items):
-            pooling = it.options["pooling"]
-            if pooling == "cls":
-                vector = hidden[b, 0]
-            elif pooling == "pooler":
-                vector = out.pooled_output[b].float()
-            else:  # mean over the real tokens, specials included (as sentence-transformers does)
-                n = len(it.row.input_ids)
-                vector = hidden[b, :n].mean(0)
-            if it.options["normalize"]:
-                vector = torch.nn.functional.normalize(vector, dim=0)
-            results.append(EmbedResult(embedding=vector.tolist(), dim=vector.numel(), pooling=pooling,
-                                       tokens=len(it.row.input_ids), truncated=it.truncated))
-        return results
-
-    # ---------------------------------------------------------------------------- attention
-
     @torch.inference_mode()
     def run_attention(self, items: list[_TextItem]) -> list[AttentionResult]:
         self.model_calls += 1
@@ -577,104 +561,6 @@ class ModelService:
                 weights=[[round(x, 5) for x in row] for row in matrix.tolist()],
             ))
         return results
-
-    # ---------------------------------------------------------------------------- qa
-
-    def prepare_qa(self, question: str, context: str, allow_no_answer: bool | None,
-                   max_answer_tokens: int) -> _QAItem:
-        tok = self.tokenizer
-        q = tok.encode(question, add_special_tokens=False, max_length=QA_MAX_QUESTION_TOKENS, truncation=True)
-        c = tok.encode(context, add_special_tokens=False, max_length=10**9)
-        if not c.input_ids:
-            raise ApiError(422, "empty_context", "the context has no tokens (only control or unknown characters?)")
-        seq_len = min(QA_MAX_SEQ_LENGTH, self.max_tokens)
-        room = seq_len - len(q.input_ids) - 3  # [CLS] question [SEP] window [SEP]
-        step = max(room - min(QA_WINDOW_OVERLAP, room // 2), 1)
-        windows, first = [], 0
-        while True:
-            part = c.input_ids[first:first + room]
-            ids = [tok.cls_token_id, *q.input_ids, tok.sep_token_id, *part, tok.sep_token_id]
-            types = [0] * (len(q.input_ids) + 2) + [1] * (len(part) + 1)
-            windows.append(_QAWindow(_Encoded(ids, types), len(q.input_ids) + 2, first, len(part)))
-            if first + room >= len(c.input_ids):
-                break
-            first += step
-        if allow_no_answer is None:
-            allow_no_answer = bool(self.config.extra.get("version_2_with_negative", False))
-        return _QAItem(context, list(c.offsets), windows, allow_no_answer, max_answer_tokens)
-
-    @torch.inference_mode()
-    def run_qa(self, items: list[_QAItem]) -> list[QAResult]:
-        self.model_calls += 1
-        windows = [w for it in items for w in it.windows]
-        ids, mask, types = self._tensors([w.row for w in windows])
-        out = self.model(ids, mask, types)
-        starts, ends = out.start_logits.float(), out.end_logits.float()  # (W, T)
-        results, r = [], 0
-        for it in items:
-            best: tuple[float, int, int] | None = None  # (score, first token, last token) in the passage
-            null = math.inf
-            for w in it.windows:
-                # probabilities over [CLS] (no answer) and this window's passage tokens only
-                allowed = torch.zeros_like(starts[r], dtype=torch.bool)
-                allowed[0] = True
-                allowed[w.context_position:w.context_position + w.length] = True
-                p_start = starts[r].masked_fill(~allowed, -math.inf).softmax(-1)
-                p_end = ends[r].masked_fill(~allowed, -math.inf).softmax(-1)
-                null = min(null, float(p_start[0] * p_end[0]))  # the least confident window's no-answer
-                span = slice(w.context_position, w.context_position + w.length)
-                pairs = p_start[span, None] * p_end[None, span]  # (n, n): start i, end j
-                band = torch.ones_like(pairs, dtype=torch.bool).triu().tril(it.max_answer_tokens - 1)
-                pairs = pairs.masked_fill(~band, -1.0)
-                index = int(pairs.argmax())
-                i, j = divmod(index, pairs.size(1))
-                score = float(pairs[i, j])
-                if best is None or score > best[0]:
-                    best = (score, w.first_token + i, w.first_token + j)
-                r += 1
-            assert best is not None
-            if it.allow_no_answer and null > best[0]:
-                results.append(QAResult(answer="", score=null, start=None, end=None, no_answer=True, null_score=null))
-                continue
-            start, end = it.offsets[best[1]][0], it.offsets[best[2]][1]
-            results.append(QAResult(answer=it.context[start:end], score=best[0], start=start, end=end,
-                                    no_answer=False, null_score=null))
-        return results
-
-
-def _split_tag(label: str) -> tuple[str, str | None]:
-    """'B-PER' -> ('B', 'PER'); 'O' -> ('O', None); a bare 'PER' (IO tagging) -> ('I', 'PER')."""
-    if label == "O" or not label:
-        return "O", None
-    if len(label) > 2 and label[1] in "-_" and label[0] in "BIESbies":
-        return label[0].upper(), label[2:]
-    return "I", label
-
-
-def _group_entities(text: str, words: list[list[Any]]) -> list[Entity]:
-    """Words with BIO (or BIOES, or IO) labels -> entities: B/S start one, I/E continue one of the same type."""
-    entities: list[Entity] = []
-    current: dict[str, Any] | None = None
-
-    def close() -> None:
-        if current is not None:
-            start, end = current["start"], current["end"]
-            entities.append(Entity(label=current["label"], text=text[start:end], start=start, end=end,
-                                   score=sum(current["scores"]) / len(current["scores"])))
-
-    for label, score, start, end in words:
-        tag, kind = _split_tag(label)
-        if kind is None:
-            close()
-            current = None
-        elif current is not None and tag in ("I", "E") and kind == current["label"]:
-            current["end"] = end
-            current["scores"].append(score)
-        else:
-            close()
-            current = {"label": kind, "start": start, "end": end, "scores": [score]}
-    close()
-    return entities
 
 
 # --------------------------------------------------------------------------------------------------
@@ -816,7 +702,7 @@ def create_app(
     async def classify(req: ClassifyRequest) -> Any:
         """Label probabilities (or the regression value) for a text or text pair; long input is truncated."""
         service.require("classify")
-        items = [service.prepare_text(t, p) for t, p in zip(req.inputs(), req.pairs(), strict=True)]
+        items = [service.prepare_classify(t, p) for t, p in zip(req.inputs(), req.pairs(), strict=True)]
         return answer(await gather("classify", items), req.batched)
 
     @app.post("/qa", response_model=QAResult | Batch[QAResult])
@@ -830,7 +716,7 @@ def create_app(
     async def ner(req: NerRequest) -> Any:
         """Entities (label, text, characters, score) and every token's label; long input is truncated."""
         service.require("ner")
-        items = [service.prepare_text(text) for text in req.inputs()]
+        items = [service.prepare_ner(text) for text in req.inputs()]
         return answer(await gather("ner", items), req.batched)
 
     @app.post("/embed", response_model=EmbedResult | Batch[EmbedResult])
@@ -838,7 +724,7 @@ def create_app(
         """A sentence vector from the encoder; works with every model. Long input is truncated."""
         if req.pooling == "pooler" and service.backbone.pooler is None:
             raise ApiError(422, "no_pooler", f"this {service.kind} has no pooler; use pooling 'mean' or 'cls'")
-        items = [service.prepare_text(text, pooling=req.pooling, normalize=req.normalize) for text in req.inputs()]
+        items = [service.prepare_embed(text, req.pooling, req.normalize) for text in req.inputs()]
         return answer(await gather("embed", items), req.batched)
 
     @app.post("/attention", response_model=AttentionResult)

@@ -71,7 +71,7 @@ class Feature:
 
     `inputs` holds exactly what the head's forward takes: `input_ids` and `token_type_ids` as int
     lists ((C, T) lists of lists for multiple choice), plus the label keys when known (`labels`: an int,
-    a float or a per-token list; `start_positions` / `end_positions`). `example` is the index of the
+    a float, a per-token int list or a multi-label list of 0.0/1.0 floats; `start_positions` / `end_positions`). `example` is the index of the
     source example; `meta` is whatever the task's post-processing needs (offsets, word map, ...).
     """
 
@@ -119,7 +119,9 @@ def collate(features: Sequence[Feature], pad_id: int = 0, *, with_labels: bool =
             if key not in first or first[key] is None:
                 continue
             values = [f.inputs[key] for f in features]
-            if isinstance(values[0], list):  # per-token labels
+            if isinstance(values[0], list) and values[0] and isinstance(values[0][0], float):
+                batch[key] = torch.tensor(values, dtype=torch.float32)  # (B, L) multi-label 0/1 targets
+            elif isinstance(values[0], list):  # per-token labels
                 batch[key] = torch.tensor(pad(values, IGNORE_INDEX), dtype=torch.long)
             elif isinstance(values[0], float):  # regression targets
                 batch[key] = torch.tensor(values, dtype=torch.float32)
@@ -246,6 +248,8 @@ class Task(ABC):
     default_lr: ClassVar[float] = 2e-5
     default_batch_size: ClassVar[int] = 32
     train_split: ClassVar[str] = "train"
+    # False for families whose files are task settings (classify's --train/--dev/--test), not a data directory
+    reads_data_dir: ClassVar[bool] = True
     # task settings offered as command-line options: name -> (type, help); their defaults are the task's
     setting_options: ClassVar[dict[str, tuple[type, str]]] = {}
 
@@ -262,9 +266,23 @@ class Task(ABC):
         """The splits `predict` writes by default."""
         return ("test",)
 
+    def final_splits(self) -> tuple[str, ...]:
+        """Splits fine-tuning itself predicts with the final model (and scores when labelled): none for
+        the benchmarks, whose test labels are hidden; the own-data families' --test file."""
+        return ()
+
     # ---- head
     def label_names(self, train_examples: Sequence[Any]) -> list[str] | int | None:
         """The head's output labels (stored as id2label), an int for unnamed outputs, None for none."""
+        return None
+
+    def config_overrides(self) -> dict[str, Any]:
+        """config.json fields the head needs beside the labels (classify: `problem_type`)."""
+        return {}
+
+    def configure_model(self, model: torch.nn.Module, train_examples: Sequence[Any],
+                        label_names: Sequence[str] | None) -> None:
+        """Training-only settings of a freshly loaded model (classify: the loss's class weights)."""
         return None
 
     # ---- collate

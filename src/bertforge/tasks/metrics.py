@@ -10,6 +10,8 @@
 - SQuAD: exact match and F1 as the official v1.1 and v2.0 evaluation scripts compute them, returned
   under the keys those scripts print, as percentages.
 - SWAG: multiple-choice accuracy.
+- Your own labels (`tasks.classify`): accuracy, macro / micro F1, per-class precision / recall / F1 and
+  the confusion matrix; multi-label micro / macro F1 and subset accuracy; Pearson, Spearman and MSE.
 """
 
 from __future__ import annotations
@@ -141,6 +143,70 @@ def glue_metrics(task_name: str, predictions: Sequence[Any], labels: Sequence[An
         else:
             out[name] = matthews_corr(preds, labels)
     return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# your own classification data (tasks.classify): scikit-learn's definitions, labels by name
+# ---------------------------------------------------------------------------------------------------
+def _per_label(precision: Any, recall: Any, f1: Any, support: Any, names: Sequence[str]) -> dict[str, dict]:
+    return {name: {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(n)}
+            for name, p, r, f, n in zip(names, precision, recall, f1, support, strict=True)}
+
+
+def classification_report(predictions: Sequence[str], labels: Sequence[str],
+                          names: Sequence[str]) -> dict[str, Any]:
+    """Single-label scores over the classes `names`: {"metrics": {accuracy, macro_f1, micro_f1},
+    "per_class": {name: {precision, recall, f1, support}}, "confusion_matrix": {labels, matrix}}.
+
+    Macro F1 averages the classes' F1 equally (a class never predicted counts 0); micro F1 pools
+    every decision, which for one label per row equals accuracy. Matrix rows are gold classes,
+    columns predicted ones, both in `names` order.
+    """
+    from sklearn.metrics import confusion_matrix, f1_score, precision_recall_fscore_support
+
+    preds, golds = _pair(predictions, labels)
+    names = list(names)
+    scores = precision_recall_fscore_support(golds, preds, labels=names, zero_division=0.0)
+    return {
+        "metrics": {"accuracy": accuracy(preds, golds),
+                    "macro_f1": float(f1_score(golds, preds, labels=names, average="macro", zero_division=0.0)),
+                    "micro_f1": float(f1_score(golds, preds, labels=names, average="micro", zero_division=0.0))},
+        "per_class": _per_label(*scores, names),
+        "confusion_matrix": {"labels": names,
+                             "matrix": confusion_matrix(golds, preds, labels=names).tolist()},
+    }
+
+
+def multi_label_report(predictions: Sequence[Sequence[str]], labels: Sequence[Sequence[str]],
+                       names: Sequence[str]) -> dict[str, Any]:
+    """Multi-label scores over the labels `names`: {"metrics": {micro_f1, macro_f1, subset_accuracy},
+    "per_label": {name: {precision, recall, f1, support}}}. Subset accuracy counts a row right only
+    when its whole predicted set equals its gold set."""
+    from sklearn.metrics import accuracy_score, f1_score, precision_recall_fscore_support
+    from sklearn.preprocessing import MultiLabelBinarizer
+
+    if len(predictions) != len(labels):
+        raise ValueError(f"{len(predictions)} predictions but {len(labels)} labels")
+    if not labels:
+        raise ValueError("no predictions to score")
+    binarizer = MultiLabelBinarizer(classes=list(names))
+    preds, golds = binarizer.fit_transform(predictions), binarizer.transform(labels)
+    return {
+        "metrics": {"micro_f1": float(f1_score(golds, preds, average="micro", zero_division=0.0)),
+                    "macro_f1": float(f1_score(golds, preds, average="macro", zero_division=0.0)),
+                    "subset_accuracy": float(accuracy_score(golds, preds))},
+        "per_label": _per_label(*precision_recall_fscore_support(golds, preds, zero_division=0.0), names),
+    }
+
+
+def regression_metrics(predictions: Sequence[float], labels: Sequence[float]) -> dict[str, float]:
+    """Pearson and Spearman correlation (NaN when either side is constant) and the mean squared error."""
+    from sklearn.metrics import mean_squared_error
+
+    correlations = pearson_spearman(predictions, labels)
+    return {"pearson": correlations["pearson"], "spearman": correlations["spearmanr"],
+            "mse": float(mean_squared_error(np.asarray(labels, dtype=np.float64),
+                                            np.asarray(predictions, dtype=np.float64)))}
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ class NerSentence:
     pos_tags: list[str]
     chunk_tags: list[str]
     doc_index: int        # the document the sentence is in, from 0 (-DOCSTART- lines separate them)
+    first_line: int = 0   # the file line of the first word (the sentence's words are on consecutive lines)
 
 
 def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
@@ -76,18 +77,22 @@ def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
     return out
 
 
-def read_conll(path: str | Path, *, n_columns: int = 4,
-               scheme: Literal["iob2", "keep"] = "iob2") -> list[NerSentence]:
+def read_conll(path: str | Path, *, n_columns: int | None = 4,
+               scheme: Literal["iob2", "keep"] = "iob2", token_column: int = 0,
+               tag_column: int | None = -1) -> list[NerSentence]:
     """Read a CoNLL-2003 file into sentences.
 
-    Each non-blank line must have `n_columns` whitespace-separated fields: the word first, the NER tag
-    last (with 4 columns, POS and chunk tags in between; other layouts leave `pos_tags` and
-    `chunk_tags` empty). `scheme="iob2"` accepts IOB1 or IOB2 tags
-    (O, B-X, I-X) and returns IOB2; `scheme="keep"` returns the tags as written and also allows E-/S-.
+    Each non-blank line must have `n_columns` whitespace-separated fields (None: any number, at least
+    enough for the two columns read): the word in `token_column`, the NER tag in `tag_column` (0-based,
+    negative from the end; by default first and last; with 4 columns, POS and chunk tags in between;
+    other layouts leave `pos_tags` and `chunk_tags` empty). `tag_column=None` reads words only (the
+    labels are then empty). `scheme="iob2"` accepts IOB1 or IOB2 tags (O, B-X, I-X) and returns IOB2;
+    `scheme="keep"` returns the tags as written and also allows E-/S-.
     """
     path = Path(path)
-    if n_columns < 2:
+    if n_columns is not None and n_columns < (2 if tag_column is not None else 1):
         raise ValueError(f"n_columns must be at least 2 (word and tag), not {n_columns}")
+    needed = 1 + max(c if c >= 0 else -c - 1 for c in (token_column, tag_column if tag_column is not None else 0))
     valid = _IOB_TAG if scheme == "iob2" else _ANY_TAG
     sentences: list[NerSentence] = []
     rows: list[list[str]] = []
@@ -96,17 +101,19 @@ def read_conll(path: str | Path, *, n_columns: int = 4,
     def flush() -> None:
         if not rows:
             return
-        labels = [row[-1] for row in rows]
+        labels = [row[tag_column] for row in rows] if tag_column is not None else []
         sentences.append(NerSentence(
             guid=f"{path.name}-{len(sentences)}",
-            words=[row[0] for row in rows],
+            words=[row[token_column] for row in rows],
             labels=iob1_to_iob2(labels) if scheme == "iob2" else labels,
             pos_tags=[row[1] for row in rows] if n_columns == 4 else [],
             chunk_tags=[row[2] for row in rows] if n_columns == 4 else [],
             doc_index=doc_index,
+            first_line=first_line,
         ))
         rows.clear()
 
+    first_line = 0
     for number, text in read_text_lines(path):
         fields = text.split()
         if not fields:
@@ -117,11 +124,18 @@ def read_conll(path: str | Path, *, n_columns: int = 4,
             if sentences and sentences[-1].doc_index == doc_index:  # the current document is not empty
                 doc_index += 1
             continue
-        if len(fields) != n_columns:
-            raise DataFormatError(path, number, "columns", f"{len(fields)} fields, expected {n_columns} "
-                                                           f"(word POS chunk NER): {text!r}")
-        if not valid.fullmatch(fields[-1]):
-            raise DataFormatError(path, number, "NER tag", f"{fields[-1]!r} is not O, B-TYPE or I-TYPE")
+        if n_columns is not None and len(fields) != n_columns:
+            layout = " (word POS chunk NER)" if n_columns == 4 else ""
+            raise DataFormatError(path, number, "columns", f"{len(fields)} fields, expected {n_columns}"
+                                                           f"{layout}: {text!r}")
+        if len(fields) < needed:
+            raise DataFormatError(path, number, "columns", f"{len(fields)} fields, but the token and tag "
+                                                           f"columns ask for at least {needed}: {text!r}")
+        if tag_column is not None and not valid.fullmatch(fields[tag_column]):
+            expected = "O, B-TYPE or I-TYPE" if scheme == "iob2" else "O or B-, I-, E-, S-TYPE"
+            raise DataFormatError(path, number, "NER tag", f"{fields[tag_column]!r} is not {expected}")
+        if not rows:
+            first_line = number
         rows.append(fields)
     flush()
     return sentences
@@ -274,15 +288,24 @@ class Ner(Task):
         """One tag per word of each sentence, each from the window where the word has the most context."""
         if label_names is None:
             raise ValueError("NER post-processing needs the model's label names")
-        tags: list[list[str]] = [["O"] * len(e.words) for e in examples]
+        return [[label_names[i] for i in np.argmax(logits, axis=-1).tolist()]
+                for logits in self.word_logits(examples, features, outputs)]
+
+    @staticmethod
+    def word_logits(examples: Sequence[NerSentence], features: Sequence[Feature],
+                    outputs: Sequence[dict[str, np.ndarray]]) -> list[np.ndarray]:
+        """Per sentence, the (n_words, num_labels) logits of each word's first piece, taken from the
+        window where the word has the most context."""
+        num_labels = outputs[0]["logits"].shape[-1] if outputs else 0
+        words: list[np.ndarray] = [np.zeros((len(e.words), num_labels), dtype=np.float32) for e in examples]
         for feature, output in zip(features, outputs, strict=True):
             window: NerWindow = feature.meta
             logits = output["logits"]  # (T, num_labels)
             for offset, (position, chosen) in enumerate(zip(window.token_of_word, window.max_context,
                                                              strict=True)):
                 if chosen:
-                    tags[feature.example][window.first_word + offset] = label_names[int(np.argmax(logits[position]))]
-        return tags
+                    words[feature.example][window.first_word + offset] = logits[position]
+        return words
 
     def metric(self, examples: Sequence[NerSentence], predictions: Sequence[list[str]]) -> dict[str, float]:
         """Entity-level precision, recall and F1 (conlleval), and token accuracy."""

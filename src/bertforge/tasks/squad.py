@@ -109,7 +109,8 @@ def _parse(path: Path) -> tuple[str, dict[str, Any]]:
     return text, data
 
 
-def read_squad(path: str | Path, *, on_misaligned: Literal["raise", "skip"] = "raise") -> list[SquadExample]:
+def read_squad(path: str | Path, *, on_misaligned: Literal["raise", "skip"] = "raise",
+               empty_means_impossible: bool = False, require_text: bool = False) -> list[SquadExample]:
     """Read a SQuAD v1.1 or v2.0 file into one example per question, in file order.
 
     Raises `DataFormatError` for malformed JSON, a missing or mistyped field (named by its JSON path,
@@ -117,6 +118,8 @@ def read_squad(path: str | Path, *, on_misaligned: Literal["raise", "skip"] = "r
     answerable question without answers, an unanswerable one with answers, and (unless
     `on_misaligned="skip"`) an answer that is not at its `answer_start` in the context. Skipped answers
     are counted in a warning; a question left without answers is dropped with them.
+    `empty_means_impossible` reads a question with an empty `answers` list as unanswerable whether or
+    not it says `is_impossible`; `require_text` rejects an empty (or all-space) question or context.
     """
     path = Path(path)
     text, data = _parse(path)
@@ -146,6 +149,8 @@ def read_squad(path: str | Path, *, on_misaligned: Literal["raise", "skip"] = "r
         for p, paragraph in enumerate(need(article, "paragraphs", list, where_a)):
             where_p = f"{where_a}.paragraphs[{p}]"
             context = need(paragraph, "context", str, where_p)
+            if require_text and not context.strip():
+                raise DataFormatError(path, None, f"{where_p}.context", "empty context")
             for q, qa in enumerate(need(paragraph, "qas", list, where_p)):
                 where_q = f"{where_p}.qas[{q}]"
                 qid = qa.get("id") if isinstance(qa, Mapping) else None
@@ -155,6 +160,8 @@ def read_squad(path: str | Path, *, on_misaligned: Literal["raise", "skip"] = "r
                     raise DataFormatError(path, line, f"{where_q}.id", f"duplicate question id {qid!r}")
                 seen.add(qid)
                 question = need(qa, "question", str, where_q, qid)
+                if require_text and not question.strip():
+                    raise DataFormatError(path, line, f"{where_q}.question", f"question {qid}: empty question")
                 impossible = qa.get("is_impossible", False)
                 if not isinstance(impossible, bool):
                     raise DataFormatError(path, line, f"{where_q}.is_impossible",
@@ -178,6 +185,9 @@ def read_squad(path: str | Path, *, on_misaligned: Literal["raise", "skip"] = "r
                     raise DataFormatError(path, line, f"{where_q}.answers",
                                           f"question {qid} is marked is_impossible but has answers")
                 if not impossible and not answers:
+                    if not qa["answers"] and empty_means_impossible:
+                        examples.append(SquadExample(qid, title, question, context, [], True, a))
+                        continue
                     if qa["answers"] and on_misaligned == "skip":
                         dropped_questions += 1
                         continue
@@ -466,7 +476,20 @@ class Squad(Task):
         """v2.0: the null threshold that maximises F1 on these (dev) examples."""
         if self.version != "2.0":
             return {}
-        return {"null_threshold": self.metric(examples, predictions)["best_f1_thresh"]}
+        scores = self.metric(examples, predictions)
+        threshold = scores["best_f1_thresh"]
+        if predictions and self._f1_at(examples, predictions, threshold) < scores["best_f1"] - 1e-6:
+            # the sweep peaked at its start, "no answer" everywhere, which the official script reports as
+            # threshold 0.0 (its na_probs are probabilities); with null odds that is a threshold below all of them
+            threshold = min(float(p.null_odds) for p in predictions) - 1.0  # type: ignore[arg-type]
+        return {"null_threshold": threshold}
+
+    def _f1_at(self, examples: Sequence[SquadExample], predictions: Sequence[SquadPrediction],
+               threshold: float) -> float:
+        """v2.0 F1 when "no answer" is predicted where the null odds exceed `threshold`."""
+        answers = {e.id: "" if float(p.null_odds) > threshold else p.best_span  # type: ignore[arg-type]
+                   for e, p in zip(examples, predictions, strict=True)}
+        return float(squad_evaluate(self.dataset_json(examples), answers)["f1"])
 
     def write_predictions(self, examples: Sequence[SquadExample], predictions: Sequence[SquadPrediction],
                           out_dir: Path, split: str) -> list[Path]:

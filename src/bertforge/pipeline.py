@@ -1,0 +1,822 @@
+"""One inference pipeline for every fine-tuned model: Python, `bertforge predict` and `bertforge serve`.
+
+    from bertforge import pipeline
+    clf = pipeline("runs/reviews/seed-1")
+    clf(["a gripping film", "dull"])   # [{"label": "positive", "score": 0.97}, {"label": "negative", ...}]
+
+The task comes from the model directory: its `task.json` (written by fine-tuning: family, task, max
+length, task settings such as SQuAD's doc stride and tuned no-answer threshold) and its config.json
+(the head's class, `id2label`). `task=` overrides it ("embeddings" on any model, say). Tasks:
+
+    text-classification    "text" or ("text", "pair")      {"label", "score"}; regression {"value"}
+    token-classification   "text"                          [{"label", "text", "start", "end", "score"}]
+    question-answering     {"question", "context"}          {"answer", "score", "start", "end", "no_answer"}
+    fill-mask              "text with [MASK]"              [[{"token", "token_id", "score", "sequence"}]]
+    embeddings             "text"                          {"embedding": [...]}  (pooling cls or mean)
+    multiple-choice        {"context", "start", "endings"}  {"choice", "ending", "score"}  (SWAG's four endings)
+
+Every task goes through the fine-tuning task's own code (`bertforge.tasks`): its `featurize` makes the
+model rows (GLUE truncation, NER word windows, SQuAD question + context windows) and its
+`postprocess` turns outputs into predictions (argmax, the word's max-context window, SQuAD's n-best
+span search and null threshold), so a prediction here is exactly what fine-tuning scored.
+
+A call runs in three steps, which `serve` drives separately (tokenising in its event loop, the model
+on its model thread, several requests in one batch):
+
+    prepared = pipe.prepare(inputs)            examples and features (model rows); InputError if unusable
+    outputs = pipe.run(prepared.features)      length-sorted batches of `batch_size`, outputs in feature order
+    results = pipe.finish(prepared, outputs)   one result per input
+
+`predict_file` streams a table (CSV, TSV, JSONL, Parquet, plain lines: `bertforge.tables`) through the
+pipeline in chunks of rows, so a file of any size is read, predicted and written with bounded memory,
+in input order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import sys
+import time
+import types
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from bertforge.fileio import DataFormatError
+from bertforge.finetune import TASK_FILE
+from bertforge.tasks import make_task
+from bertforge.tasks.base import Feature, Task, collate
+
+if TYPE_CHECKING:
+    import torch
+
+    from bertforge.tokenizer import BertTokenizer
+
+# user-facing task names (and accepted spellings) -> the canonical name
+TASK_NAMES = {
+    "text-classification": "text-classification", "classification": "text-classification",
+    "classify": "text-classification", "sentiment-analysis": "text-classification",
+    "token-classification": "token-classification", "ner": "token-classification", "tag": "token-classification",
+    "question-answering": "question-answering", "qa": "question-answering",
+    "fill-mask": "fill-mask",
+    "embeddings": "embeddings", "embed": "embeddings", "feature-extraction": "embeddings",
+    "multiple-choice": "multiple-choice", "swag": "multiple-choice",
+}
+# the fine-tuning family a task.json names -> the pipeline task
+FAMILY_TASKS = {"glue": "text-classification", "classify": "text-classification",
+                "ner": "token-classification", "tag": "token-classification",
+                "squad": "question-answering", "qa": "question-answering", "swag": "multiple-choice"}
+# the head class config.json names -> the pipeline task (for checkpoints without a task.json)
+ARCHITECTURE_TASKS = {
+    "BertForSequenceClassification": "text-classification", "BertForTokenClassification": "token-classification",
+    "BertForQuestionAnswering": "question-answering", "BertForMaskedLM": "fill-mask",
+    "BertForPreTraining": "fill-mask", "BertModel": "embeddings", "BertForMultipleChoice": "multiple-choice",
+}
+# which head each task needs (embeddings read the encoder of any model)
+TASK_HEADS = {
+    "text-classification": ("BertForSequenceClassification",),
+    "token-classification": ("BertForTokenClassification",),
+    "question-answering": ("BertForQuestionAnswering",),
+    "fill-mask": ("BertForMaskedLM", "BertForPreTraining"),
+    "multiple-choice": ("BertForMultipleChoice",),
+}
+POOLINGS = ("mean", "cls", "pooler")
+
+
+class InputError(ValueError):
+    """An input the pipeline cannot use: `index` is its position in the call, `code` a short name
+    (empty_text, no_mask, too_long, empty_context, bad_input) that serve returns as the error code."""
+
+    def __init__(self, index: int, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(f"input {index}: {message}")
+        self.index, self.code, self.detail, self.field = index, code, message, field
+
+
+@dataclass
+class Prepared:
+    """What `prepare` made of the inputs: the task's examples and their model rows."""
+
+    examples: list[Any]
+    features: list[Feature]
+    info: list[dict[str, Any]] = field(default_factory=list)  # per input: truncated, words, ...
+
+
+# ------------------------------------------------------------------------------------------------
+# the pipeline
+# ------------------------------------------------------------------------------------------------
+class Pipeline:
+    """A model, its tokenizer and one task's pre- and post-processing. Build it with `pipeline(path)`.
+
+    `spec` is the fine-tuning task (`bertforge.tasks.Task`) whose featurize/postprocess are used, made
+    from task.json's family, task and settings (or a default one for the head when there is none).
+    """
+
+    def __init__(self, model: Any, tokenizer: BertTokenizer, task: str, *, spec: Task | None = None,
+                 max_length: int | None = None, batch_size: int = 32, device: str | None = None,
+                 pooling: str = "mean", normalize: bool = False, top_k: int = 5) -> None:
+        import torch
+
+        task = canonical_task(task)
+        self.model, self.tokenizer, self.task = model, tokenizer, task
+        self.device = torch.device(device) if device else _model_device(model)
+        self.batch_size = _positive(batch_size, "batch_size")
+        self.config = model.config
+        self.labels = _label_names(model)
+        self.spec = spec if spec is not None else default_spec(task, self.labels)
+        limit = min(self.config.max_position_embeddings, tokenizer.model_max_length)
+        # without a saved length: the model's limit, except for QA's windows (384 pieces, as fine-tuned)
+        default = self.spec.default_max_length if task == "question-answering" and self.spec else limit
+        self.max_length = min(_positive(max_length or default, "max_length"), limit)
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+        self.pooling, self.normalize, self.top_k = pooling, normalize, _positive(top_k, "top_k")
+        self.precision = "fp32"  # what `pipeline()` applied (bertforge.precision)
+        self.runner: _Runner = _RUNNERS[task](self)
+
+    def __repr__(self) -> str:
+        return (f"Pipeline(task={self.task!r}, model={type(self.model).__name__}, max_length={self.max_length}, "
+                f"batch_size={self.batch_size}, device={str(self.device)!r})")
+
+    def __call__(self, inputs: Any, **options: Any) -> Any:
+        """A list of inputs gives a list of results; anything else is one input (a text, a (text, pair) or
+        (question, context) tuple, a dict) and gives one result. See the module docstring."""
+        single = not isinstance(inputs, list)
+        batch = [inputs] if single else inputs
+        if not batch:
+            return []
+        prepared = self.prepare(batch)
+        results = self.finish(prepared, self.run(prepared.features, **options), **options)
+        results = [self.runner.public(r) for r in results]
+        return results[0] if single else results
+
+    def prepare(self, inputs: Sequence[Any]) -> Prepared:
+        """Examples and features of `inputs` (raises `InputError` naming the input at fault)."""
+        return self.runner.prepare(list(inputs))
+
+    def run(self, features: Sequence[Feature], **options: Any) -> list[dict[str, np.ndarray]]:
+        """The model's outputs for each feature, in feature order, from length-sorted batches.
+
+        Sorting by length puts rows of similar length in one batch, so little of each batch is padding;
+        per-token outputs come back trimmed to the feature's own length.
+        """
+        import torch
+
+        order = sorted(range(len(features)), key=lambda i: features[i].length)
+        results: list[dict[str, np.ndarray]] = [{} for _ in features]
+        was_training = getattr(self.model, "training", False)
+        if hasattr(self.model, "eval"):
+            self.model.eval()
+        try:
+            with torch.inference_mode():
+                for start in range(0, len(order), self.batch_size):
+                    indices = order[start:start + self.batch_size]
+                    batch = collate([features[i] for i in indices], self.tokenizer.pad_token_id, with_labels=False)
+                    outputs = self.runner.forward({k: v.to(self.device) for k, v in batch.items()}, **options)
+                    for name, tensor in outputs.items():
+                        values = tensor.float().cpu().numpy()
+                        for row, i in enumerate(indices):
+                            value = values[row]
+                            results[i][name] = value[:features[i].length] if name in self.runner.token_outputs \
+                                else value
+        finally:
+            if was_training and hasattr(self.model, "train"):
+                self.model.train(True)
+        return results
+
+    def finish(self, prepared: Prepared, outputs: Sequence[dict[str, np.ndarray]], **options: Any) -> list[Any]:
+        """One result per input of `prepared`, from the outputs of its features."""
+        return self.runner.finish(prepared, list(outputs), **options)
+
+    def predict_file(self, input_path: str | Path, out_path: str | Path, **kwargs: Any) -> dict[str, Any]:
+        """`predict_file(self, input_path, out_path, ...)`: see the module-level function."""
+        return predict_file(self, input_path, out_path, **kwargs)
+
+
+def canonical_task(task: str) -> str:
+    key = task.strip().lower().replace("_", "-")
+    if key not in TASK_NAMES:
+        names = sorted(set(TASK_NAMES.values()))
+        raise ValueError(f"unknown pipeline task {task!r}; one of {', '.join(names)}")
+    return TASK_NAMES[key]
+
+
+def default_spec(task: str, labels: Sequence[str]) -> Task | None:
+    """The fine-tuning task whose pre- and post-processing a model without a task.json gets."""
+    if task == "text-classification":
+        return make_task("glue", "stsb" if len(labels) == 1 else "sst2")  # one output: regression
+    if task == "token-classification":
+        return make_task("ner")
+    if task == "question-answering":
+        return make_task("squad", "v1.1")
+    if task == "multiple-choice":
+        return make_task("swag")
+    return None
+
+
+def read_task_file(model_dir: str | Path) -> dict[str, Any]:
+    """The model's task.json as a dict ({} when there is none or it cannot be read)."""
+    try:
+        value = json.loads((Path(model_dir) / TASK_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def pipeline(model: str | Path, task: str | None = None, *, batch_size: int = 32, device: str | None = None,
+             max_length: int | None = None, precision: str = "fp32", **options: Any) -> Pipeline:
+    """A `Pipeline` for the model directory `model` (a fine-tuned seed directory, any BERT checkpoint).
+
+    `task` overrides the task read from the directory (`TASK_NAMES`; "embeddings" works on every
+    model). `max_length` defaults to the one the model was fine-tuned with; `options` are `pooling`
+    ("mean", "cls", "pooler") and `normalize` for embeddings, `top_k` for fill-mask. `precision` is
+    fp32 (the default: the numbers fine-tuning scored), bf16, int8 or auto (`bertforge.precision`:
+    bf16 where the CPU has native bf16 instructions); a saved int8 copy always runs int8.
+    """
+    from bertforge.model import load_any
+    from bertforge.precision import apply_precision, choose_precision, is_quantized_checkpoint, load_quantized
+    from bertforge.tokenizer import BertTokenizer
+
+    model_dir = Path(model)
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"{model_dir}: no such model directory")
+    choose_precision(precision)  # an unknown name fails before anything loads
+    saved = read_task_file(model_dir)
+    loaded = load_quantized(model_dir) if is_quantized_checkpoint(model_dir) else load_any(model_dir)[0]
+    kind = type(loaded).__name__
+    family = saved.get("family")
+    chosen = canonical_task(task) if task else (FAMILY_TASKS.get(family or "") or ARCHITECTURE_TASKS.get(kind))
+    if chosen is None:
+        raise ValueError(f"{model_dir}: cannot tell the task of a {kind} (task.json family {family!r}); "
+                         f"pass task=")
+    needed = TASK_HEADS.get(chosen)
+    if needed and kind not in needed:
+        raise ValueError(f"{model_dir} holds a {kind}; the {chosen} task needs a {' or '.join(needed)}")
+    report = getattr(loaded, "load_report", None)
+    if report is not None and report.new_heads and needed:
+        raise ValueError(f"{model_dir} has no trained {kind} output layer "
+                         f"({', '.join(report.new_heads)} would be random); fine-tune it first")
+    spec = None
+    if family and FAMILY_TASKS.get(family) == chosen:
+        spec = make_task(family, saved.get("task"), saved.get("settings") or {})
+    if chosen == "question-answering" and spec is None and loaded.config.extra.get("version_2_with_negative"):
+        spec = make_task("squad", "v2.0")
+    if max_length is None and spec is not None:
+        max_length = saved.get("max_length")
+    if device:
+        loaded.to(device)
+    loaded, used = apply_precision(loaded, precision)
+    pipe = Pipeline(loaded, BertTokenizer.from_pretrained(model_dir), chosen, spec=spec, max_length=max_length,
+                    batch_size=batch_size, device=device, **options)
+    pipe.precision = used
+    return pipe
+
+
+def _model_device(model: Any) -> torch.device:
+    import torch
+
+    try:
+        return next(model.parameters()).device
+    except (AttributeError, StopIteration):
+        return torch.device("cpu")
+
+
+def _label_names(model: Any) -> list[str]:
+    from bertforge.model import label_names
+
+    names = label_names(model.config)
+    if not names and hasattr(model, "num_labels"):
+        names = [f"LABEL_{i}" for i in range(int(model.num_labels))]
+    return names
+
+
+def _positive(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _is_pair(value: Any) -> bool:
+    return isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, str) for v in value)
+
+
+def _text(value: Any, index: int, what: str = "text") -> str:
+    if not isinstance(value, str):
+        raise InputError(index, "bad_input", f"{what} must be a string, got {type(value).__name__}", what)
+    if not value.strip():
+        raise InputError(index, "empty_text", f"{what} is empty", what)
+    return value
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits - logits.max(-1, keepdims=True))
+    return shifted / shifted.sum(-1, keepdims=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# one runner per task: inputs -> task examples -> features; outputs -> task predictions -> results
+# ------------------------------------------------------------------------------------------------
+class _Runner:
+    token_outputs: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, pipe: Pipeline) -> None:
+        self.pipe = pipe
+
+    @property
+    def spec(self) -> Task:
+        assert self.pipe.spec is not None
+        return self.pipe.spec
+
+    def prepare(self, inputs: list[Any]) -> Prepared:
+        raise NotImplementedError
+
+    def forward(self, batch: dict[str, torch.Tensor], **options: Any) -> dict[str, torch.Tensor]:
+        output = self.pipe.model(**batch)
+        return {name: getattr(output, name) for name in self.spec.output_names}
+
+    def finish(self, prepared: Prepared, outputs: list[dict[str, np.ndarray]], **options: Any) -> list[Any]:
+        raise NotImplementedError
+
+    def public(self, result: Any) -> Any:
+        """What `Pipeline.__call__` returns for one result (serve and predict may read more of it)."""
+        return result
+
+
+class _Classification(_Runner):
+    """Sentence (pair) classification, multi-label classification and regression, through the task's
+    featurize (BERT's truncation) and postprocess (a GLUE task's argmax, or the classify family's
+    softmax, per-label sigmoid thresholds tuned on dev, or value)."""
+
+    def prepare(self, inputs: list[Any]) -> Prepared:
+        pairs = []
+        for i, item in enumerate(inputs):
+            if isinstance(item, dict):
+                text, pair = item.get("text"), item.get("text_pair")
+            elif _is_pair(item):
+                text, pair = item
+            else:
+                text, pair = item, None
+            pairs.append((_text(text, i), None if pair is None else _text(pair, i, "text_pair")))
+        examples = self._examples(pairs)
+        features = self.spec.featurize(examples, self.pipe.tokenizer, self.pipe.max_length)
+        return Prepared(examples, features, [{"truncated": self._truncated(pair, f)}
+                                             for pair, f in zip(pairs, features, strict=True)])
+
+    def _examples(self, pairs: list[tuple[str, str | None]]) -> list[Any]:
+        """The examples the task's featurize reads: the classify family's own, else GLUE's."""
+        if self.spec.family == "classify":
+            from bertforge.tasks.classify import ClassifyExample
+
+            return [ClassifyExample(text, pair) for text, pair in pairs]
+        from bertforge.tasks.glue import GlueExample
+
+        return [GlueExample(str(i), text, pair, None) for i, (text, pair) in enumerate(pairs)]
+
+    def _truncated(self, pair: tuple[str, str | None], feature: Feature) -> bool:
+        if feature.length < self.pipe.max_length:
+            return False  # shorter than the limit: nothing was cut
+        return len(self.pipe.tokenizer.encode(*pair, max_length=10**9)) > feature.length
+
+    def finish(self, prepared: Prepared, outputs: list[dict[str, np.ndarray]], **options: Any) -> list[Any]:
+        predictions = self.spec.postprocess(prepared.examples, prepared.features, outputs,
+                                            label_names=self.pipe.labels)
+        return [{**self._result(prediction, output["logits"]), "truncated": info["truncated"]}
+                for prediction, output, info in zip(predictions, outputs, prepared.info, strict=True)]
+
+    def _result(self, prediction: Any, logits: np.ndarray) -> dict[str, Any]:
+        if isinstance(prediction, dict):  # the classify family decides labels and scores itself
+            scores = prediction.get("scores") or {}
+            ranked = [{"label": n, "score": float(p)} for n, p in sorted(scores.items(), key=lambda x: -x[1])]
+            if "labels" in prediction:  # multi-label: every label at or above its tuned threshold
+                return {"labels": list(prediction["labels"]), "scores": ranked}
+            if "label" in prediction:
+                return {"label": prediction["label"], "score": float(prediction["score"]), "scores": ranked}
+            return {"value": float(prediction["score"])}  # regression
+        if logits.shape[-1] == 1:  # a GLUE regression task (STS-B): the predicted value
+            return {"value": float(prediction)}
+        probabilities = _softmax(logits)
+        ranked = sorted(zip(self.pipe.labels, probabilities.tolist(), strict=True), key=lambda x: -x[1])
+        return {"label": self.pipe.labels[int(prediction)], "score": float(probabilities[int(prediction)]),
+                "scores": [{"label": n, "score": p} for n, p in ranked]}
+
+    def public(self, result: Any) -> Any:
+        return {k: v for k, v in result.items() if k in ("label", "labels", "score", "value")}
+
+
+class _TokenClassification(_Runner):
+    """Words found by BERT's pre-tokeniser (with their characters), tagged by the NER task's word
+    windows; entities grouped from the word tags (transformers' aggregation "simple", word level)."""
+
+    token_outputs = ("logits",)
+
+    def prepare(self, inputs: list[Any]) -> Prepared:
+        from bertforge.tasks.ner import NerSentence
+
+        pre_tokenize = self.pipe.tokenizer.backend.pre_tokenizer.pre_tokenize_str
+        examples, info = [], []
+        for i, item in enumerate(inputs):
+            text = _text(item.get("text") if isinstance(item, dict) else item, i)
+            words = pre_tokenize(text)  # [(word, (start, end))]
+            examples.append(NerSentence(str(i), [w for w, _ in words], [], [], [], 0))
+            info.append({"text": text, "spans": [span for _, span in words]})
+        features = self.spec.featurize(examples, self.pipe.tokenizer, self.pipe.max_length)
+        return Prepared(examples, features, info)
+
+    def finish(self, prepared: Prepared, outputs: list[dict[str, np.ndarray]], **options: Any) -> list[Any]:
+        predictions = self.spec.postprocess(prepared.examples, prepared.features, outputs,
+                                            label_names=self.pipe.labels)
+        tags = [getattr(p, "tags", p) for p in predictions]  # the tag family gives tags with scores
+        scores = [[0.0] * len(e.words) for e in prepared.examples]
+        for feature, output in zip(prepared.features, outputs, strict=True):
+            window = feature.meta  # the word's score comes from the window its tag came from
+            probabilities = _softmax(output["logits"])  # (T, num_labels)
+            for offset, (position, chosen) in enumerate(zip(window.token_of_word, window.max_context, strict=True)):
+                if chosen:
+                    scores[feature.example][window.first_word + offset] = float(probabilities[position].max())
+        results = []
+        for example_tags, example_scores, info in zip(tags, scores, prepared.info, strict=True):
+            text = info["text"]
+            words = [{"word": text[s:e], "label": tag, "score": score, "start": s, "end": e}
+                     for tag, score, (s, e) in zip(example_tags, example_scores, info["spans"], strict=True)]
+            results.append({"entities": group_entities(text, words), "words": words})
+        return results
+
+    def public(self, result: Any) -> Any:
+        return result["entities"]
+
+
+def split_tag(label: str) -> tuple[str, str | None]:
+    """'B-PER' -> ('B', 'PER'); 'O' -> ('O', None); a bare 'PER' (IO tagging) -> ('I', 'PER')."""
+    if label == "O" or not label:
+        return "O", None
+    if len(label) > 2 and label[1] in "-_" and label[0] in "BIESbies":
+        return label[0].upper(), label[2:]
+    return "I", label
+
+
+def group_entities(text: str, words: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tagged words -> entities: a B- or S- tag (or a change of type) starts one, I- and E- of the same
+    type continue it; the score is the mean of its words' scores (transformers' "simple" aggregation)."""
+    entities: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+
+    def close() -> None:
+        if current is not None:
+            start, end = current["start"], current["end"]
+            entities.append({"label": current["label"], "text": text[start:end], "start": start, "end": end,
+                             "score": sum(current["scores"]) / len(current["scores"])})
+
+    for word in words:
+        tag, kind = split_tag(word["label"])
+        if kind is None:
+            close()
+            current = None
+        elif current is not None and tag in ("I", "E") and kind == current["label"]:
+            current["end"] = word["end"]
+            current["scores"].append(word["score"])
+        else:
+            close()
+            current = {"label": kind, "start": word["start"], "end": word["end"], "scores": [word["score"]]}
+    close()
+    return entities
+
+
+class _QuestionAnswering(_Runner):
+    """SQuAD's windows and answer search (tasks/squad.py) with the model's saved settings: doc stride,
+    max query length and, for a SQuAD v2.0 model, the null threshold tuned on dev."""
+
+    token_outputs = ("start_logits", "end_logits")
+
+    def prepare(self, inputs: list[Any]) -> Prepared:
+        from bertforge.tasks.squad import SquadExample
+
+        examples = []
+        for i, item in enumerate(inputs):
+            if isinstance(item, dict):
+                question, context = item.get("question"), item.get("context")
+            elif isinstance(item, tuple | list) and len(item) == 2:
+                question, context = item
+            else:
+                raise InputError(i, "bad_input", "a question-answering input is {'question': ..., 'context': ...} "
+                                                 "or a (question, context) pair")
+            examples.append(SquadExample(str(i), "", _text(question, i, "question"), _text(context, i, "context")))
+        features = self.spec.featurize(examples, self.pipe.tokenizer, self.pipe.max_length)
+        for feature in features:
+            if feature.meta.length == 0:
+                raise InputError(feature.example, "empty_context",
+                                 "the context has no tokens (only control or unknown characters?)", "context")
+        return Prepared(examples, features, [{} for _ in examples])
+
+    def finish(self, prepared: Prepared, outputs: list[dict[str, np.ndarray]], *,
+               allow_no_answer: bool | None = None, max_answer_tokens: int | None = None, **options: Any) -> list[Any]:
+        spec = self._variant(allow_no_answer, max_answer_tokens)
+        predictions = spec.postprocess(prepared.examples, prepared.features, outputs)
+        return [self._result(p, spec.version == "2.0" and allow_no_answer is not False) for p in predictions]
+
+    def _variant(self, allow_no_answer: bool | None, max_answer_tokens: int | None) -> Task:
+        """The task with this call's answer rules: a v1.1 model asked to allow no answer is read as a
+        v2.0 one with threshold 0 (no answer when [CLS] outscores the best span)."""
+        changes: dict[str, Any] = {}
+        if max_answer_tokens is not None:
+            changes["max_answer_length"] = _positive(max_answer_tokens, "max_answer_tokens")
+        if allow_no_answer and self.spec.version != "2.0":
+            changes.update(version="2.0", null_threshold=0.0)
+        if not changes:
+            return self.spec
+        return dataclasses.replace(self.spec, settings={**self.spec.settings, **changes})
+
+    @staticmethod
+    def _result(prediction: Any, may_abstain: bool) -> dict[str, Any]:
+        """The answer with the softmax probability of its span among the n-best; with no answer, the
+        probability of [CLS] among [CLS] and those spans."""
+        best = prediction.nbest[0] if prediction.nbest else None
+        null_odds = prediction.null_odds
+        if best is None or (may_abstain and prediction.text == "" and null_odds is not None):
+            score = 1.0
+            if best is not None and null_odds is not None:  # null score = best span score + odds
+                spans = np.array([c["score"] for c in prediction.nbest]) - best["score"] - null_odds
+                score = float(1.0 / (1.0 + np.exp(spans).sum()))
+            return {"answer": "", "score": score, "start": None, "end": None, "no_answer": True,
+                    "null_odds": null_odds}
+        return {"answer": best["text"], "score": float(best["probability"]), "start": best["start"],
+                "end": best["end"], "no_answer": False, "null_odds": null_odds}
+
+    def public(self, result: Any) -> Any:
+        return {k: v for k, v in result.items() if k != "null_odds" or v is not None}
+
+
+class _FillMask(_Runner):
+    """The top-k tokens for every [MASK] of a text (special tokens never predicted)."""
+
+    token_outputs = ("mask_scores", "mask_ids")
+
+    def prepare(self, inputs: list[Any]) -> Prepared:
+        tok = self.pipe.tokenizer
+        features, info = [], []
+        for i, item in enumerate(inputs):
+            text = _text(item.get("text") if isinstance(item, dict) else item, i)
+            encoding = tok.encode(text, max_length=10**9)
+            if len(encoding) > self.pipe.max_length:
+                raise InputError(i, "too_long", f"the text is {len(encoding)} tokens (special tokens included); "
+                                                f"at most {self.pipe.max_length}", "text")
+            masks = [(p, *encoding.offsets[p]) for p, t in enumerate(encoding.input_ids) if t == tok.mask_token_id]
+            if not masks:
+                raise InputError(i, "no_mask", f"the text has no {tok.mask_token} token; put {tok.mask_token} "
+                                               f"where a word should be predicted", "text")
+            features.append(Feature({"input_ids": encoding.input_ids, "token_type_ids": encoding.token_type_ids}, i))
+            info.append({"text": text, "masks": masks})
+        return Prepared(list(inputs), features, info)
+
+    def forward(self, batch: dict[str, torch.Tensor], *, top_k: int | None = None,
+                **options: Any) -> dict[str, torch.Tensor]:
+        import torch
+
+        model = self.pipe.model
+        k = min(top_k or self.pipe.top_k, self.pipe.config.vocab_size)
+        hidden = model.base_model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).last_hidden_state
+        masked = batch["input_ids"] == self.pipe.tokenizer.mask_token_id  # (B, T)
+        # only the masked positions go through the vocabulary projection: (N, H) -> (N, V)
+        logits = model.mlm(hidden[masked], model.base_model.embeddings.word_embeddings.weight).float()
+        logits[:, sorted(set(self.pipe.tokenizer.all_special_ids))] = -math.inf
+        top = logits.softmax(-1).topk(k, dim=-1)
+        shape = (*masked.shape, k)
+        scores = torch.zeros(shape, device=logits.device)
+        ids = torch.zeros(shape, dtype=torch.long, device=logits.device)
+        scores[masked], ids[masked] = top.values, top.indices
+        return {"mask_scores": scores, "mask_ids": ids}  # (B, T, k) each; zero off the masks
+
+    def finish(self, prepared: Prepared, outputs: list[dict[str, np.ndarray]], *, top_k: int | None = None,
+               **options: Any) -> list[Any]:
+        tok, k = self.pipe.tokenizer, top_k or self.pipe.top_k
+        results = []
+        for output, info in zip(outputs, prepared.info, strict=True):
+            text, found = info["text"], []
+            for position, start, end in info["masks"]:
+                predictions = []
+                for score, token_id in zip(output["mask_scores"][position][:k].tolist(),
+                                           output["mask_ids"][position][:k].astype(int).tolist(), strict=True):
+                    token = tok.convert_ids_to_tokens(token_id)
+                    word = token[2:] if token.startswith("##") else token
+                    predictions.append({"token": token, "token_id": token_id, "score": score,
+                                        "sequence": text[:start] + word + text[end:]})
+                found.append({"position": position, "start": start, "end": end, "predictions": predictions})
+            results.append(found)
+        return results
+
+    def public(self, result: Any) -> Any:
+        return [mask["predictions"] for mask in result]
+
+
+class _Embeddings(_Runner):
+    """One vector per text from the final layer: the [CLS] vector, the mean of the real tokens
+    (specials included, as sentence-transformers does), or the pooler's output."""
+
+    def prepare(self, inputs: list[Any]) -> Prepared:
+        texts = [_text(item.get("text") if isinstance(item, dict) else item, i) for i, item in enumerate(inputs)]
+        encoded = self.pipe.tokenizer.encode_batch(texts, max_length=10**9)
+        features, info = [], []
+        for i, encoding in enumerate(encoded["encodings"]):
+            ids, types = encoding.input_ids, encoding.token_type_ids
+            truncated = len(ids) > self.pipe.max_length
+            if truncated:  # keep the head, end with [SEP]
+                ids = ids[:self.pipe.max_length - 1] + [self.pipe.tokenizer.sep_token_id]
+                types = types[:self.pipe.max_length]
+            features.append(Feature({"input_ids": ids, "token_type_ids": types}, i))
+            info.append({"truncated": truncated, "tokens": len(ids)})
+        return Prepared(texts, features, info)
+
+    def forward(self, batch: dict[str, torch.Tensor], **options: Any) -> dict[str, torch.Tensor]:
+        backbone = getattr(self.pipe.model, "base_model", self.pipe.model)
+        out = backbone(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        hidden = out.last_hidden_state.float()  # (B, T, H)
+        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+        vectors = {"cls": hidden[:, 0], "mean": (hidden * mask).sum(1) / mask.sum(1)}
+        if out.pooled_output is not None:
+            vectors["pooler"] = out.pooled_output
+        return vectors
+
+    def finish(self, prepared: Prepared, outputs: list[dict[str, np.ndarray]], *, pooling: str | None = None,
+               normalize: bool | None = None, **options: Any) -> list[Any]:
+        pooling = pooling or self.pipe.pooling
+        normalize = self.pipe.normalize if normalize is None else normalize
+        results = []
+        for output, info in zip(outputs, prepared.info, strict=True):
+            if pooling not in output:
+                raise ValueError("this model has no pooler; use pooling 'mean' or 'cls'")
+            vector = output[pooling].astype(np.float64)
+            if normalize:
+                vector = vector / max(float(np.linalg.norm(vector)), 1e-12)
+            results.append({"embedding": vector.tolist(), "pooling": pooling, **info})
+        return results
+
+    def public(self, result: Any) -> Any:
+        return {"embedding": result["embedding"]}
+
+
+class _MultipleChoice(_Runner):
+    """SWAG's four endings: each `[CLS] context [SEP] start ending [SEP]`, a softmax over their scores."""
+
+    def prepare(self, inputs: list[Any]) -> Prepared:
+        from bertforge.tasks.swag import NUM_CHOICES, SwagExample
+
+        examples = []
+        for i, item in enumerate(inputs):
+            if not isinstance(item, dict) or not isinstance(item.get("endings"), list | tuple):
+                raise InputError(i, "bad_input", "a multiple-choice input is {'context': ..., 'start': ... "
+                                                 "(optional), 'endings': [four texts]}")
+            endings = [_text(e, i, f"ending{k}") for k, e in enumerate(item["endings"])]
+            if len(endings) != NUM_CHOICES:
+                raise InputError(i, "bad_input", f"{len(endings)} endings; the model chooses among {NUM_CHOICES}",
+                                 "endings")
+            start = item.get("start") or ""
+            examples.append(SwagExample(str(i), _text(item.get("context"), i, "context"), start, endings, None))
+        return Prepared(examples, self.spec.featurize(examples, self.pipe.tokenizer, self.pipe.max_length))
+
+    def finish(self, prepared: Prepared, outputs: list[dict[str, np.ndarray]], **options: Any) -> list[Any]:
+        choices = self.spec.postprocess(prepared.examples, prepared.features, outputs)
+        results = []
+        for example, choice, output in zip(prepared.examples, choices, outputs, strict=True):
+            probabilities = _softmax(output["logits"])
+            results.append({"choice": int(choice), "ending": example.endings[choice],
+                            "score": float(probabilities[choice]), "scores": probabilities.tolist()})
+        return results
+
+    def public(self, result: Any) -> Any:
+        return {k: result[k] for k in ("choice", "ending", "score")}
+
+
+_RUNNERS: dict[str, type[_Runner]] = {
+    "text-classification": _Classification, "token-classification": _TokenClassification,
+    "question-answering": _QuestionAnswering, "fill-mask": _FillMask, "embeddings": _Embeddings,
+    "multiple-choice": _MultipleChoice,
+}
+
+
+# ------------------------------------------------------------------------------------------------
+# files in, files out: `bertforge predict --input`
+# ------------------------------------------------------------------------------------------------
+def input_columns(task: str, *, text_column: str = "text", pair_column: str | None = None,
+                  question_column: str = "question", context_column: str = "context") -> dict[str, str]:
+    """The input fields of `task` -> the file's column holding each."""
+    if task == "question-answering":
+        return {"question": question_column, "context": context_column}
+    if task == "multiple-choice":  # SWAG's own columns
+        return {"context": "sent1", "start": "sent2", **{f"ending{k}": f"ending{k}" for k in range(4)}}
+    columns = {"text": text_column}
+    if pair_column:
+        if task != "text-classification":
+            raise ValueError(f"a pair column goes with text-classification, not {task}")
+        columns["text_pair"] = pair_column
+    return columns
+
+
+def output_row(task: str, result: Any) -> dict[str, Any]:
+    """The row `predict_file` writes for one result (lists are JSON text in a CSV file)."""
+    if task == "text-classification":
+        return {k: result[k] for k in ("label", "labels", "score", "value") if k in result}
+    if task == "token-classification":
+        return {"entities": result["entities"]}
+    if task == "question-answering":
+        return {k: result[k] for k in ("answer", "score", "start", "end", "no_answer")}
+    if task == "fill-mask":
+        return {"predictions": [mask["predictions"] for mask in result]}
+    if task == "multiple-choice":
+        return {k: result[k] for k in ("choice", "score")}
+    return {"embedding": result["embedding"]}
+
+
+def predict_file(pipe: Pipeline, input_path: str | Path, out_path: str | Path, *, text_column: str = "text",
+                 pair_column: str | None = None, question_column: str = "question",
+                 context_column: str = "context", keep_columns: Sequence[str] = (), chunk_rows: int = 4096,
+                 progress: bool = True, **options: Any) -> dict[str, Any]:
+    """Predict every row of a table (any `bertforge.tables` format) into `out_path` (.jsonl, .csv, .tsv).
+
+    Rows are read `chunk_rows` at a time; each chunk is featurised, run in length-sorted batches and
+    written in input order before the next chunk is read, so memory does not grow with the file.
+    `keep_columns` are copied from the input row in front of the prediction. The output appears only
+    when complete (a bad row stops the run with `DataFormatError` naming its line, and nothing is
+    written). Returns {"rows", "seconds", "rows_per_second", "out"}.
+    """
+    from bertforge.tables import iter_rows, write_rows
+
+    chunk_rows = _positive(chunk_rows, "chunk_rows")
+    input_path = Path(input_path)
+    columns = input_columns(pipe.task, text_column=text_column, pair_column=pair_column,
+                            question_column=question_column, context_column=context_column)
+    wanted = list(dict.fromkeys([*columns.values(), *keep_columns]))
+    rows = iter_rows(input_path, wanted)
+    started, count = time.perf_counter(), 0
+    bar = _progress_bar(progress, input_path)
+    try:
+        with write_rows(out_path) as write:
+            for chunk in _chunks(rows, chunk_rows):
+                for row, result in zip(chunk, _predict_chunk(pipe, input_path, chunk, columns, options), strict=True):
+                    write({**{name: row.values[name] for name in keep_columns}, **output_row(pipe.task, result)})
+                count += len(chunk)
+                if bar is not None:
+                    bar.update(len(chunk))
+    finally:
+        if bar is not None:
+            bar.close()
+    seconds = time.perf_counter() - started
+    return {"rows": count, "seconds": seconds, "rows_per_second": count / seconds if seconds else math.inf,
+            "out": str(out_path)}
+
+
+def _predict_chunk(pipe: Pipeline, path: Path, chunk: list[Any], columns: dict[str, str],
+                   options: dict[str, Any]) -> list[Any]:
+    inputs = [_row_input(path, row, columns) for row in chunk]
+    if pipe.task == "multiple-choice":
+        inputs = [{"context": v["context"], "start": v["start"], "endings": [v[f"ending{k}"] for k in range(4)]}
+                  for v in inputs]
+    try:
+        prepared = pipe.prepare(inputs)
+    except InputError as exc:  # locate it in the file
+        raise DataFormatError(path, chunk[exc.index].number, columns.get(exc.field or "", exc.field),
+                              exc.detail) from None
+    return pipe.finish(prepared, pipe.run(prepared.features, **options), **options)
+
+
+def _chunks(rows: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    """Lists of at most `size` items, pulled from `rows` only as each list is asked for."""
+    while chunk := list(itertools.islice(rows, size)):
+        yield chunk
+
+
+def _row_input(path: Path, row: Any, columns: dict[str, str]) -> dict[str, Any]:
+    values = {}
+    for name, column in columns.items():
+        value = row.values.get(column)
+        if not isinstance(value, str):
+            what = "empty" if value is None else f"not text ({type(value).__name__})"
+            raise DataFormatError(path, row.number, column, what)
+        if not value.strip():
+            raise DataFormatError(path, row.number, column, "empty text")
+        values[name] = value
+    return values
+
+
+def _progress_bar(progress: bool, path: Path) -> Any:
+    if not progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(desc=f"predict {path.name}", unit=" rows", file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
+
+
+class _CallableModule(types.ModuleType):
+    """`from bertforge import pipeline` gives this module; calling it calls `pipeline()`."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Pipeline:
+        return pipeline(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
+
+__all__ = ["FAMILY_TASKS", "TASK_NAMES", "InputError", "Pipeline", "Prepared", "canonical_task", "group_entities",
+           "input_columns", "output_row", "pipeline", "predict_file", "read_task_file", "split_tag"]
