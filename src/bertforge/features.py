@@ -276,6 +276,8 @@ class FeatureExtractor:
     max_length: int | None = None
     dtype: str = "float32"  # of the returned arrays: float32 or float16
     device: str | None = None
+    # fp32, bf16, int8 or auto (bertforge.precision); after construction, the precision in use
+    precision: str = "fp32"
     truncated: int = field(default=0, init=False)  # inputs that lost tokens to truncation so far
 
     def __post_init__(self) -> None:
@@ -287,9 +289,12 @@ class FeatureExtractor:
             raise ValueError(f"dtype must be float32 or float16, got {self.dtype!r}")
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
+        from bertforge.precision import apply_precision
+
         self.model.eval()
         if self.device is not None:
             self.model.to(self.device)
+        self.model, self.precision = apply_precision(self.model, self.precision)
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike[str], *, strategy: str | None = None,
@@ -297,9 +302,13 @@ class FeatureExtractor:
                         **kwargs: Any) -> FeatureExtractor:
         """Load the encoder (any BERT checkpoint: task heads are ignored) and tokenizer of `directory`."""
         from bertforge.model.bert import BertModel
+        from bertforge.precision import is_quantized_checkpoint, load_quantized
         from bertforge.tokenizer import BertTokenizer
 
-        model = BertModel.from_pretrained(directory)
+        if is_quantized_checkpoint(directory):  # a saved int8 copy (of any head): its encoder
+            model = load_quantized(directory).base_model
+        else:
+            model = BertModel.from_pretrained(directory)
         tokenizer = BertTokenizer.from_pretrained(directory)
         if strategy is None and layers is None:
             strategy = "last"
@@ -473,7 +482,7 @@ def write_features(extractor: FeatureExtractor, inputs: Iterable[TextInput], out
         "layers": list(extractor.selection.layers), "combine": extractor.selection.combine,
         "align": extractor.align if extractor.unit == "word" else None, "pool": extractor.pool,
         "row_shape": list(extractor.row_shape), "dtype": extractor.dtype,
-        "num_hidden_layers": extractor.model.config.num_hidden_layers,
+        "num_hidden_layers": extractor.model.config.num_hidden_layers, "precision": extractor.precision,
     }
     if out.suffix == ".jsonl":
         lines, truncated = _write_jsonl(extractor, inputs, out, progress)

@@ -510,16 +510,20 @@ def predict(
     max_length: int | None = None,
     task_settings: dict[str, Any] | None = None,
     device: str | None = None,
+    precision: str = "fp32",
 ) -> dict[str, dict[str, Any]]:
     """Write a fine-tuned model's predictions for `splits` (default: the task's test splits) to `out_dir`.
 
     Settings saved in the model's `task.json` (max length, SQuAD's doc_stride and tuned null
-    threshold) are used unless given here. Returns {split: {"files": [...], "metrics": {...}}}, with
-    metrics for splits that have labels. MNLI's AX split is skipped when the data has no AX file.
+    threshold) are used unless given here. `precision` is fp32, bf16, int8 or auto
+    (`bertforge.precision`). Returns {split: {"files": [...], "metrics": {...}, "precision": ...}},
+    with metrics for splits that have labels, and writes the same as `metrics.json` in `out_dir` with
+    the CPU it ran on. MNLI's AX split is skipped when the data has no AX file.
     """
     import torch
 
     from bertforge.model import label_names as config_label_names
+    from bertforge.precision import apply_precision, cpu_description, is_quantized_checkpoint, load_quantized
     from bertforge.tokenizer import BertTokenizer
 
     model_dir, data_dir, out_dir = Path(model_dir), Path(data_dir), Path(out_dir)
@@ -532,11 +536,15 @@ def predict(
     max_length = max_length or saved.get("max_length") or spec.default_max_length
     check_max_length(model_dir, max_length)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
-    model = load_for_task(spec.head, model_dir)
-    if model.load_report is not None and model.load_report.new_heads:
-        raise ValueError(f"{model_dir} has no trained {spec.head.__name__} output layer "
-                         f"({', '.join(model.load_report.new_heads)} would be random); fine-tune it first")
+    if is_quantized_checkpoint(model_dir):
+        model = load_quantized(model_dir)  # a saved int8 copy: its head is the trained one
+    else:
+        model = load_for_task(spec.head, model_dir)
+        if model.load_report is not None and model.load_report.new_heads:
+            raise ValueError(f"{model_dir} has no trained {spec.head.__name__} output layer "
+                             f"({', '.join(model.load_report.new_heads)} would be random); fine-tune it first")
     model.to(torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")))
+    model, used = apply_precision(model, precision)
     label_names = config_label_names(model.config) or None
 
     done: dict[str, dict[str, Any]] = {}
@@ -553,7 +561,12 @@ def predict(
         predictions = spec.postprocess(examples, features, outputs, label_names=label_names)
         files = spec.write_predictions(examples, predictions, out_dir, split)
         metrics = spec.metric(examples, predictions) if spec.has_labels(examples) else {}
-        done[split] = {"files": [str(f) for f in files], "metrics": metrics, "examples": len(examples)}
+        done[split] = {"files": [str(f) for f in files], "metrics": metrics, "examples": len(examples),
+                       "precision": used}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _write_json(out_dir / "metrics.json", {"model": str(model_dir), "task": f"{spec.family} {spec.name}",
+                                           "precision": used, "precision_requested": precision,
+                                           **cpu_description(), "splits": done})
     return done
 
 

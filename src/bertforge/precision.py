@@ -281,11 +281,10 @@ def load_quantized(directory: str | os.PathLike[str]) -> nn.Module:
 
 def load_model(directory: str | os.PathLike[str], precision: str = "auto", **kwargs: Any) -> tuple[nn.Module, str]:
     """Load a checkpoint for inference at `precision`: a normal checkpoint (any precision) or a saved
-    int8 copy (which runs int8). Returns the model and the precision used; `kwargs` go to `load_any`."""
+    int8 copy, which runs int8 whatever is asked (its fp32 weights are gone). Returns the model and
+    the precision used; `kwargs` go to `load_any`."""
     choose_precision(precision)  # reject an unknown name before loading anything
     if is_quantized_checkpoint(directory):
-        if precision not in ("auto", "int8"):
-            raise PrecisionError(f"{directory}: an int8 model cannot run at {precision}; load the original checkpoint")
         return load_quantized(directory), "int8"
     model, _ = load_any(directory, **kwargs)
     return apply_precision(model, precision)

@@ -48,12 +48,16 @@ def serve(
     max_batch_size: int = 16,
     max_wait_ms: float = 5.0,
     device: str = "cpu",
+    precision: str = "fp32",
     log_level: str = "info",
     access_log: bool = True,
 ) -> None:
-    """Load the checkpoint and serve the API and demo page with uvicorn until interrupted."""
+    """Load the checkpoint and serve the API and demo page with uvicorn until interrupted.
+
+    `precision`: fp32, bf16, int8 or auto (`bertforge.precision`)."""
     import uvicorn
 
     bound_kernel_cache()
-    app = create_app(model_dir, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, device=device)
+    app = create_app(model_dir, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, device=device,
+                     precision=precision)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=access_log)

@@ -40,6 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bertforge.model.heads import label_names
 from bertforge.pipeline import FAMILY_TASKS, InputError, Pipeline, Prepared, read_task_file
+from bertforge.precision import cpu_description, model_precision
 from bertforge.serve.batcher import DynamicBatcher
 from bertforge.tasks import make_task
 
@@ -357,6 +358,7 @@ class ModelService:
         task_info: dict[str, Any] | None = None,
     ) -> None:
         self._model = model.to(device).eval()
+        self.precision = model_precision(model)  # fp32, bf16 or int8, read from the weights (see from_dir)
         self.tokenizer = tokenizer
         self.device = torch.device(device)
         self.kind = type(model).__name__
@@ -678,6 +680,8 @@ def create_app(
         return {
             "status": "ok",
             "model": service.kind,
+            "precision": service.precision,
+            **cpu_description(),
             "tasks": service.tasks,
             "labels": service.labels,
             "num_layers": config.num_hidden_layers,
