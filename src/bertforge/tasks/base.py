@@ -328,7 +328,31 @@ class Task(ABC):
         return {}
 
 
+class OwnFiles:
+    """For task families that read the user's files named by their `train` / `dev` / `test` settings
+    (mixed in before the benchmark task they build on: `class Tag(OwnFiles, Ner)`)."""
+
+    reads_data_dir: ClassVar[bool] = False
+    settings: dict[str, Any]
+
+    def eval_splits(self) -> tuple[str, ...]:
+        return ("dev", "test") if self.settings.get("test") else ("dev",)
+
+    def test_splits(self) -> tuple[str, ...]:
+        return ("test",)
+
+    def file_of(self, data_dir: str | Path | None, split: str) -> Path:
+        """The file of `split`: `data_dir` when it is a file (`predict --data FILE`), else the one the
+        settings name."""
+        if data_dir is not None and Path(data_dir).is_file():
+            return Path(data_dir)
+        named = self.settings.get(split)
+        if named:
+            return Path(named)
+        raise FileNotFoundError(f"no {split} file: give --{split} FILE")
+
+
 __all__ = [
-    "IGNORE_INDEX", "LABEL_KEYS", "DataFormatError", "Feature", "Task", "TaskBatches", "collate",
+    "IGNORE_INDEX", "LABEL_KEYS", "DataFormatError", "Feature", "OwnFiles", "Task", "TaskBatches", "collate",
     "max_context_score", "read_text_lines", "run_model", "subsample",
 ]

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from bertforge.fileio import strip_compression
-from bertforge.tasks.base import DataFormatError
+from bertforge.tasks.base import DataFormatError, OwnFiles
 from bertforge.tasks.squad import SQUAD_DEFAULTS, Squad, SquadAnswer, SquadExample, read_squad
 
 QA_SETTINGS: dict[str, Any] = {
@@ -38,13 +38,12 @@ _ROW_FORMATS = (".jsonl", ".ndjson", ".parquet")
 
 
 @dataclass
-class Qa(Squad):
+class Qa(OwnFiles, Squad):
     """Span QA on the user's files (see the module docstring)."""
 
     name: str = "qa"
     family: ClassVar[str] = "qa"
     main_metric: ClassVar[str] = "f1"
-    reads_data_dir: ClassVar[bool] = False  # the files are settings (--train/--dev/--test), not a data directory
     setting_options: ClassVar[dict[str, tuple[type, str]]] = {
         "train": (str, "Training file: SQuAD-format .json, or .jsonl / .parquet rows {id, question, context, "
                        "answers: {text, answer_start}}."),
@@ -66,21 +65,6 @@ class Qa(Squad):
         self._read: dict[str, list[SquadExample]] = {}
 
     # ---- reader
-    def eval_splits(self) -> tuple[str, ...]:
-        return ("dev", "test") if self.settings.get("test") else ("dev",)
-
-    def test_splits(self) -> tuple[str, ...]:
-        return ("test",)
-
-    def file_of(self, data_dir: str | Path | None, split: str) -> Path:
-        """The file of `split`: `data_dir` when it is a file (`predict --data FILE`), else the one the
-        settings name."""
-        if data_dir is not None and Path(data_dir).is_file():
-            return Path(data_dir)
-        named = self.settings.get(split)
-        if named:
-            return Path(named)
-        raise FileNotFoundError(f"no {split} file: give --{split} FILE")
 
     def read(self, data_dir: str | Path | None, split: str) -> list[SquadExample]:  # type: ignore[override]
         path = self.file_of(data_dir, split)

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from bertforge.fileio import strip_compression
-from bertforge.tasks.base import DataFormatError, Feature
+from bertforge.tasks.base import DataFormatError, Feature, OwnFiles
 from bertforge.tasks.metrics import conll_f1
 from bertforge.tasks.ner import Ner, NerSentence, read_conll
 
@@ -235,13 +235,12 @@ TAG_SETTINGS: dict[str, Any] = {
 
 
 @dataclass
-class Tag(Ner):
+class Tag(OwnFiles, Ner):
     """Token classification on the user's files (see the module docstring); one IOB2 tag per word."""
 
     name: str = "tag"
     family: ClassVar[str] = "tag"
     main_metric: ClassVar[str] = "f1"
-    reads_data_dir: ClassVar[bool] = False  # the files are settings (--train/--dev/--test), not a data directory
     setting_options: ClassVar[dict[str, tuple[type, str]]] = {
         "train": (str, "Training file: a CoNLL-style column file, or .jsonl / .parquet rows of tokens and tags."),
         "dev": (str, "Dev file (same kinds), scored after every epoch."),
@@ -272,21 +271,6 @@ class Tag(Ner):
         self._read: dict[str, list[TagSentence]] = {}
 
     # ---- reader
-    def eval_splits(self) -> tuple[str, ...]:
-        return ("dev", "test") if self.settings.get("test") else ("dev",)
-
-    def test_splits(self) -> tuple[str, ...]:
-        return ("test",)
-
-    def file_of(self, data_dir: str | Path | None, split: str) -> Path:
-        """The file of `split`: `data_dir` when it is a file (`predict --data FILE`), else the one the
-        settings name."""
-        if data_dir is not None and Path(data_dir).is_file():
-            return Path(data_dir)
-        named = self.settings.get(split)
-        if named:
-            return Path(named)
-        raise FileNotFoundError(f"no {split} file: give --{split} FILE")
 
     def read(self, data_dir: str | Path | None, split: str) -> list[TagSentence]:
         path = self.file_of(data_dir, split)
