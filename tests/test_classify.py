@@ -422,7 +422,8 @@ def test_cli_with_the_bundled_recipe_on_the_sample_files(encoder_dir: Path, tmp_
     result = CliRunner().invoke(app, [
         "finetune", "classify", "--config", str(root / "recipes" / "finetune" / "classify.yaml"),
         "--model", str(encoder_dir), "--train", str(sample / "reviews.csv"), "--dev", str(sample / "reviews-dev.csv"),
-        "--test", str(sample / "new.csv"), "--epochs", "1", "--batch-size", "4", "--out", str(out)])
+        "--test", str(sample / "new.csv"), "--epochs", "1", "--batch-size", "4", "--max-length", "64",
+        "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "macro_f1" in result.output
     rows = [json.loads(line) for line in (out / "seed-1" / "predictions-test.jsonl").read_text().splitlines()]
