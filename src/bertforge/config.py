@@ -14,7 +14,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from bertforge.fileio import write_text_atomic
 
@@ -49,8 +49,29 @@ FAMILY_DEFAULTS: dict[str, Any] = {
 }
 
 
+_Config = TypeVar("_Config", bound="_ConfigFile")
+
+
+class _ConfigFile:
+    """config.json in and out, the same for every model family (each defines to_dict / from_dict)."""
+
+    @classmethod
+    def from_json_file(cls: type[_Config], path: str | os.PathLike[str]) -> _Config:
+        return cls.from_dict(_read_json_object(Path(path)), source=str(path))  # type: ignore[attr-defined]
+
+    def to_json_file(self, path: str | os.PathLike[str], *, architectures: list[str] | None = None) -> None:
+        data = self.to_dict()  # type: ignore[attr-defined]
+        if architectures:
+            data["architectures"] = architectures
+        write_text_atomic(Path(path), json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def from_pretrained(cls: type[_Config], directory: str | os.PathLike[str]) -> _Config:
+        return cls.from_json_file(Path(directory) / "config.json")
+
+
 @dataclass
-class BertConfig:
+class BertConfig(_ConfigFile):
     """Hyper-parameters of a BERT encoder, named as in Hugging Face's `config.json`."""
 
     model_type: ClassVar[str] = "bert"
@@ -194,19 +215,6 @@ class BertConfig:
                                      + ". Load them with bertforge (BertModel.from_pretrained).")
         return out
 
-    @classmethod
-    def from_json_file(cls, path: str | os.PathLike[str]) -> BertConfig:
-        return cls.from_dict(_read_json_object(Path(path)), source=str(path))
-
-    def to_json_file(self, path: str | os.PathLike[str], *, architectures: list[str] | None = None) -> None:
-        data = self.to_dict()
-        if architectures:
-            data["architectures"] = architectures
-        write_text_atomic(Path(path), json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-    @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike[str]) -> BertConfig:
-        return cls.from_json_file(Path(directory) / "config.json")
 
 
 def _is_int(value: Any) -> bool:
@@ -235,7 +243,7 @@ _MODERN_DERIVED = {"rope_parameters", "global_rope_theta", "local_rope_theta", "
 
 
 @dataclass
-class ModernBertConfig:
+class ModernBertConfig(_ConfigFile):
     """Hyper-parameters of a ModernBERT encoder, named exactly as transformers' `ModernBertConfig`
     writes them in config.json (`model_type: modernbert`).
 
@@ -394,19 +402,6 @@ class ModernBertConfig:
         out.update(self.extra)
         return out
 
-    @classmethod
-    def from_json_file(cls, path: str | os.PathLike[str]) -> ModernBertConfig:
-        return cls.from_dict(_read_json_object(Path(path)), source=str(path))
-
-    def to_json_file(self, path: str | os.PathLike[str], *, architectures: list[str] | None = None) -> None:
-        data = self.to_dict()
-        if architectures:
-            data["architectures"] = architectures
-        write_text_atomic(Path(path), json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-    @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike[str]) -> ModernBertConfig:
-        return cls.from_json_file(Path(directory) / "config.json")
 
 
 def _rope_thetas(data: dict[str, Any]) -> dict[str, float]:
