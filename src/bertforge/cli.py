@@ -750,6 +750,13 @@ def predict_command(
     pooling: Annotated[str, typer.Option("--pooling", help="Embeddings: mean, cls or pooler.")] = "mean",
     normalize: Annotated[bool, typer.Option("--normalize", help="Embeddings: scale to unit length.")] = False,
     top_k: Annotated[int, typer.Option("--top-k", help="Fill-mask: tokens per [MASK].")] = 5,
+    long_text: Annotated[str, typer.Option(
+        "--long-text", help="Text classification of texts longer than --max-length: truncate (the default, "
+                            "counted and reported) or windows (overlapping windows, their logits averaged).")]
+        = "truncate",
+    window_stride: Annotated[int | None, typer.Option(
+        "--window-stride", help="With --long-text windows: pieces from one window's start to the next "
+                                "(default: half a window).")] = None,
     device: Annotated[str | None, typer.Option("--device", help="torch device (default: cpu).")] = None,
     precision: Annotated[str, typer.Option(
         "--precision", help="fp32, bf16, int8, or auto (bf16 where the CPU has native bf16 instructions).")]
@@ -779,7 +786,8 @@ def predict_command(
         _predict_file(model, input_file, out, task=task, text_column=text_column, pair_column=pair_column,
                       question_column=question_column, context_column=context_column, keep_columns=keep,
                       batch_size=batch_size, max_length=max_length, chunk_rows=chunk_rows, device=device,
-                      precision=precision, progress=progress, pooling=pooling, normalize=normalize, top_k=top_k)
+                      precision=precision, progress=progress, pooling=pooling, normalize=normalize, top_k=top_k,
+                      long_text=long_text, window_stride=window_stride)
         return
     if family is None:
         raise _fail("--data needs the task family first: bertforge predict glue|ner|squad|swag|tag|qa --data ...")
@@ -789,19 +797,28 @@ def predict_command(
 
 def _predict_file(model: Path, input_file: Path, out: Path, *, task: str | None, batch_size: int,
                   max_length: int | None, device: str | None, precision: str, pooling: str, normalize: bool,
-                  top_k: int, **file_options: Any) -> None:
+                  top_k: int, long_text: str = "truncate", window_stride: int | None = None,
+                  **file_options: Any) -> None:
     from bertforge.checkpoint import CheckpointError
     from bertforge.pipeline import pipeline, predict_file
     from bertforge.tasks.base import DataFormatError
 
     try:
         pipe = pipeline(model, task, batch_size=batch_size, max_length=max_length, device=device,
-                        precision=precision, pooling=pooling, normalize=normalize, top_k=top_k)
+                        precision=precision, pooling=pooling, normalize=normalize, top_k=top_k,
+                        long_text=long_text, window_stride=window_stride)
         done = predict_file(pipe, input_file, out, **file_options)
     except (CheckpointError, DataFormatError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from exc
     typer.echo(f"{pipe.task} ({pipe.precision}): {done['rows']} rows -> {out} "
                f"({done['rows_per_second']:.1f} rows/s)")
+    if done["windowed"]:
+        typer.echo(f"{done['windowed']} rows were longer than {pipe.max_length} pieces and were read in "
+                   f"windows (stride {pipe.window_stride})")
+    if done["truncated"]:
+        hint = " (--long-text windows reads them whole)" if pipe.task == "text-classification" else ""
+        typer.secho(f"warning: {done['truncated']} rows were longer than {pipe.max_length} pieces and were "
+                    f"truncated{hint}", fg="yellow", err=True)
 
 
 def _predict_leaderboard(family: str, model: Path, data: Path, out: Path, *, task: str | None,

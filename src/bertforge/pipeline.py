@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import logging
 import math
 import sys
 import time
@@ -90,7 +91,11 @@ TASK_HEADS = {
     "fill-mask": ("BertForMaskedLM", "BertForPreTraining", "ModernBertForMaskedLM"),
     "multiple-choice": ("BertForMultipleChoice", "ModernBertForMultipleChoice"),
 }
+log = logging.getLogger(__name__)
 POOLINGS = ("mean", "cls", "pooler")
+# What text classification does with a text longer than max_length: cut it (BERT's way, and what
+# fine-tuning trained on), or read it whole in overlapping windows whose logits are averaged.
+LONG_TEXT = ("truncate", "windows")
 
 
 class InputError(ValueError):
@@ -123,7 +128,8 @@ class Pipeline:
 
     def __init__(self, model: Any, tokenizer: BertTokenizer, task: str, *, spec: Task | None = None,
                  max_length: int | None = None, batch_size: int = 32, device: str | None = None,
-                 pooling: str = "mean", normalize: bool = False, top_k: int = 5) -> None:
+                 pooling: str = "mean", normalize: bool = False, top_k: int = 5, long_text: str = "truncate",
+                 window_stride: int | None = None) -> None:
         import torch
 
         task = canonical_task(task)
@@ -140,11 +146,25 @@ class Pipeline:
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
         self.pooling, self.normalize, self.top_k = pooling, normalize, _positive(top_k, "top_k")
+        if long_text not in LONG_TEXT:
+            raise ValueError(f"long_text must be one of {', '.join(LONG_TEXT)}, got {long_text!r}")
+        if long_text == "windows" and task != "text-classification":
+            raise ValueError(f"long_text='windows' is for text-classification; {task} has its own handling "
+                             "of long inputs")
+        self.long_text = long_text
+        # windows start every `window_stride` pieces: by default half a window, so each piece is read
+        # twice (once near the middle of some window) and no window starts or ends a text's context blind
+        body = self.max_length - 2  # pieces per window besides [CLS] and [SEP]
+        self.window_stride = _positive(window_stride or max(body // 2, 1), "window_stride")
+        if self.window_stride > body:
+            raise ValueError(f"window_stride {self.window_stride} is longer than a window ({body} pieces "
+                             f"besides [CLS] and [SEP] at max_length {self.max_length}): pieces would be skipped")
         self.precision = "fp32"  # what `pipeline()` applied (bertforge.precision)
         self.runner: _Runner = _RUNNERS[task](self)
 
     def __repr__(self) -> str:
-        return (f"Pipeline(task={self.task!r}, model={type(self.model).__name__}, max_length={self.max_length}, "
+        windows = f", long_text='windows', window_stride={self.window_stride}" if self.long_text == "windows" else ""
+        return (f"Pipeline(task={self.task!r}, model={type(self.model).__name__}, max_length={self.max_length}{windows}, "
                 f"batch_size={self.batch_size}, device={str(self.device)!r})")
 
     def __call__(self, inputs: Any, **options: Any) -> Any:
@@ -156,6 +176,10 @@ class Pipeline:
             return []
         prepared = self.prepare(batch)
         results = self.finish(prepared, self.run(prepared.features, **options), **options)
+        truncated = count_truncated(results)
+        if truncated:
+            log.warning("%d of %d inputs were longer than %d pieces and were truncated%s", truncated, len(results),
+                        self.max_length, _LONG_TEXT_HINT if self.task == "text-classification" else "")
         results = [self.runner.public(r) for r in results]
         return results[0] if single else results
 
@@ -200,6 +224,14 @@ class Pipeline:
     def predict_file(self, input_path: str | Path, out_path: str | Path, **kwargs: Any) -> dict[str, Any]:
         """`predict_file(self, input_path, out_path, ...)`: see the module-level function."""
         return predict_file(self, input_path, out_path, **kwargs)
+
+
+_LONG_TEXT_HINT = " (long_text='windows' reads them whole)"
+
+
+def count_truncated(results: Sequence[Any]) -> int:
+    """How many results say their input was cut to max_length."""
+    return sum(1 for r in results if isinstance(r, dict) and r.get("truncated"))
 
 
 def canonical_task(task: str) -> str:
@@ -367,9 +399,30 @@ class _Classification(_Runner):
                 text, pair = item, None
             pairs.append((_text(text, i), None if pair is None else _text(pair, i, "text_pair")))
         examples = self._examples(pairs)
+        if self.pipe.long_text == "windows":
+            return self._windows(examples, pairs)
         features = self.spec.featurize(examples, self.pipe.tokenizer, self.pipe.max_length)
-        return Prepared(examples, features, [{"truncated": self._truncated(pair, f)}
+        return Prepared(examples, features, [{"truncated": self._truncated(pair, f), "windows": 1}
                                              for pair, f in zip(pairs, features, strict=True)])
+
+    def _windows(self, examples: list[Any], pairs: list[tuple[str, str | None]]) -> Prepared:
+        """`[CLS] window [SEP]` rows over each whole text, a window starting every `window_stride` pieces
+        until one reaches the text's end; a text that fits gives the one row truncation would give."""
+        tokenizer, body = self.pipe.tokenizer, self.pipe.max_length - 2
+        features, info = [], []
+        for i, (text, pair) in enumerate(pairs):
+            if pair is not None:
+                raise InputError(i, "bad_input", "long_text='windows' reads single texts; this input has a "
+                                 "text_pair (use long_text='truncate' for pairs)", "text_pair")
+            pieces = tokenizer.encode(text, max_length=10**9, add_special_tokens=False).input_ids
+            starts = list(range(0, max(len(pieces) - body, 0) + 1, self.pipe.window_stride))
+            if starts[-1] + body < len(pieces):  # the stride stepped past the last full window: add it
+                starts.append(len(pieces) - body)
+            for start in starts:
+                ids = [tokenizer.cls_token_id, *pieces[start:start + body], tokenizer.sep_token_id]
+                features.append(Feature({"input_ids": ids, "token_type_ids": [0] * len(ids)}, i))
+            info.append({"truncated": False, "windows": len(starts)})
+        return Prepared(examples, features, info)
 
     def _examples(self, pairs: list[tuple[str, str | None]]) -> list[Any]:
         """The examples the task's featurize reads: the classify family's own, else GLUE's."""
@@ -387,9 +440,12 @@ class _Classification(_Runner):
         return len(self.pipe.tokenizer.encode(*pair, max_length=10**9)) > feature.length
 
     def finish(self, prepared: Prepared, outputs: list[dict[str, np.ndarray]], **options: Any) -> list[Any]:
-        predictions = self.spec.postprocess(prepared.examples, prepared.features, outputs,
-                                            label_names=self.pipe.labels)
-        return [{**self._result(prediction, output["logits"]), "truncated": info["truncated"]}
+        features = prepared.features
+        if len(features) != len(prepared.examples):  # windows: one row per example, its windows' mean logits
+            features, outputs = _pool_windows(features, outputs, len(prepared.examples))
+        predictions = self.spec.postprocess(prepared.examples, features, outputs, label_names=self.pipe.labels)
+        return [{**self._result(prediction, output["logits"]), "truncated": info["truncated"],
+                 "windows": info["windows"]}
                 for prediction, output, info in zip(predictions, outputs, prepared.info, strict=True)]
 
     def _result(self, prediction: Any, logits: np.ndarray) -> dict[str, Any]:
@@ -410,6 +466,23 @@ class _Classification(_Runner):
 
     def public(self, result: Any) -> Any:
         return {k: v for k, v in result.items() if k in ("label", "labels", "score", "value")}
+
+
+def _pool_windows(features: Sequence[Feature], outputs: Sequence[dict[str, np.ndarray]],
+                  examples: int) -> tuple[list[Feature], list[dict[str, np.ndarray]]]:
+    """Per example, its first window's feature and the mean of its windows' logits (pooled logits: the
+    class evidence of every part of the text counts alike, wherever it sits)."""
+    sums: list[np.ndarray | None] = [None] * examples
+    counts = [0] * examples
+    first: list[Feature | None] = [None] * examples
+    for feature, output in zip(features, outputs, strict=True):
+        i = feature.example
+        logits = np.asarray(output["logits"], dtype=np.float64)
+        sums[i] = logits if sums[i] is None else sums[i] + logits
+        counts[i] += 1
+        first[i] = first[i] or feature
+    pooled = [{"logits": (total / count).astype(np.float32)} for total, count in zip(sums, counts, strict=True)]
+    return [f for f in first if f is not None], pooled
 
 
 class _TokenClassification(_Runner):
@@ -744,7 +817,8 @@ def predict_file(pipe: Pipeline, input_path: str | Path, out_path: str | Path, *
     written in input order before the next chunk is read, so memory does not grow with the file.
     `keep_columns` are copied from the input row in front of the prediction. The output appears only
     when complete (a bad row stops the run with `DataFormatError` naming its line, and nothing is
-    written). Returns {"rows", "seconds", "rows_per_second", "out"}.
+    written). Returns {"rows", "seconds", "rows_per_second", "out", "truncated" (rows cut to
+    max_length), "windowed" (rows read in more than one window)}.
     """
     from bertforge.tables import iter_rows, write_rows
 
@@ -754,12 +828,15 @@ def predict_file(pipe: Pipeline, input_path: str | Path, out_path: str | Path, *
                             question_column=question_column, context_column=context_column)
     wanted = list(dict.fromkeys([*columns.values(), *keep_columns]))
     rows = iter_rows(input_path, wanted)
-    started, count = time.perf_counter(), 0
+    started, count, truncated, windowed = time.perf_counter(), 0, 0, 0
     bar = _progress_bar(progress, input_path)
     try:
         with write_rows(out_path) as write:
             for chunk in _chunks(rows, chunk_rows):
-                for row, result in zip(chunk, _predict_chunk(pipe, input_path, chunk, columns, options), strict=True):
+                results = _predict_chunk(pipe, input_path, chunk, columns, options)
+                truncated += count_truncated(results)
+                windowed += sum(1 for r in results if isinstance(r, dict) and r.get("windows", 1) > 1)
+                for row, result in zip(chunk, results, strict=True):
                     write({**{name: row.values[name] for name in keep_columns}, **output_row(pipe.task, result)})
                 count += len(chunk)
                 if bar is not None:
@@ -769,7 +846,7 @@ def predict_file(pipe: Pipeline, input_path: str | Path, out_path: str | Path, *
             bar.close()
     seconds = time.perf_counter() - started
     return {"rows": count, "seconds": seconds, "rows_per_second": count / seconds if seconds else math.inf,
-            "out": str(out_path)}
+            "out": str(out_path), "truncated": truncated, "windowed": windowed}
 
 
 def _predict_chunk(pipe: Pipeline, path: Path, chunk: list[Any], columns: dict[str, str],
@@ -823,4 +900,4 @@ class _CallableModule(types.ModuleType):
 sys.modules[__name__].__class__ = _CallableModule
 
 __all__ = ["FAMILY_TASKS", "TASK_NAMES", "InputError", "Pipeline", "Prepared", "canonical_task", "group_entities",
-           "input_columns", "output_row", "pipeline", "predict_file", "read_task_file", "split_tag"]
+           "count_truncated", "input_columns", "output_row", "pipeline", "predict_file", "read_task_file", "split_tag"]
