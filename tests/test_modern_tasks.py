@@ -193,3 +193,25 @@ def test_top_layers_of_a_modern_model_can_start_afresh(modern_dir: Path) -> None
     assert not any(changed[:-top]) and any(changed[-top:])
     with pytest.raises(ValueError, match="distinct layers"):
         reinitialize_top_layers(model, 4)
+
+
+def test_a_random_twin_of_a_modern_checkpoint(modern_dir: Path, tmp_path: Path) -> None:
+    """`random_init_like` (pre-trained vs random-weights studies) keeps a modern model's family,
+    config and tokenizer and draws fresh weights."""
+    from safetensors.torch import load_file
+
+    from bertforge.model import ModernBertForMaskedLM
+    from bertforge.pretrain import random_init_like
+
+    twin = random_init_like(modern_dir, tmp_path / "twin", seed=3)
+    assert json.loads((twin / "config.json").read_text())["model_type"] == "modernbert"
+    model = BertForMaskedLM.from_pretrained(twin)
+    assert isinstance(model, ModernBertForMaskedLM)
+    assert (twin / "tokenizer.json").is_file()
+    original, fresh = load_file(modern_dir / "model.safetensors"), load_file(twin / "model.safetensors")
+    embeddings = [k for k in original if k.endswith("tok_embeddings.weight")]
+    assert len(embeddings) == 1
+    name = embeddings[0]
+    fresh_name = next(k for k in fresh if k.endswith("tok_embeddings.weight"))
+    assert original[name].shape == fresh[fresh_name].shape
+    assert not torch.equal(original[name], fresh[fresh_name])

@@ -474,12 +474,14 @@ def random_init_like(checkpoint: str | os.PathLike[str], out: str | os.PathLike[
     its weights: the start that shows what pre-training bought when both are fine-tuned alike."""
     import torch
 
+    from bertforge.config import read_config_file
     from bertforge.model import BertForPreTraining
     from bertforge.tokenizer import BertTokenizer
 
     checkpoint, out = Path(checkpoint), Path(out)
     torch.manual_seed(seed)
-    model = BertForPreTraining(BertConfig.from_json_file(checkpoint / "config.json"))
+    config = read_config_file(checkpoint / "config.json")
+    model = BertForPreTraining.for_config(config)(config)  # ModernBERT: its masked-LM model
     model.save_pretrained(out, tokenizer=BertTokenizer.from_pretrained(checkpoint))
     return out
 
