@@ -19,9 +19,10 @@ from bertforge.model import BertForSequenceClassification
 from bertforge.pipeline import InputError, pipeline
 from bertforge.tokenizer import BertTokenizer
 
-WORDS = ("the film was a gripping and beautifully acted story with a terrible ending but not dull at all "
-         "zurich is the largest city in switzerland its airport opened in 1948 and the normans gave their "
-         "name to normandy").split()
+SENTENCES = ["the film was a gripping and beautifully acted story with a terrible ending but not dull at all",
+             "zurich is the largest city in switzerland its airport opened in 1948",
+             "and the normans gave their name to normandy"]
+WORDS = [word for sentence in SENTENCES for word in sentence.split()]
 
 
 @pytest.fixture(scope="module")
