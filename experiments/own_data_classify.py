@@ -10,7 +10,7 @@ all-MiniLM-L6-v2, with the same hyper-parameters (those of `experiments.hf_finet
   --dev reviews-dev.csv` runs;
 - transformers: the recipe of its `run_glue.py` example for a user's CSV (`datasets`' csv loader, the
   label list sorted from the training file, `label2id` / `id2label` in the config, dynamic padding,
-  `Trainer`), with length-grouped batches as on our side.
+  `Trainer`), with plain random batches (the Trainer's default, and bertforge's).
 
 Both are scored on the dev file by the same code (`bertforge.tasks.metrics.classification_report`).
 Wall time is the whole job as a user waits for it, file reading and tokenising included, imports not.
@@ -141,8 +141,7 @@ def run_transformers(train: Path, dev: Path, seed: int, model: Path, work: Path)
         num_train_epochs=HYPER["epochs"], warmup_steps=HYPER["warmup"], lr_scheduler_type="linear",
         weight_decay=HYPER["weight_decay"], adam_epsilon=HYPER["adam_eps"], max_grad_norm=HYPER["max_grad_norm"],
         seed=seed, eval_strategy="no", save_strategy="no", logging_strategy="no", report_to="none",
-        use_cpu=not torch.cuda.is_available(), train_sampling_strategy="group_by_length",
-        dataloader_num_workers=0, disable_tqdm=True)
+        use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0, disable_tqdm=True)
     trainer = _in_order_evaluation(Trainer)(model=net, args=args, train_dataset=data["train"],
                                             eval_dataset=data["validation"], data_collator=DataCollatorWithPadding(tokenizer),
                                             compute_metrics=compute_metrics)
