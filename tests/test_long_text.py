@@ -134,3 +134,21 @@ def test_windows_refuse_what_they_cannot_do(model_dir: Path) -> None:
         pipeline(model_dir, task="embeddings", long_text="windows")
     with pytest.raises(InputError, match="reads single texts; this input has a text_pair"):
         pipeline(model_dir, long_text="windows")([("a text", "and its pair")])
+
+
+def test_serve_classifies_long_texts_as_predict_does(model_dir: Path) -> None:
+    pytest.importorskip("fastapi", reason="the serve extra (fastapi, httpx) is not installed")
+    from fastapi.testclient import TestClient
+
+    from bertforge.serve.app import create_app
+
+    texts = [long_text(900, seed=5), "not dull at all"]
+    expected = {mode: pipeline(model_dir, long_text=mode)(texts) for mode in ("truncate", "windows")}
+    for mode in ("truncate", "windows"):
+        with TestClient(create_app(model_dir, long_text=mode)) as client:
+            response = client.post("/classify", json={"texts": texts})
+        assert response.status_code == 200, response.text
+        served = response.json()["results"]
+        assert [r["truncated"] for r in served] == ([True, False] if mode == "truncate" else [False, False])
+        assert [r["label"] for r in served] == [e["label"] for e in expected[mode]]
+        assert [r["score"] for r in served] == pytest.approx([e["score"] for e in expected[mode]], abs=1e-6)

@@ -319,6 +319,10 @@ def serve(
     device: Annotated[str, typer.Option(help="torch device: cpu, cuda, cuda:1, ...")] = "cpu",
     precision: Annotated[str, typer.Option(
         help="fp32, bf16, int8, or auto (bf16 where the CPU has native bf16 instructions).")] = "fp32",
+    long_text: Annotated[str, typer.Option(
+        "--long-text", help="/classify of texts longer than the model's length: truncate (the default; the "
+                            "answer says truncated) or windows (overlapping windows, their logits averaged).")]
+        = "truncate",
 ) -> None:
     """Serve a checkpoint over HTTP: JSON API (/fill-mask /classify /qa /ner /embed /attention) and a demo page at /.
 
@@ -340,7 +344,7 @@ def serve(
     bound_kernel_cache()  # memory stays flat however many batch shapes arrive
     try:
         api = create_app(model, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, device=device,
-                         precision=precision)
+                         precision=precision, long_text=long_text)
     except (CheckpointError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from exc
     typer.echo(f"serving {api.state.service.kind} from {model} at {api.state.service.precision} "

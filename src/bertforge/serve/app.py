@@ -356,6 +356,7 @@ class ModelService:
         max_wait_ms: float = 5.0,
         device: str = "cpu",
         task_info: dict[str, Any] | None = None,
+        long_text: str = "truncate",
     ) -> None:
         self._model = model.to(device).eval()
         self.precision = model_precision(model)  # fp32, bf16 or int8, read from the weights (see from_dir)
@@ -366,6 +367,7 @@ class ModelService:
         self.config = model.config
         self.max_tokens = min(self.config.max_position_embeddings, tokenizer.model_max_length)
         self.tasks = [t for t in TASKS if t not in TASK_MODELS or self.kind in TASK_MODELS[t]]
+        self.long_text = long_text  # /classify: truncate, or read long texts in windows (bertforge.pipeline)
         self.pipelines = {task: self._pipeline(task, task_info or {}, max_batch_size) for task in self.tasks
                           if task in PIPELINE_TASKS}
         if self.config.model_type != "bert":  # attention maps: BERT's explicit-softmax path only
@@ -396,8 +398,9 @@ class ModelService:
             max_length = info.get("max_length")
         elif kind == "question-answering" and self.config.extra.get("version_2_with_negative"):
             spec = make_task("squad", "v2.0")
+        windows = {"long_text": self.long_text} if kind == "text-classification" else {}
         return Pipeline(self._model, self.tokenizer, kind, spec=spec, max_length=max_length, batch_size=batch_size,
-                        device=str(self.device))
+                        device=str(self.device), **windows)
 
     @property
     def model(self) -> Any:
@@ -602,13 +605,16 @@ def create_app(
     max_wait_ms: float = 5.0,
     device: str = "cpu",
     precision: str = "fp32",
+    long_text: str = "truncate",
     service: ModelService | None = None,
 ) -> FastAPI:
     """The API and demo page for the checkpoint in `model_dir` (any bertforge / Hugging Face BERT dir).
 
     `max_batch_size` rows share one model call, collected for at most `max_wait_ms` after the first
     arrives; `max_batch_size=1` turns dynamic batching off. `precision` is fp32, bf16, int8 or auto
-    (`bertforge.precision`). `service` replaces `model_dir` when the caller has already loaded a model.
+    (`bertforge.precision`). `long_text="windows"` classifies texts longer than the model's length by
+    overlapping windows (`bertforge.pipeline`). `service` replaces `model_dir` when the caller has
+    already loaded a model.
 
     Example:
         uvicorn.run(create_app("runs/squad/final"), host="127.0.0.1", port=8000)
@@ -617,7 +623,7 @@ def create_app(
         if model_dir is None:
             raise ValueError("create_app needs model_dir (or a ModelService)")
         service = ModelService.from_dir(model_dir, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms,
-                                        device=device, precision=precision)
+                                        device=device, precision=precision, long_text=long_text)
     page = resources.files("bertforge.serve").joinpath("static/index.html").read_text(encoding="utf-8")
 
     @asynccontextmanager
