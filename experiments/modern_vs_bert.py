@@ -36,6 +36,7 @@ from experiments.common import (
     save_results,
     update_doc_section,
 )
+from experiments.pretrain_vs_scratch import mean_std
 
 # Everything both runs share; only `model` differs.
 SHARED = {
@@ -198,10 +199,6 @@ def plot_curves(payload: dict[str, Any]) -> None:
     CURVES.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(CURVES, dpi=120)
     plt.close(figure)
-
-
-def mean_std(accuracy: dict[str, Any]) -> str:
-    return f"{100 * accuracy['mean']:.1f} ± {100 * accuracy['std']:.1f}"
 
 
 def write_section(payload: dict[str, Any]) -> str:
