@@ -6,6 +6,9 @@ deterministic ones directly on the real model and data, in about a minute:
     tokenisation   the input ids and segment ids of every training pair
     head and loss  logits, loss and the whole gradient of one batch with the same new-layer weights
                    (eval mode, so dropout is out of the comparison)
+    dropout        the same batch in train mode, many draws each side: the mean loss and how far the
+                   logits move from their eval-mode values (a dropout missing, doubled or at another
+                   rate shows here; the masks themselves cannot match, the two draw them differently)
     new layer      the initial weight scale and bias of the new output layer
     optimiser      class, eps, betas, fused kernel, which parameters get weight decay
     schedule       the learning rate of every step (warm-up rounding included)
@@ -14,8 +17,8 @@ deterministic ones directly on the real model and data, in about a minute:
 
     python -m experiments.finetune_parity --task STS-B          # writes experiments/results/finetune_parity-STS-B.json
 
-What remains different after this are the random streams (data order, dropout masks, the new layer's
-draw), which only many seeds average out.
+What remains different after this are the random streams themselves (data order, dropout masks, the
+new layer's draw), which only many seeds average out.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import numpy as np
 from experiments.common import RESULTS, ROOT, machine
 
 LR, EPOCHS, BATCH, WARMUP, WEIGHT_DECAY, EPS, MAX_LENGTH = 2e-5, 3, 32, 0.1, 0.01, 1e-6, 128
+DROPOUT_DRAWS = 100
 
 
 def _hf_name(ours: str) -> str:
@@ -40,6 +44,25 @@ def _hf_name(ours: str) -> str:
     for a, b in replace:
         ours = ours.replace(a, b)
     return ours
+
+
+def dropout_noise(model: Any, batch: dict[str, Any], draws: int = DROPOUT_DRAWS) -> dict[str, float]:
+    """Train-mode forward passes of one batch: the loss and the logits' displacement from eval mode."""
+    import torch
+
+    with torch.no_grad():
+        model.eval()
+        reference = model(**batch).logits  # (B, num_labels)
+        model.train()
+        losses, shifts = [], []
+        for _ in range(draws):
+            out = model(**batch)
+            losses.append(float(out.loss))
+            shifts.append(float((out.logits - reference).pow(2).mean().sqrt()))
+        model.eval()
+    return {"loss_mean": float(np.mean(losses)), "loss_se": float(np.std(losses, ddof=1) / np.sqrt(draws)),
+            "logit_shift_rms_mean": float(np.mean(shifts)),
+            "logit_shift_rms_se": float(np.std(shifts, ddof=1) / np.sqrt(draws))}
 
 
 def compare(task: str, model_dir: Path, data: Path) -> dict[str, Any]:
@@ -96,6 +119,8 @@ def compare(task: str, model_dir: Path, data: Path) -> dict[str, Any]:
     head = {"loss_ours": float(out_ours.loss), "loss_theirs": float(out_theirs.loss),
             "logits_max_abs_diff": float((out_ours.logits - out_theirs.logits).abs().max()),
             "gradient_max_relative_diff": worst_grad}
+    torch.manual_seed(1)
+    dropout = {"draws": DROPOUT_DRAWS, "ours": dropout_noise(ours, batch), "theirs": dropout_noise(theirs, batch)}
 
     steps = EPOCHS * -(-len(features) // BATCH)
     args = TrainingArguments(output_dir=str(ROOT / ".parity-tmp"), learning_rate=LR, weight_decay=WEIGHT_DECAY,
@@ -151,7 +176,7 @@ def compare(task: str, model_dir: Path, data: Path) -> dict[str, Any]:
                           "padding_fraction": 1 - float(lengths.sum()) / padded}
     batching["length_label_correlation"] = float(np.corrcoef(lengths, gold)[0, 1])
     return {"task": task, "train_examples": len(examples), "token_mismatches": token_mismatches,
-            "new_layer": new_layer, "head": head, "optimiser": optimiser, "schedule": schedule,
+            "new_layer": new_layer, "head": head, "dropout": dropout, "optimiser": optimiser, "schedule": schedule,
             "batching": batching, "machine": machine()}
 
 
@@ -165,7 +190,7 @@ def main() -> None:
 
     from experiments.hf_finetune_baseline import default_model
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     result = compare(args.task, args.model or default_model(), args.data)
     path = RESULTS / f"finetune_parity-{args.task}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
