@@ -367,7 +367,8 @@ def render(rows: list[dict[str, Any]]) -> str:
             lines.append(f"| {row['task']} ({second[0]['metric']}) |  | {_fmt(second[0])} | {_fmt(second[1])} |  |"
                          "  |  |  |")
     if machine:
-        lines += ["", machine_line(machine) + " Both frameworks of a (task, seed) pair ran back to back."]
+        lines += ["", machine_line(machine) + " One process runs both frameworks of a (task, seed) pair back to back;"
+                  " with --frameworks split over two processes they run side by side, one per core."]
     return "\n".join(lines) + "\n"
 
 
