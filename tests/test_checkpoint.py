@@ -133,6 +133,16 @@ def test_shape_mismatch_names_the_key(tmp_path) -> None:
         BertModel.from_pretrained(tmp_path)
 
 
+def test_a_run_directory_points_at_the_models_inside_it(tmp_path) -> None:
+    """`finetune --out runs/x` keeps its models in runs/x/seed-N: naming runs/x says where to look."""
+    BertModel(CONFIG).save_pretrained(tmp_path / "seed-1")
+    with pytest.raises(CheckpointError, match=r"no config.json \(the models are one level down: .*seed-1\)"):
+        BertModel.from_pretrained(tmp_path)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match=r"empty: no config.json$"):
+        BertModel.from_pretrained(tmp_path / "empty")
+
+
 def test_pickle_is_refused_unless_allowed(tmp_path) -> None:
     model = BertModel(CONFIG)
     model.save_pretrained(tmp_path)

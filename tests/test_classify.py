@@ -426,6 +426,7 @@ def test_cli_with_the_bundled_recipe_on_the_sample_files(encoder_dir: Path, tmp_
         "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "macro_f1" in result.output
+    assert "classify: 1 seed(s)" in result.output and "classify classify" not in result.output
     rows = [json.loads(line) for line in (out / "seed-1" / "predictions-test.jsonl").read_text().splitlines()]
     assert [r["text"] for r in rows] == ["what a gripping story", "too long and too dull"]
     recipe = (out / "run_config.yaml").read_text()

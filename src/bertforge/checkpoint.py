@@ -307,12 +307,20 @@ def _hf_keys_to_ours(hf_keys: Iterable[str], base_model_prefix: str,
     return renamed, fused
 
 
+def _no_config(directory: Path) -> CheckpointError:
+    """The error for a directory without config.json, pointing at the models inside it when it is a
+    run directory (`finetune --out runs/x` keeps its models in runs/x/seed-1, ...)."""
+    inside = sorted(str(p.parent) for p in directory.glob("*/config.json")) if directory.is_dir() else []
+    hint = f" (the models are one level down: {', '.join(inside[:3])})" if inside else ""
+    return CheckpointError(f"{directory}: no config.json{hint}")
+
+
 def read_config(directory: str | os.PathLike[str], **config_overrides: Any) -> ModelConfig:
     """A checkpoint directory's config.json, with the overrides applied (and validated) on top."""
     directory = Path(directory)
     _require_directory(directory)
     if not (directory / "config.json").exists():
-        raise CheckpointError(f"{directory}: no config.json")
+        raise _no_config(directory)
     config = read_config_file(directory / "config.json")
     if config_overrides:
         config = type(config).from_dict({**config.to_dict(), **config_overrides}, source=str(directory / "config.json"))
@@ -323,7 +331,7 @@ def read_architectures(directory: str | os.PathLike[str]) -> list[str]:
     """The class names config.json's `architectures` lists (empty when it lists none)."""
     path = Path(directory) / "config.json"
     if not path.exists():
-        raise CheckpointError(f"{directory}: no config.json")
+        raise _no_config(Path(directory))
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:

@@ -682,7 +682,9 @@ def _finetune_command(family: str) -> None:
             results = run_finetune(recipe, out)
         except _recipe_errors() as exc:
             raise _fail(str(exc)) from exc
-        typer.echo(f"{results['family']} {results['task']}: {len(results['seeds'])} seed(s), "
+        from bertforge.tasks.base import task_title
+
+        typer.echo(f"{task_title(results['family'], results['task'])}: {len(results['seeds'])} seed(s), "
                    f"{results['train_examples']} training examples, {results['wall_s']:.0f} s")
         for name, row in results["summary"].items():
             typer.echo(f"  {name:>24}: mean {row['mean']:.4f}  std {row['std']:.4f}  median {row['median']:.4f}")

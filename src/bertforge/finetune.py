@@ -68,7 +68,7 @@ from bertforge.recipe import save as save_recipe
 from bertforge.recipe import setting
 from bertforge.recipe import settings_of as recipe_settings
 from bertforge.tasks import FAMILIES, make_task
-from bertforge.tasks.base import Task, TaskBatches, run_model, subsample
+from bertforge.tasks.base import Task, TaskBatches, run_model, subsample, task_title
 from bertforge.train.config import OptimConfig, TrainConfig
 
 TASK_FILE = "task.json"
@@ -296,7 +296,7 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
     label_list = labels if isinstance(labels, list) else None
     train_features = spec.featurize(train_examples, tokenizer, loop.max_length, label_names=label_list)
     if not train_features:
-        raise ValueError(f"{data_dir}: no training examples for {spec.family} {spec.name}")
+        raise ValueError(f"{data_dir}: no training examples for {task_title(spec.family, spec.name)}")
     eval_sets = {}
     for split in spec.eval_splits():
         examples = spec.read(data_dir, split)
@@ -307,7 +307,7 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
         examples = spec.read(data_dir, split)
         final_sets[split] = (examples, spec.featurize(examples, tokenizer, loop.max_length, label_names=label_list))
     check_max_length(model_dir, loop.max_length)  # after the data's own checks, before any training
-    _say(f"{spec.family} {spec.name}: {len(train_examples)} training examples -> {len(train_features)} features; "
+    _say(f"{task_title(spec.family, spec.name)}: {len(train_examples)} training examples -> {len(train_features)} features; "
          + ", ".join(f"{s}: {len(e)} examples" for s, (e, _) in {**eval_sets, **final_sets}.items()), verbose)
 
     recipe = dataclasses.replace(recipe, task_settings=dict(spec.settings))  # as the reader completed them
@@ -531,8 +531,8 @@ def predict(
     settings = {**saved.get("settings", {}), **(task_settings or {})}
     spec = make_task(task_family, task, settings)
     if saved and (saved.get("family"), saved.get("task")) != (spec.family, spec.name):
-        raise ValueError(f"{model_dir} was fine-tuned for {saved.get('family')} {saved.get('task')}, "
-                         f"not {spec.family} {spec.name}")
+        raise ValueError(f"{model_dir} was fine-tuned for {task_title(saved.get('family', ''), saved.get('task', ''))}, "
+                         f"not {task_title(spec.family, spec.name)}")
     max_length = max_length or saved.get("max_length") or spec.default_max_length
     check_max_length(model_dir, max_length)
     tokenizer = BertTokenizer.from_pretrained(model_dir)

@@ -233,6 +233,12 @@ def max_context_score(position: int, window_start: int, window_length: int) -> f
 # ------------------------------------------------------------------------------------------------
 # the declaration
 # ------------------------------------------------------------------------------------------------
+def task_title(family: str, name: str) -> str:
+    """How messages name a task: "glue sst2", and just "classify" for the own-data families (their
+    task name is the family's)."""
+    return family if name == family else f"{family} {name}"
+
+
 @dataclass
 class Task(ABC):
     """One fine-tuning task. Subclasses fill in the class attributes and the abstract methods."""
