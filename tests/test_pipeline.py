@@ -127,6 +127,8 @@ def test_task_override_embeddings_and_refusals(models: dict[str, Path]) -> None:
         pipeline(models["encoder"], task="text-classification")
     with pytest.raises(InputError, match="input 1: text is empty"):
         pipeline(models["cls"])(["fine", "  "])
+    with pytest.raises(ValueError, match="all_scores is for text-classification"):
+        pipeline(models["cls"], task="embeddings", all_scores=True)
 
 
 def test_classification_equals_finetunings_predictions(models: dict[str, Path], tmp_path: Path) -> None:
@@ -225,6 +227,21 @@ def test_predict_serve_and_pipeline_agree_on_classification(models: dict[str, Pa
         assert row["label"] == mine["label"] == theirs["label"]
         assert math.isclose(float(row["score"]), mine["score"], rel_tol=1e-5)
         assert math.isclose(theirs["score"], mine["score"], rel_tol=1e-5)
+        assert set(mine) == {"label", "score"}  # every label's score only when asked for
+
+    # all_scores: every label, ranked, the same in all three (serve always answers them)
+    code, output = _cli("--model", models["cls"], "--input", source, "--text-column", "sentence",
+                        "--out", tmp_path / "all.jsonl", "--all-scores")
+    assert code == 0, output
+    written = [json.loads(line) for line in (tmp_path / "all.jsonl").read_text().splitlines()]
+    direct = pipeline(models["cls"], all_scores=True)(SENTENCES)
+    for row, mine, theirs in zip(written, direct, served, strict=True):
+        for scores in (row["scores"], theirs["scores"]):
+            assert [s["label"] for s in scores] == [s["label"] for s in mine["scores"]]
+            assert all(math.isclose(a["score"], b["score"], rel_tol=1e-5)
+                       for a, b in zip(scores, mine["scores"], strict=True))
+        assert mine["scores"][0] == {"label": mine["label"], "score": mine["score"]}
+        assert math.isclose(sum(s["score"] for s in mine["scores"]), 1.0, rel_tol=1e-5)
 
 
 def test_predict_serve_and_pipeline_agree_on_ner(models: dict[str, Path], tmp_path: Path) -> None:

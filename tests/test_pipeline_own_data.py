@@ -96,9 +96,14 @@ def test_classify_models_predict_as_fine_tuning_did(encoder: Path, tmp_path: Pat
             assert math.isclose(result["value"], expected["score"], rel_tol=1e-5, abs_tol=1e-6)
         elif kind == "multi":
             assert result["labels"] == expected["labels"]
+            assert "scores" not in result
         else:
             assert result["label"] == expected["label"]
             assert math.isclose(result["score"], expected["score"], rel_tol=1e-5)
+    if kind == "multi":  # each label's sigmoid score, on request
+        scored = pipeline(seed, all_scores=True)(inputs)
+        assert all({s["label"] for s in r["scores"]} == {"good", "bad", "film"} for r in scored)
+        assert [r["labels"] for r in scored] == [r["labels"] for r in mine]
     if kind != "binary":
         return
     source = _jsonl(tmp_path / "new.jsonl", [{"review": t} for t in texts])

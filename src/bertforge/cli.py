@@ -756,6 +756,9 @@ def predict_command(
     pooling: Annotated[str, typer.Option("--pooling", help="Embeddings: mean, cls or pooler.")] = "mean",
     normalize: Annotated[bool, typer.Option("--normalize", help="Embeddings: scale to unit length.")] = False,
     top_k: Annotated[int, typer.Option("--top-k", help="Fill-mask: tokens per [MASK].")] = 5,
+    all_scores: Annotated[bool, typer.Option(
+        "--all-scores", help="Text classification: also write every label's score (a ranked list of "
+                             "{label, score}; JSON text in a CSV).")] = False,
     long_text: Annotated[str, typer.Option(
         "--long-text", help="Text classification of texts longer than --max-length: truncate (the default, "
                             "counted and reported) or windows (overlapping windows, their logits averaged).")]
@@ -793,7 +796,7 @@ def predict_command(
                       question_column=question_column, context_column=context_column, keep_columns=keep,
                       batch_size=batch_size, max_length=max_length, chunk_rows=chunk_rows, device=device,
                       precision=precision, progress=progress, pooling=pooling, normalize=normalize, top_k=top_k,
-                      long_text=long_text, window_stride=window_stride)
+                      all_scores=all_scores, long_text=long_text, window_stride=window_stride)
         return
     if family is None:
         raise _fail("--data needs the task family first: bertforge predict glue|ner|squad|swag|tag|qa --data ...")
@@ -803,8 +806,8 @@ def predict_command(
 
 def _predict_file(model: Path, input_file: Path, out: Path, *, task: str | None, batch_size: int,
                   max_length: int | None, device: str | None, precision: str, pooling: str, normalize: bool,
-                  top_k: int, long_text: str = "truncate", window_stride: int | None = None,
-                  **file_options: Any) -> None:
+                  top_k: int, all_scores: bool = False, long_text: str = "truncate",
+                  window_stride: int | None = None, **file_options: Any) -> None:
     from bertforge.checkpoint import CheckpointError
     from bertforge.pipeline import pipeline, predict_file
     from bertforge.tasks.base import DataFormatError
@@ -812,7 +815,7 @@ def _predict_file(model: Path, input_file: Path, out: Path, *, task: str | None,
     try:
         pipe = pipeline(model, task, batch_size=batch_size, max_length=max_length, device=device,
                         precision=precision, pooling=pooling, normalize=normalize, top_k=top_k,
-                        long_text=long_text, window_stride=window_stride)
+                        all_scores=all_scores, long_text=long_text, window_stride=window_stride)
         done = predict_file(pipe, input_file, out, **file_options)
     except (CheckpointError, DataFormatError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from exc

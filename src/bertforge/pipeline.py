@@ -8,7 +8,8 @@ The task comes from the model directory: its `task.json` (written by fine-tuning
 length, task settings such as SQuAD's doc stride and tuned no-answer threshold) and its config.json
 (the head's class, `id2label`). `task=` overrides it ("embeddings" on any model, say). Tasks:
 
-    text-classification    "text" or ("text", "pair")      {"label", "score"}; regression {"value"}
+    text-classification    "text" or ("text", "pair")      {"label", "score"}; regression {"value"};
+                                                           all_scores=True adds "scores", every label ranked
     token-classification   "text"                          [{"label", "text", "start", "end", "score"}]
     question-answering     {"question", "context"}          {"answer", "score", "start", "end", "no_answer"}
     fill-mask              "text with [MASK]"              [[{"token", "token_id", "score", "sequence"}]]
@@ -129,7 +130,7 @@ class Pipeline:
     def __init__(self, model: Any, tokenizer: BertTokenizer, task: str, *, spec: Task | None = None,
                  max_length: int | None = None, batch_size: int = 32, device: str | None = None,
                  pooling: str = "mean", normalize: bool = False, top_k: int = 5, long_text: str = "truncate",
-                 window_stride: int | None = None) -> None:
+                 window_stride: int | None = None, all_scores: bool = False) -> None:
         import torch
 
         task = canonical_task(task)
@@ -152,6 +153,9 @@ class Pipeline:
             raise ValueError(f"long_text='windows' is for text-classification; {task} has its own handling "
                              "of long inputs")
         self.long_text = long_text
+        if all_scores and task != "text-classification":
+            raise ValueError(f"all_scores is for text-classification, not {task}")
+        self.all_scores = all_scores  # text-classification: every label's score too, as serve answers
         # windows start every `window_stride` pieces: by default half a window, so each piece is read
         # twice (once near the middle of some window) and no window starts or ends a text's context blind
         body = self.max_length - 2  # pieces per window besides [CLS] and [SEP]
@@ -270,7 +274,8 @@ def pipeline(model: str | Path, task: str | None = None, *, batch_size: int = 32
 
     `task` overrides the task read from the directory (`TASK_NAMES`; "embeddings" works on every
     model). `max_length` defaults to the one the model was fine-tuned with; `options` are `pooling`
-    ("mean", "cls", "pooler") and `normalize` for embeddings, `top_k` for fill-mask. `precision` is
+    ("mean", "cls", "pooler") and `normalize` for embeddings, `top_k` for fill-mask, `all_scores` for
+    text classification (every label's score as well, ranked: what `serve` answers). `precision` is
     fp32 (the default: the numbers fine-tuning scored), bf16, int8 or auto (`bertforge.precision`:
     bf16 where the CPU has native bf16 instructions); a saved int8 copy always runs int8.
     """
@@ -465,7 +470,7 @@ class _Classification(_Runner):
                 "scores": [{"label": n, "score": p} for n, p in ranked]}
 
     def public(self, result: Any) -> Any:
-        return {k: v for k, v in result.items() if k in ("label", "labels", "score", "value")}
+        return output_row(self.pipe.task, result, all_scores=self.pipe.all_scores)
 
 
 def _pool_windows(features: Sequence[Feature], outputs: Sequence[dict[str, np.ndarray]],
@@ -792,10 +797,11 @@ def input_columns(task: str, *, text_column: str = "text", pair_column: str | No
     return columns
 
 
-def output_row(task: str, result: Any) -> dict[str, Any]:
+def output_row(task: str, result: Any, *, all_scores: bool = False) -> dict[str, Any]:
     """The row `predict_file` writes for one result (lists are JSON text in a CSV file)."""
     if task == "text-classification":
-        return {k: result[k] for k in ("label", "labels", "score", "value") if k in result}
+        keys = ("label", "labels", "score", "value", "scores") if all_scores else ("label", "labels", "score", "value")
+        return {k: result[k] for k in keys if k in result}
     if task == "token-classification":
         return {"entities": result["entities"]}
     if task == "question-answering":
@@ -837,7 +843,8 @@ def predict_file(pipe: Pipeline, input_path: str | Path, out_path: str | Path, *
                 truncated += count_truncated(results)
                 windowed += sum(1 for r in results if isinstance(r, dict) and r.get("windows", 1) > 1)
                 for row, result in zip(chunk, results, strict=True):
-                    write({**{name: row.values[name] for name in keep_columns}, **output_row(pipe.task, result)})
+                    write({**{name: row.values[name] for name in keep_columns},
+                           **output_row(pipe.task, result, all_scores=pipe.all_scores)})
                 count += len(chunk)
                 if bar is not None:
                     bar.update(len(chunk))
