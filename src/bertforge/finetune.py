@@ -15,8 +15,8 @@ and for each seed loads the pre-trained encoder with the task's new output layer
 `bertforge.train.train` (AdamW with BERT's weight-decay exclusions, linear warm-up then linear decay
 to zero; 3 epochs), scoring the dev split(s) after every epoch (or every `eval_every_steps` steps).
 Batches are padded to their longest row and drawn at random, as in BERT's own code and transformers'
-Trainer (`group_by_length` draws them from length buckets instead: less padding, but on STS-B it cost
-2.4 Pearson points, see docs/research-log.md).
+Trainer (`group_by_length` draws them from length buckets instead: less padding and faster, at no
+quality difference measured on the full STS-B set over 5 seeds, see docs/research-log.md).
 
 Model selection: every evaluation is scored by the task's main metric (`Task.main_metric`: MRPC F1,
 STS-B Pearson, CoLA Matthews, CoNLL entity F1, SQuAD F1, else accuracy; `selection_metric` picks
@@ -162,8 +162,8 @@ class FinetuneLoop:
                                                       "task's main metric, e.g. MRPC f1, STS-B pearson).")
     save_best: bool = setting(True, help="Keep the best evaluation's model in seed-N/best/ beside the final one.")
     group_by_length: bool = setting(False, help="Draw each batch from rows of similar length (less padding, "
-                                                "faster, but skewed batches cost STS-B 2.4 points); off: plain "
-                                                "random draws, as in BERT's own code and the Trainer.")
+                                                "faster: 1.3x on full STS-B, same scores over 5 seeds); off: "
+                                                "plain random draws, as in BERT's own code and the Trainer.")
     max_train_examples: int | None = setting(None, help="Train on a fixed random sub-sample of this many examples.")
     max_eval_examples: int | None = setting(None, help="Score only the first N dev examples.")
     reinit_layers: int = setting(0, help="Start the top N encoder layers and the pooler afresh (N = all keeps "
