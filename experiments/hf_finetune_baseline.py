@@ -352,9 +352,8 @@ def render(rows: list[dict[str, Any]]) -> str:
     for row in shown:
         ours, theirs = row["bertforge"], row["transformers"]
         size = f"{row['train_examples']}" + (" (sub-sample)" if row["sub_sample"] else " (all)")
-        verdict = {True: "met", False: "**missed**", None: "n/a (needs 2+ seeds each side)"} if full else \
-            {True: "yes", False: "**no**", None: "n/a (needs 2+ seeds each side)"}
-        within = verdict[row.get(key)]
+        passed, failed = ("met", "**missed**") if full else ("yes", "**no**")
+        within = {True: passed, False: failed, None: "n/a (needs 2+ seeds each side)"}[row.get(key)]
         if full and row.get(key) is not None:
             gap = 100 * (ours["mean"] - theirs["mean"])
             within += f" ({gap:+.2f} points)"

@@ -800,7 +800,7 @@ def input_columns(task: str, *, text_column: str = "text", pair_column: str | No
 def output_row(task: str, result: Any, *, all_scores: bool = False) -> dict[str, Any]:
     """The row `predict_file` writes for one result (lists are JSON text in a CSV file)."""
     if task == "text-classification":
-        keys = ("label", "labels", "score", "value", "scores") if all_scores else ("label", "labels", "score", "value")
+        keys = ("label", "labels", "score", "value") + (("scores",) if all_scores else ())
         return {k: result[k] for k in keys if k in result}
     if task == "token-classification":
         return {"entities": result["entities"]}
