@@ -60,7 +60,7 @@ def main() -> None:
     import onnxruntime as ort
     import torch
 
-    from bertforge.export import INPUTS, OUTPUTS, export_onnx, onnx_session
+    from bertforge.export import INPUTS, export_onnx, onnx_session, outputs_of
     from bertforge.model import load_any
 
     model_dir = args.model or minilm_dir()
@@ -107,7 +107,7 @@ def main() -> None:
                     onnx_times += timed(run_onnx, per_block)
                 reference, got = run_torch(), run_onnx()
                 diff = max(float((torch.from_numpy(array) - getattr(reference, attr)).abs().max())
-                           for (_, attr, _), array in zip(OUTPUTS[kind], got, strict=True))
+                           for (_, attr, _), array in zip(outputs_of(model), got, strict=True))
 
                 def summary(times: list[float]) -> dict[str, float]:
                     ms = sorted(1000 * x for x in times)

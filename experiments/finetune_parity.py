@@ -89,7 +89,7 @@ def compare(task: str, model_dir: Path, data: Path) -> dict[str, Any]:
     labels = spec.label_names(examples)
     regression = labels == 1
     torch.manual_seed(0)
-    ours = load_for_task(spec.head, model_dir, **label_maps(labels))
+    ours = load_for_task(spec.job, model_dir, **label_maps(labels))
     theirs = AutoModelForSequenceClassification.from_pretrained(
         model_dir, num_labels=1 if regression else len(labels), problem_type="regression" if regression else None)
     new_layer = {"ours_weight_std": float(ours.classifier.weight.detach().std()),

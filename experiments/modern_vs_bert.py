@@ -78,7 +78,7 @@ def calibration(run: Path) -> tuple[float, float]:
 
 def parameter_counts(name: str, vocab_size: int, pad_id: int) -> dict[str, int]:
     """Parameters of each model as pre-trained (encoder and MLM head, the tied decoder once)."""
-    from bertforge.config import resolve_config
+    from bertforge.model import resolve_config
     from bertforge.model import BertForMaskedLM
 
     section = {k: v for k, v in MODELS[name].items() if k != "preset"}

@@ -86,10 +86,11 @@ class Autocast(nn.Module):
             return self.model(*args, **kwargs)
 
 
-def prepared(model_path: Path, head: type, variant: str) -> nn.Module:
+def prepared(model_path: Path, job: str, variant: str) -> nn.Module:
+    from bertforge.model import load_for_job
     from bertforge.precision import apply_precision
 
-    model = head.from_pretrained(model_path).eval()
+    model = load_for_job(model_path, job).eval()
     if variant == "bf16 autocast":
         return Autocast(model)
     precision = "bf16" if variant.startswith("bf16") else variant
@@ -113,7 +114,7 @@ def score(task: str, path: Path, data: Path, max_examples: int | None) -> dict[s
     max_length = saved.get("max_length") or spec.default_max_length
     outputs, metrics, predictions, seconds = {}, {}, {}, {}
     for variant in VARIANTS:
-        model = prepared(path, spec.head, variant)
+        model = prepared(path, spec.job, variant)
         labels = config_label_names(model.config if hasattr(model, "config") else model.model.config) or None
         features = spec.featurize(examples, tokenizer, max_length, label_names=labels)
         start = time.perf_counter()

@@ -55,7 +55,7 @@ def recorded_recipe(run: Path) -> dict[str, Any]:
 def recipe_differences(recipe_file: Path, run_config: dict[str, Any]) -> list[str]:
     """Where a recipe file disagrees with the settings a run recorded (run_config.yaml), as "section.key"
     names; empty when the file describes the run, so a report can name it as the run's recipe."""
-    from bertforge.config import BertConfig
+    from bertforge.model import BertConfig
     from bertforge.pretrain import load_recipe, model_config
 
     recipe = load_recipe(recipe_file)

@@ -30,7 +30,7 @@ playwright_sync = pytest.importorskip("playwright.sync_api", reason="playwright 
 
 import torch  # noqa: E402
 
-from bertforge.config import BertConfig  # noqa: E402
+from bertforge.model import BertConfig  # noqa: E402
 from bertforge.model import (  # noqa: E402
     BertForMaskedLM,
     BertForQuestionAnswering,

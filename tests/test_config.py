@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from bertforge import PRESETS, BertConfig, BertModel
 from bertforge.cli import app
-from bertforge.config import resolve_config
+from bertforge.model import resolve_config
 
 
 @pytest.mark.parametrize(("name", "layers", "hidden", "heads"), [

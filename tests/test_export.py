@@ -13,7 +13,7 @@ import torch  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from bertforge.cli import app  # noqa: E402
-from bertforge.config import BertConfig  # noqa: E402
+from bertforge.model import BertConfig  # noqa: E402
 from bertforge.export import INPUTS, check_onnx, export_onnx, onnx_session, sample_inputs  # noqa: E402
 from bertforge.model import BertForMultipleChoice, BertForQuestionAnswering, BertModel  # noqa: E402
 

@@ -20,9 +20,9 @@ from bertforge import (
     BertForSequenceClassification,
     BertModel,
 )
-from bertforge.config import FAMILY_DEFAULTS
+from bertforge.model import FAMILY_DEFAULTS
 from bertforge.model import load_any
-from bertforge.model.heads import span_boundaries
+from bertforge.model.bert.heads import span_boundaries
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gutenberg_sample.txt"
 ATOL = 1e-5

@@ -452,7 +452,7 @@ def test_swag_features(tokenizer: BertTokenizer) -> None:
 
 def test_run_model_restores_feature_order(encoder_dir: Path, tokenizer: BertTokenizer) -> None:
     from bertforge.finetune import load_for_task
-    from bertforge.model.heads import BertForTokenClassification
+    from bertforge.model import BertForTokenClassification
 
     model = load_for_task(BertForTokenClassification, encoder_dir)
     texts = ["the normans", "zurich is the largest city in switzerland", "a film"]

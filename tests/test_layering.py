@@ -163,3 +163,98 @@ def test_the_rules_catch_what_they_are_for(tmp_path, monkeypatch) -> None:
         except AssertionError:
             continue
         raise AssertionError(f"{check.__name__} passed on a package that breaks it")
+
+
+# ------------------------------------------------------------------------------------------------
+# Model families stay in their folders
+# ------------------------------------------------------------------------------------------------
+# A model family is a folder under bertforge/model/ whose __init__.py defines FAMILY. Its names (the
+# classes its modules define and its model_type) appear only inside that folder, in the registry, and
+# in the package's public re-exports, so that adding or changing a family never means editing
+# modules that use models: they ask the registry for "the token-classification model of this
+# checkpoint" instead.
+FAMILY_NAME_HOMES = ("bertforge.model.registry", "bertforge")  # the registry; the public names of `bertforge`
+
+
+def family_folders() -> dict[str, Path]:
+    """Each family's module prefix (bertforge.model.bert) -> its folder."""
+    root = SOURCE / PACKAGE / "model"
+    return {f"{PACKAGE}.model.{init.parent.name}": init.parent for init in sorted(root.glob("*/__init__.py"))
+            if "FAMILY = " in init.read_text(encoding="utf-8")}
+
+
+def names_of_family(folder: Path) -> set[str]:
+    """The classes the family's modules define, and its model_type."""
+    names: set[str] = set()
+    for path in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                names.add(node.name)
+            target = getattr(node, "target", None) if isinstance(node, ast.AnnAssign) else None
+            if isinstance(target, ast.Name) and target.id == "model_type" and isinstance(node.value, ast.Constant):
+                names.add(node.value.value)
+    return names
+
+
+def mentions(path: Path, names: set[str], prefix: str) -> list[tuple[int, str]]:
+    """(line, name) for each use of one of `names` (an identifier, an attribute, an imported name or
+    a string equal to it) or an import of the module `prefix`; docstrings and comments do not count."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        used = None
+        if isinstance(node, ast.Name):
+            used = node.id
+        elif isinstance(node, ast.Attribute):
+            used = node.attr
+        elif isinstance(node, ast.alias):
+            used = node.name if node.name in names else (node.name if node.name.startswith(prefix) else None)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(prefix):
+            used = node.module
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _names_a_model(node.value, names):
+            used = node.value
+        if used is not None and (used in names or used == prefix or used.startswith(prefix + ".")):
+            found.append((getattr(node, "lineno", 0), used))
+    return found
+
+
+def _names_a_model(text: str, names: set[str]) -> bool:
+    """A string that is a family's model_type or the name of one of its model or config classes
+    (as config.json's `architectures` lists them); not a word that a building block happens to share."""
+    return text in names and (text.islower() or text.endswith(("Model", "Config")) or "For" in text)
+
+
+def family_name_leaks() -> list[str]:
+    modules = all_modules()
+    leaks = []
+    for prefix, folder in family_folders().items():
+        names = names_of_family(folder)
+        for module, path in modules.items():
+            if module == prefix or module.startswith(prefix + ".") or module in FAMILY_NAME_HOMES:
+                continue
+            leaks += [f"{module}:{line} names {used} (of {prefix})" for line, used in mentions(path, names, prefix)]
+    return sorted(set(leaks))
+
+
+def test_family_names_stay_in_their_folders() -> None:
+    assert family_folders(), "no model family found under bertforge/model/"
+    leaks = family_name_leaks()
+    assert not leaks, ("a model family named outside its folder and the registry; ask bertforge.model.registry "
+                       "(model_class(model_type, job), the config's own fields) instead:\n" + "\n".join(leaks))
+
+
+def test_the_family_check_catches_a_leak(tmp_path, monkeypatch) -> None:
+    """The check above on a made-up package: a task module that names a family's class."""
+    package = tmp_path / PACKAGE
+    (package / "model" / "toy").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "model" / "__init__.py").write_text("")
+    (package / "model" / "registry.py").write_text("BUILTIN = ('bertforge.model.toy',)\n")
+    (package / "model" / "toy" / "__init__.py").write_text("FAMILY = None\n")
+    (package / "model" / "toy" / "modeling.py").write_text("class ToyModel:\n    model_type: str = 'toy'\n")
+    (package / "tasks.py").write_text("def head():\n    from bertforge.model.toy.modeling import ToyModel\n"
+                                      "    return ToyModel if 'toy' else None\n")
+    monkeypatch.setitem(globals(), "SOURCE", tmp_path)
+    leaks = family_name_leaks()
+    assert any("bertforge.tasks:2 names ToyModel" in leak for leak in leaks), leaks
+    assert any("names toy (of" in leak for leak in leaks), leaks
+    assert not any(leak.startswith("bertforge.model.registry") for leak in leaks)

@@ -12,7 +12,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from bertforge.config import MODERN_PRESETS, ModernBertConfig, config_from_dict, resolve_config
+from bertforge.model import MODERN_PRESETS, ModernBertConfig, config_from_dict, resolve_config
 from bertforge.model import (
     BertForMaskedLM,
     BertForMultipleChoice,
@@ -24,7 +24,7 @@ from bertforge.model import (
     ModernBertModel,
     load_any,
 )
-from bertforge.model.modern import sliding_window_attention
+from bertforge.model.modernbert.modeling import sliding_window_attention
 
 ATOL = 1e-5
 # Small and random, with a window (8 = 4 each side) much shorter than the inputs below.

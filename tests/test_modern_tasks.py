@@ -14,7 +14,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # noqa: E402
 
-from bertforge.config import ModernBertConfig  # noqa: E402
+from bertforge.model import ModernBertConfig  # noqa: E402
 from bertforge.finetune import finetune, predict  # noqa: E402
 from bertforge.model import BertForMaskedLM, ModernBertModel  # noqa: E402
 from bertforge.serve.app import create_app  # noqa: E402

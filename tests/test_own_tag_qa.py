@@ -351,7 +351,7 @@ def test_tag_model_matches_transformers_token_classification_pipeline(encoder_di
     task = make_task("tag", "tag", {"dev": str(tmp_path / "t.jsonl")})
     examples = task.read(None, "dev")
     tokenizer = BertTokenizer.from_pretrained(seed)
-    model = load_for_task(task.head, seed)
+    model = load_for_task(task.job, seed)
     labels = list(json.loads((seed / "config.json").read_text())["id2label"].values())
     features = task.featurize(examples, tokenizer, 128, label_names=labels)
     ours = task.postprocess(examples, features, run_model(model, features, task.output_names,
@@ -397,7 +397,7 @@ def test_qa_model_matches_transformers_question_answering(encoder_dir: Path, tmp
     max_answer = 15
     task = make_task("qa", "qa", {"dev": str(tmp_path / "q.jsonl"), "version": "1.1", "max_answer_length": max_answer})
     examples = task.read(None, "dev")
-    model = load_for_task(task.head, seed)
+    model = load_for_task(task.job, seed)
     features = task.featurize(examples, BertTokenizer.from_pretrained(seed), 64)
     assert len(features) == len(examples)  # one window each: the contexts are short
     outputs = run_model(model, features, task.output_names, token_outputs=task.token_outputs)

@@ -18,7 +18,7 @@ import torch
 from typer.testing import CliRunner
 
 from bertforge.cli import app
-from bertforge.config import BertConfig
+from bertforge.model import BertConfig
 from bertforge.finetune import finetune, predict
 from bertforge.model import BertForMaskedLM, BertModel
 from bertforge.pipeline import InputError, Pipeline

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from bertforge import pipeline
 from bertforge.cli import app
-from bertforge.config import BertConfig
+from bertforge.model import BertConfig
 from bertforge.finetune import finetune
 from bertforge.model import BertModel
 from bertforge.tables import read_rows

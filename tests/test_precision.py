@@ -180,7 +180,7 @@ def test_load_model_applies_the_precision_to_a_normal_checkpoint(tmp_path: Path)
 
 
 def test_a_modernbert_model_runs_at_bf16_and_int8_and_its_int8_copy_reloads(tmp_path: Path) -> None:
-    from bertforge.config import ModernBertConfig
+    from bertforge.model import ModernBertConfig
     from bertforge.model import ModernBertForSequenceClassification
 
     torch.manual_seed(0)

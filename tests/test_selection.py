@@ -178,8 +178,8 @@ def test_finetune_keeps_the_best_evaluation_and_stops_early(encoder_dir: Path, t
     assert results["seeds"][0]["best"]["step"] == 2
 
     # best/ is a model directory like any: it loads, predicts, and differs from the final weights
-    best_model = load_for_task(make_task("glue", "MRPC").head, seed_dir / BEST_DIR)
-    final_model = load_for_task(make_task("glue", "MRPC").head, seed_dir)
+    best_model = load_for_task(make_task("glue", "MRPC").job, seed_dir / BEST_DIR)
+    final_model = load_for_task(make_task("glue", "MRPC").job, seed_dir)
     assert not torch.equal(best_model.classifier.weight, final_model.classifier.weight)
     done = predict("glue", "MRPC", seed_dir / BEST_DIR, FIXTURES / "glue", tmp_path / "sub")
     assert (tmp_path / "sub" / "MRPC.tsv").exists() and done["test"]["examples"] == 1

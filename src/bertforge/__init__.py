@@ -1,6 +1,7 @@
 """bertforge: BERT end to end, with Hugging Face-compatible checkpoints.
 
-The public names are imported lazily so that `import bertforge` (and the CLI's `--help`) stays fast
+The public names are the BERT family's classes (every family's are importable from
+`bertforge.model`) and the tokenizer, imported lazily so that `import bertforge` (and the CLI's `--help`) stays fast
 and does not pull in torch until a model is actually used.
 """
 
@@ -13,8 +14,8 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it
 _PUBLIC = {
-    "BertConfig": "bertforge.config",
-    "PRESETS": "bertforge.config",
+    "BertConfig": "bertforge.model",
+    "PRESETS": "bertforge.model",
     "BertTokenizer": "bertforge.tokenizer",
     "BertModel": "bertforge.model",
     "BertForPreTraining": "bertforge.model",
@@ -45,8 +46,9 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from bertforge.checkpoint import LoadReport
-    from bertforge.config import PRESETS, BertConfig
     from bertforge.model import (
+        PRESETS,
+        BertConfig,
         BertForMaskedLM,
         BertForMultipleChoice,
         BertForPreTraining,

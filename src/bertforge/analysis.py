@@ -33,7 +33,7 @@ from bertforge.plot import save_figure
 if TYPE_CHECKING:
     import torch
 
-    from bertforge.model.bert import BertModel
+    from bertforge.model.base import PreTrainedModel
     from bertforge.tokenizer import BertTokenizer
 
 STATS = ("cls", "sep", "punct", "next", "prev", "entropy")
@@ -143,7 +143,7 @@ def token_masks(tokens: Sequence[Sequence[str]], tokenizer: BertTokenizer) -> di
     return {"cls": cls, "sep": sep, "punct": punct}
 
 
-def attention_stats(model: BertModel, tokenizer: BertTokenizer, texts: Iterable[str | tuple[str, str]], *,
+def attention_stats(model: PreTrainedModel, tokenizer: BertTokenizer, texts: Iterable[str | tuple[str, str]], *,
                     batch_size: int = 16, max_length: int = 128, progress: Any = None) -> HeadStats:
     """Clark et al.'s per-head statistics of `model` over `texts` (truncated to `max_length` tokens)."""
     import torch
@@ -209,7 +209,7 @@ def plot_head_stats(stats: HeadStats, out: str | os.PathLike[str], title: str = 
 # ------------------------------------------------------------------------------------------------
 # heat maps of one text
 # ------------------------------------------------------------------------------------------------
-def attention_maps(model: BertModel, tokenizer: BertTokenizer, text: str, pair: str | None = None, *,
+def attention_maps(model: PreTrainedModel, tokenizer: BertTokenizer, text: str, pair: str | None = None, *,
                    max_length: int = 128) -> tuple[list[str], np.ndarray]:
     """The tokens of one text (or pair) and every head's attention: (L, A, T, T), rows = queries."""
     import torch

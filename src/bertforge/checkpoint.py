@@ -7,9 +7,10 @@ and no model class. The model classes import it (their `save_pretrained` / `from
 and which keys a file may lack or carry without being wrong.
 
 A checkpoint directory holds `config.json`, `model.safetensors` (or shards with an index) and the
-tokenizer files. Our modules have short names and a fused q/k/v projection; Hugging Face's have
-`encoder.layer.{i}.attention.self.{query,key,value}` and so on. `KEY_MAP` below is the only place
-that knows both, so saving and loading cannot drift apart.
+tokenizer files. Our modules have short names (and, for BERT, a fused q/k/v projection where Hugging
+Face has three). Each family's key map (`KeyLayout`, declared in the family's folder and carried by
+its model classes as `key_layout`) is the only place that knows both, so saving and loading cannot
+drift apart.
 
 Loading checks before it allocates: the safetensors headers are read first (a truncated file is
 named as such), a model that config.json makes bigger than this machine's memory is refused, and
@@ -39,7 +40,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from bertforge.config import ModelConfig, read_config_file
+from bertforge.config import ModelConfig, read_json_object
 from bertforge.fileio import atomic_path
 
 if TYPE_CHECKING:
@@ -60,11 +61,13 @@ class CheckpointError(ValueError):
 class Checkpointable(Protocol):
     """What this module needs of a model: its config, its state dict, and the declared facts below.
 
-    `bertforge.model.BertPreTrainedModel` declares them; each is a tuple of regular expressions
+    `bertforge.model.base.PreTrainedModel` and each family's classes declare them; each is a tuple of regular expressions
     searched in our key names (`bert.pooler.dense.weight`), except the prefixes.
     """
 
     config: ModelConfig
+    # The family's file layout.
+    key_layout: ClassVar[KeyLayout]
     # The attribute that holds the BertModel, and so our state-dict prefix of the backbone's keys;
     # "" when the model is the BertModel itself.
     base_model_prefix: ClassVar[str]
@@ -83,86 +86,45 @@ class Checkpointable(Protocol):
 
 
 # ------------------------------------------------------------------------------------------------
-# The key map. "{i}" is a layer index, "{p}" a parameter name (weight or bias).
-# Backbone names are relative to the encoder (ours: `bert.` inside a model with heads, nothing in a
-# bare BertModel; theirs: `bert.` likewise). The fused q/k/v is the one row that is not a rename.
-# Family switches add rows but no new layout: ALBERT's factorised embeddings add the E -> H
-# projection (named as in Hugging Face's ALBERT), and with shared layers `{i}` counts the G distinct
-# layers. Such checkpoints do not load in transformers.BertModel (see BertConfig.transformers_incompatibilities).
+# Key layouts. Each family declares one (in its folder's keys.py) and its model classes carry it
+# as `key_layout`: the renames between our module names and transformers', where transformers puts
+# the backbone, and whether q/k/v are one fused matrix of ours but three of theirs. In a template
+# "{i}" is a layer index, "{p}" a parameter name (weight or bias), "{part}" query, key or value.
 # ------------------------------------------------------------------------------------------------
-KEY_MAP: list[tuple[str, str]] = [
-    ("embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"),
-    ("embeddings.position_embeddings.weight", "embeddings.position_embeddings.weight"),
-    ("embeddings.token_type_embeddings.weight", "embeddings.token_type_embeddings.weight"),
-    ("embeddings.layer_norm.{p}", "embeddings.LayerNorm.{p}"),
-    ("embeddings.projection.{p}", "encoder.embedding_hidden_mapping_in.{p}"),
-    ("encoder.layers.{i}.attention.out.{p}", "encoder.layer.{i}.attention.output.dense.{p}"),
-    ("encoder.layers.{i}.attention_norm.{p}", "encoder.layer.{i}.attention.output.LayerNorm.{p}"),
-    ("encoder.layers.{i}.ffn.up.{p}", "encoder.layer.{i}.intermediate.dense.{p}"),
-    ("encoder.layers.{i}.ffn.down.{p}", "encoder.layer.{i}.output.dense.{p}"),
-    ("encoder.layers.{i}.ffn_norm.{p}", "encoder.layer.{i}.output.LayerNorm.{p}"),
-    ("pooler.dense.{p}", "pooler.dense.{p}"),
-]
-FUSED_QKV = ("encoder.layers.{i}.attention.qkv.{p}", "encoder.layer.{i}.attention.self.{part}.{p}")
-QKV_PARTS = ("query", "key", "value")  # the order of the rows of our fused weight
-
-# Heads sit beside the backbone (ours: `mlm.`, `nsp.`, `sbo.`; theirs: `cls.`). Task heads that are not
-# listed (`classifier`, `qa_outputs`) already use Hugging Face's names and pass through unchanged.
-# transformers has no span-boundary head: it reports `cls.span_boundary.*` as unused and loads the rest.
-HEAD_KEY_MAP: list[tuple[str, str]] = [
-    ("mlm.transform.dense.{p}", "cls.predictions.transform.dense.{p}"),
-    ("mlm.transform.layer_norm.{p}", "cls.predictions.transform.LayerNorm.{p}"),
-    ("mlm.bias", "cls.predictions.bias"),
-    ("nsp.{p}", "cls.seq_relationship.{p}"),
-    ("sbo.position_embeddings.weight", "cls.span_boundary.position_embeddings.weight"),
-    ("sbo.transform.dense1.{p}", "cls.span_boundary.transform.dense1.{p}"),
-    ("sbo.transform.layer_norm1.{p}", "cls.span_boundary.transform.LayerNorm1.{p}"),
-    ("sbo.transform.dense2.{p}", "cls.span_boundary.transform.dense2.{p}"),
-    ("sbo.transform.layer_norm2.{p}", "cls.span_boundary.transform.LayerNorm2.{p}"),
-]
-
-# Hugging Face prefixes the backbone with `bert.` in a model with heads; these roots are the backbone's.
-HF_BASE_PREFIX = "bert."
-HF_BACKBONE_ROOTS = ("embeddings.", "encoder.", "pooler.")
-
-# ModernBERT (model_type "modernbert"). transformers' names: `model.` before the backbone in a model
-# with heads; `tok_embeddings`, `layers.{i}.attn.Wqkv` (already fused, rows q; k; v as ours),
-# `attn.Wo`, `mlp.Wi` (the GeGLU input and gate halves in one matrix, as ours), `mlp.Wo`, the
-# norms; the heads' shared `head.dense` / `head.norm`, and `decoder.bias` (the decoder's weight is
-# the tied embedding matrix and is not written). Question answering calls its layer `classifier`.
-MODERN_KEY_MAP: list[tuple[str, str]] = [
-    ("embeddings.word_embeddings.weight", "embeddings.tok_embeddings.weight"),
-    ("embeddings.layer_norm.{p}", "embeddings.norm.{p}"),
-    ("layers.{i}.attention_norm.{p}", "layers.{i}.attn_norm.{p}"),
-    ("layers.{i}.attention.qkv.{p}", "layers.{i}.attn.Wqkv.{p}"),
-    ("layers.{i}.attention.out.{p}", "layers.{i}.attn.Wo.{p}"),
-    ("layers.{i}.ffn_norm.{p}", "layers.{i}.mlp_norm.{p}"),
-    ("layers.{i}.ffn.up.{p}", "layers.{i}.mlp.Wi.{p}"),
-    ("layers.{i}.ffn.down.{p}", "layers.{i}.mlp.Wo.{p}"),
-    ("final_norm.{p}", "final_norm.{p}"),
-    ("head.layer_norm.{p}", "head.norm.{p}"),
-    ("decoder_bias", "decoder.bias"),
-]
+QKV_PARTS = ("query", "key", "value")  # the order of the rows of a fused q/k/v weight
 
 
 @dataclass(frozen=True)
 class KeyLayout:
-    """One family's file layout: the renames (ours, theirs), the prefix transformers puts before the
-    backbone in a model with heads, the backbone's top-level names, and whether q/k/v are split."""
+    """One family's file layout.
+
+    `renames`: (ours, theirs) templates, relative to the backbone for backbone keys; a key that
+    matches none passes unchanged (task heads with transformers' names already). `hf_base_prefix`:
+    what transformers puts before the backbone in a model with heads (`bert.`); `backbone_roots`:
+    the backbone's top-level names. `fused_qkv`: (ours, theirs) when our one q/k/v matrix is three
+    of theirs. `layers_root`: where our distinct layers sit (`encoder.layers.`), to count them.
+    `fallbacks`: (ours, theirs) read when the file lacks ours under its usual name (older files).
+    """
 
     renames: list[tuple[str, str]]
     hf_base_prefix: str
     backbone_roots: tuple[str, ...]
-    split_qkv: bool
+    layers_root: str
+    fused_qkv: tuple[str, str] | None = None
+    fallbacks: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_to_hf", [(_template_regex(ours), hf) for ours, hf in self.renames])
         object.__setattr__(self, "_to_ours", [(_template_regex(hf), ours) for ours, hf in self.renames])
+        qkv = self.fused_qkv
+        object.__setattr__(self, "_ours_qkv", _template_regex(qkv[0]) if qkv else None)
+        object.__setattr__(self, "_hf_qkv", _template_regex(qkv[1]) if qkv else None)
+        object.__setattr__(self, "_layer_index", re.compile(rf"(?:^|\.){re.escape(self.layers_root)}(\d+)\."))
 
 
-def _layout(config: Any) -> KeyLayout:
-    """The key layout of a config's family (config.json's `model_type`)."""
-    return LAYOUTS[config.model_type]
+def _layout(model: Any) -> KeyLayout:
+    """The key layout a model (or model class) declares for its family."""
+    return model.key_layout
 
 
 def _template_regex(template: str) -> re.Pattern[str]:
@@ -170,14 +132,6 @@ def _template_regex(template: str) -> re.Pattern[str]:
     pattern = pattern.replace(r"\{i\}", r"(?P<i>\d+)").replace(r"\{p\}", r"(?P<p>weight|bias)")
     pattern = pattern.replace(r"\{part\}", r"(?P<part>query|key|value)")
     return re.compile(f"^{pattern}$")
-
-
-_OURS_QKV = _template_regex(FUSED_QKV[0])
-_HF_QKV = _template_regex(FUSED_QKV[1])
-LAYOUTS: dict[str, KeyLayout] = {
-    "bert": KeyLayout(KEY_MAP + HEAD_KEY_MAP, HF_BASE_PREFIX, HF_BACKBONE_ROOTS, split_qkv=True),
-    "modernbert": KeyLayout(MODERN_KEY_MAP, "model.", ("embeddings.", "layers.", "final_norm."), split_qkv=False),
-}
 
 
 def _rename(key: str, table: list[tuple[re.Pattern[str], str]]) -> str:
@@ -199,16 +153,16 @@ def _key_prefix(base_model_prefix: str) -> str:
 def to_hf_state_dict(model: Checkpointable) -> dict[str, torch.Tensor]:
     """Our state dict renamed to Hugging Face's keys, q/k/v split, contiguous tensors ready to save."""
     prefix = _key_prefix(model.base_model_prefix)
-    layout = _layout(model.config)
+    layout = _layout(model)
     out: dict[str, torch.Tensor] = {}
     for key, tensor in model.state_dict().items():
         tensor = tensor.detach()
         local = key[len(prefix):] if prefix and key.startswith(prefix) else key
         hf_prefix = layout.hf_base_prefix if prefix and key.startswith(prefix) else ""
-        qkv = _OURS_QKV.match(local) if layout.split_qkv else None
-        if qkv:  # (3H, H) or (3H,) -> three (H, H) or (H,)
+        qkv = layout._ours_qkv.match(local) if layout.fused_qkv else None  # type: ignore[attr-defined]
+        if qkv and layout.fused_qkv:  # (3H, H) or (3H,) -> three (H, H) or (H,)
             for part, piece in zip(QKV_PARTS, tensor.chunk(3, dim=0), strict=True):
-                name = FUSED_QKV[1].format(i=qkv["i"], p=qkv["p"], part=part)
+                name = layout.fused_qkv[1].format(i=qkv["i"], p=qkv["p"], part=part)
                 out[hf_prefix + name] = piece.contiguous()
             continue
         out[hf_prefix + _rename(local, layout._to_hf)] = tensor.contiguous()  # type: ignore[attr-defined]
@@ -260,17 +214,15 @@ class LoadReport:
 
 
 def from_hf_state_dict(hf_state: dict[str, torch.Tensor], base_model_prefix: str,
-                       layout: KeyLayout | None = None) -> dict[str, torch.Tensor]:
-    """Rename a Hugging Face state dict to our keys, for a model whose backbone is `base_model_prefix`
-    (BERT's layout unless another family's is given)."""
-    layout = layout or LAYOUTS["bert"]
+                       layout: KeyLayout) -> dict[str, torch.Tensor]:
+    """Rename a Hugging Face state dict to our keys, for a model of `layout`'s family whose backbone
+    is `base_model_prefix`."""
     renamed, fused = _hf_keys_to_ours(hf_state, base_model_prefix, layout)
     ours = {name: hf_state[key] for name, key in renamed.items()}
     ours.update({name: torch.cat([hf_state[key] for key in keys], dim=0) for name, keys in fused.items()})
-    # A checkpoint saved before the bias moved keeps the MLM bias only as the decoder's bias.
-    decoder_bias = hf_state.get("cls.predictions.decoder.bias")
-    if "mlm.bias" not in ours and decoder_bias is not None:
-        ours["mlm.bias"] = decoder_bias
+    for name, key in layout.fallbacks:  # an older file keeps this tensor under another name only
+        if name not in ours and key in hf_state:
+            ours[name] = hf_state[key]
     return ours
 
 
@@ -291,8 +243,8 @@ def _hf_keys_to_ours(hf_keys: Iterable[str], base_model_prefix: str,
     renamed: dict[str, str] = {}
     qkv_parts: dict[tuple[str, str], dict[str, str]] = {}
     for key in hf_keys:
-        local, is_backbone = _strip_backbone_prefix(_modernise(key), layout)
-        qkv = _HF_QKV.match(local) if layout.split_qkv else None
+        local, is_backbone = _strip_backbone_prefix(_tf_layer_norm_names(key), layout)
+        qkv = layout._hf_qkv.match(local) if layout.fused_qkv else None  # type: ignore[attr-defined]
         if qkv:
             qkv_parts.setdefault((qkv["i"], qkv["p"]), {})[qkv["part"]] = key
             continue
@@ -303,7 +255,7 @@ def _hf_keys_to_ours(hf_keys: Iterable[str], base_model_prefix: str,
         if len(parts) != 3:
             absent = [p for p in QKV_PARTS if p not in parts]
             raise CheckpointError(f"layer {layer} attention {param}: the file lacks {', '.join(absent)}")
-        fused[prefix + FUSED_QKV[0].format(i=layer, p=param)] = [parts[p] for p in QKV_PARTS]
+        fused[prefix + layout.fused_qkv[0].format(i=layer, p=param)] = [parts[p] for p in QKV_PARTS]  # type: ignore[index]
     return renamed, fused
 
 
@@ -315,15 +267,22 @@ def _no_config(directory: Path) -> CheckpointError:
     return CheckpointError(f"{directory}: no config.json{hint}")
 
 
-def read_config(directory: str | os.PathLike[str], **config_overrides: Any) -> ModelConfig:
-    """A checkpoint directory's config.json, with the overrides applied (and validated) on top."""
+def read_config_data(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """A checkpoint directory's config.json as a dict (which family it is, the model layer decides)."""
     directory = Path(directory)
     _require_directory(directory)
     if not (directory / "config.json").exists():
         raise _no_config(directory)
-    config = read_config_file(directory / "config.json")
+    return read_json_object(directory / "config.json")
+
+
+def read_config(cls: Any, directory: str | os.PathLike[str], **config_overrides: Any) -> ModelConfig:
+    """A checkpoint directory's config.json read by `cls`'s config class, with the overrides applied
+    (and validated) on top."""
+    source = str(Path(directory) / "config.json")
+    config = cls.config_class.from_dict(read_config_data(directory), source=source)
     if config_overrides:
-        config = type(config).from_dict({**config.to_dict(), **config_overrides}, source=str(directory / "config.json"))
+        config = type(config).from_dict({**config.to_dict(), **config_overrides}, source=source)
     return config
 
 
@@ -359,7 +318,7 @@ def load_pretrained(
     `model.load_report`).
     """
     directory = Path(directory)
-    config = read_config(directory, **config_overrides)
+    config = read_config(cls, directory, **config_overrides)
     weights = WeightFiles.find(directory, allow_pickle=allow_pickle)
     check_fits(cls, config, weights)
     model = cls(config)
@@ -379,7 +338,7 @@ def load_weights_into(model: Checkpointable, directory: str | os.PathLike[str], 
 
 def _load_files(model: Checkpointable, weights: WeightFiles, *, strict: bool) -> LoadReport:
     directory = weights.directory
-    state = from_hf_state_dict(weights.read(), model.base_model_prefix, _layout(model.config))
+    state = from_hf_state_dict(weights.read(), model.base_model_prefix, _layout(model))
     report = _load_into(model, state, source=directory)
     if not report.ok:
         message = f"{directory}: checkpoint does not fit {type(model).__name__}\n{report.summary()}"
@@ -502,14 +461,15 @@ def read_safetensors_header(path: Path) -> dict[str, tuple[int, ...]]:
 def check_fits(cls: type[nn.Module], config: ModelConfig, weights: WeightFiles) -> None:
     """Raise a one-line CheckpointError if `config` cannot describe these weights or this machine
     cannot hold the model, without allocating the model: `cls` is built on the `meta` device only."""
-    in_file = _shapes_as_ours(weights.shapes(), cls.base_model_prefix, _layout(config))  # type: ignore[attr-defined]
-    needed = estimated_parameter_count(config) * torch.get_default_dtype().itemsize
+    layout = _layout(cls)
+    in_file = _shapes_as_ours(weights.shapes(), cls.base_model_prefix, layout)  # type: ignore[attr-defined]
+    needed = config.estimated_parameter_count() * torch.get_default_dtype().itemsize
     memory = _physical_memory()
     too_big = memory is not None and needed > memory
     # A model too big for this machine is still compared with the file first, for the more precise
     # message, when that is cheap: building on `meta` costs time per layer, so not for a layer count
     # beyond what the file holds, and it fails for a tensor past 2**63 bytes.
-    if too_big and config.hidden_groups > _stored_layers(in_file):
+    if too_big and config.hidden_groups > _stored_layers(in_file, layout):
         raise CheckpointError(_too_big_message(config, weights, needed, memory))
     try:
         skeleton = _on_meta(cls, config)
@@ -547,26 +507,9 @@ class _NoRandomFill(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def _stored_layers(shapes: dict[str, tuple[int, ...]]) -> int:
-    indices = {match[1] for key in shapes if (match := re.search(r"(?:^|\.)encoder\.layers\.(\d+)\.", key))}
-    return len(indices)
-
-
-def estimated_parameter_count(config: ModelConfig) -> int:
-    """The encoder's parameter count from config.json's sizes alone (heads add little), following the
-    rows of KEY_MAP: enough to refuse an absurd config before anything is allocated."""
-    hidden, inner, width = config.hidden_size, config.intermediate_size, config.embedding_dim
-    if config.model_type == "modernbert":  # token table; per layer q/k/v + out, GeGLU (2I in, I out), 2 norms
-        layer = 4 * hidden * hidden + 3 * hidden * inner + 2 * hidden
-        return config.vocab_size * hidden + config.num_hidden_layers * layer + 4 * hidden * hidden
-    tables = config.vocab_size + config.max_position_embeddings + config.type_vocab_size
-    embeddings = tables * width + 2 * width
-    if config.embedding_size is not None:
-        embeddings += width * hidden + hidden  # the E -> H projection
-    attention = 4 * hidden * hidden + 4 * hidden  # fused q/k/v, then the output projection
-    ffn = 2 * hidden * inner + inner + hidden
-    layer = attention + ffn + 4 * hidden  # + two LayerNorms
-    return embeddings + config.hidden_groups * layer + hidden * hidden + hidden  # + the pooler
+def _stored_layers(shapes: dict[str, tuple[int, ...]], layout: KeyLayout) -> int:
+    pattern = layout._layer_index  # type: ignore[attr-defined]
+    return len({match[1] for key in shapes if (match := pattern.search(key))})
 
 
 def _physical_memory() -> int | None:
@@ -652,7 +595,7 @@ def _load_into(model: Checkpointable, state: dict[str, torch.Tensor], source: Pa
             continue
         # Weights of a head this model does not have (pre-training heads under a bare encoder, say),
         # or keys the model declares it does not use: not needed, not wrong.
-        if not local.startswith(_layout(model.config).backbone_roots) or _matches(
+        if not local.startswith(_layout(model).backbone_roots) or _matches(
                 key, model.keys_to_ignore_on_load_unexpected):
             report.unused.append(key)
         else:
@@ -681,6 +624,6 @@ def _strip_backbone_prefix(key: str, layout: KeyLayout) -> tuple[str, bool]:
     return key, key.startswith(layout.backbone_roots)
 
 
-def _modernise(key: str) -> str:
+def _tf_layer_norm_names(key: str) -> str:
     """TensorFlow-era conversions name LayerNorm parameters gamma/beta."""
     return re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key))

@@ -973,11 +973,11 @@ def attention_command(
     """
     from bertforge.analysis import attention_maps, plot_attention
     from bertforge.checkpoint import CheckpointError
-    from bertforge.model.bert import BertModel
+    from bertforge.model.auto import load_for_job
     from bertforge.tokenizer import BertTokenizer
 
     try:
-        encoder = BertModel.from_pretrained(model)
+        encoder = load_for_job(model, "embeddings")
         tokens, maps = attention_maps(encoder, BertTokenizer.from_pretrained(model), text, pair, max_length=max_length)
         path = plot_attention(tokens, maps, png, layer=layer, head=head)
     except (CheckpointError, FileNotFoundError, ValueError) as exc:
@@ -1013,7 +1013,7 @@ def attention_stats_command(
     from bertforge.analysis import STATS, attention_stats, plot_head_stats
     from bertforge.checkpoint import CheckpointError
     from bertforge.fileio import write_text_atomic
-    from bertforge.model.bert import BertModel
+    from bertforge.model.auto import load_for_job
     from bertforge.tokenizer import BertTokenizer
 
     if not input_file.is_file():
@@ -1023,7 +1023,7 @@ def attention_stats_command(
     if not texts:
         raise _fail(f"{input_file}: no text")
     try:
-        encoder = BertModel.from_pretrained(model)
+        encoder = load_for_job(model, "embeddings")
         tokenizer = BertTokenizer.from_pretrained(model)
         with tqdm(total=len(texts), unit="text", disable=quiet) as bar:
             stats = attention_stats(encoder, tokenizer, texts, batch_size=batch_size, max_length=max_length,

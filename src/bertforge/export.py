@@ -41,16 +41,32 @@ from torch import nn
 log = logging.getLogger(__name__)
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-# model class -> (ONNX output name, attribute of the model's output), and whether it is per token
+# model job -> (ONNX output name, attribute of the model's output), and whether it is per token
 OUTPUTS: dict[str, tuple[tuple[str, str, bool], ...]] = {
-    "BertModel": (("last_hidden_state", "last_hidden_state", True), ("pooled_output", "pooled_output", False)),
-    "BertForMaskedLM": (("logits", "mlm_logits", True),),
-    "BertForPreTraining": (("mlm_logits", "mlm_logits", True), ("nsp_logits", "nsp_logits", False)),
-    "BertForSequenceClassification": (("logits", "logits", False),),
-    "BertForTokenClassification": (("logits", "logits", True),),
-    "BertForQuestionAnswering": (("start_logits", "start_logits", True), ("end_logits", "end_logits", True)),
-    "BertForMultipleChoice": (("logits", "logits", False),),
+    "embeddings": (("last_hidden_state", "last_hidden_state", True), ("pooled_output", "pooled_output", False)),
+    "masked-lm": (("logits", "mlm_logits", True),),
+    "pretraining": (("mlm_logits", "mlm_logits", True), ("nsp_logits", "nsp_logits", False)),
+    "sequence-classification": (("logits", "logits", False),),
+    "token-classification": (("logits", "logits", True),),
+    "question-answering": (("start_logits", "start_logits", True), ("end_logits", "end_logits", True)),
+    "multiple-choice": (("logits", "logits", False),),
 }
+
+
+def outputs_of(model: nn.Module) -> tuple[tuple[str, str, bool], ...]:
+    """The ONNX outputs of a model, by the job its class declares (a bare encoder without a pooler
+    has no pooled output)."""
+    job = getattr(model, "job", None)
+    if job not in OUTPUTS:
+        raise ValueError(f"cannot export {type(model).__name__}: exportable jobs are {', '.join(OUTPUTS)}")
+    rows = OUTPUTS[job]
+    if job == "embeddings" and getattr(model, "pooler", None) is None:
+        rows = tuple(row for row in rows if row[1] != "pooled_output")
+    return rows
+
+
+def _is_multiple_choice(model: nn.Module) -> bool:
+    return getattr(model, "job", None) == "multiple-choice"  # inputs are (B, C, T)
 DEFAULT_OPSET = 18
 _EXTERNAL_DATA_BYTES = 1_500_000_000  # protobuf caps a file at 2 GiB; larger weights go beside it
 
@@ -74,7 +90,7 @@ class _Exportable(nn.Module):
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model = model
-        self.fields = [attr for _, attr, _ in OUTPUTS[type(model).__name__]]
+        self.fields = [attr for _, attr, _ in outputs_of(model)]
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -82,32 +98,19 @@ class _Exportable(nn.Module):
         return tuple(getattr(out, name) for name in self.fields)
 
 
-def _always_padding_bias(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    if attention_mask is None:
-        return None
-    keep = attention_mask[:, None, None, :].to(dtype)  # (B, T) -> (B, 1, 1, T)
-    return (1.0 - keep) * torch.finfo(dtype).min
-
-
 @contextlib.contextmanager
 def graph_friendly(model: nn.Module) -> Iterator[None]:
-    """For the duration: the padded attention path, and a padding bias that is always built."""
-    import bertforge.model.bert as bert_module
-
-    unpadding = [m for m in model.modules() if hasattr(m, "unpad")]
-    saved_flags = [m.unpad for m in unpadding]
-    saved_bias = getattr(bert_module, "padding_bias", None)
+    """For the duration: the padded attention path, and an attention mask built whatever the data
+    (no data-dependent branch in the graph), on every encoder inside that has these switches."""
+    switches = {"unpad": False, "always_build_mask": True}
+    saved = [(m, name, getattr(m, name)) for m in model.modules() for name in switches if hasattr(m, name)]
     try:
-        for m in unpadding:
-            m.unpad = False
-        if saved_bias is not None:
-            bert_module.padding_bias = _always_padding_bias
+        for m, name, _ in saved:
+            setattr(m, name, switches[name])
         yield
     finally:
-        for m, flag in zip(unpadding, saved_flags, strict=True):
-            m.unpad = flag
-        if saved_bias is not None:
-            bert_module.padding_bias = saved_bias
+        for m, name, value in saved:
+            setattr(m, name, value)
 
 
 @contextlib.contextmanager
@@ -131,7 +134,7 @@ def sample_inputs(model: nn.Module, batch: int = 2, length: int = 16, choices: i
     """Random ids with some right padding (the mask path must be traced), shaped for the model."""
     config = model.config  # type: ignore[attr-defined]
     generator = torch.Generator().manual_seed(seed)
-    shape = (batch, choices, length) if type(model).__name__ == "BertForMultipleChoice" else (batch, length)
+    shape = (batch, choices, length) if _is_multiple_choice(model) else (batch, length)
     ids = torch.randint(1, config.vocab_size, shape, generator=generator)
     mask = torch.ones(shape, dtype=torch.long)
     mask[-1, ..., length // 2:] = 0  # the last example padded from half way (every choice of it)
@@ -161,8 +164,7 @@ def export_onnx(
 
         model, _ = load_any(model)
     kind = type(model).__name__
-    if kind not in OUTPUTS:
-        raise ValueError(f"cannot export {kind}: known models are {', '.join(OUTPUTS)}")
+    rows = outputs_of(model)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     model = model.to("cpu").eval()
@@ -170,12 +172,12 @@ def export_onnx(
 
     batch = torch.export.Dim("batch", min=1, max=4096)
     sequence = torch.export.Dim("sequence", min=1, max=config.max_position_embeddings)
-    if kind == "BertForMultipleChoice":
+    if _is_multiple_choice(model):
         axes: dict[int, Any] = {0: batch, 1: torch.export.Dim("choices", min=1, max=64), 2: sequence}
     else:
         axes = {0: batch, 1: sequence}
     example = sample_inputs(model)
-    output_names = [name for name, _, _ in OUTPUTS[kind]]
+    output_names = [name for name, _, _ in rows]
     n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
 
     started = time.perf_counter()
@@ -205,7 +207,7 @@ def export_onnx(
         seconds=time.perf_counter() - started, int8=int8,
     )
     if check:
-        shapes = [(1, 7), (3, 23)] if kind != "BertForMultipleChoice" else [(1, 3, 7), (2, 2, 23)]
+        shapes = [(1, 3, 7), (2, 2, 23)] if _is_multiple_choice(model) else [(1, 7), (3, 23)]
         diffs = []
         for i, shape in enumerate(shapes):
             inputs = sample_inputs(model, batch=shape[0], length=shape[-1],
@@ -258,7 +260,7 @@ def check_onnx(model: nn.Module, path: str | Path, inputs: dict[str, torch.Tenso
     if mask.dim() == 3:  # multiple choice: (B, C, T)
         mask = mask.flatten(0, 1)
     worst = 0.0
-    for (_, attr, per_token), array in zip(OUTPUTS[type(model).__name__], got, strict=True):
+    for (_, attr, per_token), array in zip(outputs_of(model), got, strict=True):
         reference = getattr(expected, attr).float()
         onnx_out = torch.from_numpy(array).float()
         if reference.shape != onnx_out.shape:

@@ -57,7 +57,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-    from bertforge.model.bert import BertModel
+    from bertforge.model.base import PreTrainedModel
     from bertforge.tokenizer import BertTokenizer, Encoding
 
 STRATEGIES = ("embeddings", "last", "second_to_last", "sum_last_four", "concat_last_four", "sum_all")
@@ -267,7 +267,7 @@ class FeatureExtractor:
     out in input order.
     """
 
-    model: BertModel
+    model: PreTrainedModel  # a bare encoder (the embeddings job) of any family
     tokenizer: BertTokenizer
     selection: LayerSelection
     align: str | None = "first"
@@ -300,15 +300,16 @@ class FeatureExtractor:
     def from_pretrained(cls, directory: str | os.PathLike[str], *, strategy: str | None = None,
                         layers: Sequence[int] | None = None, combine: str | None = None,
                         **kwargs: Any) -> FeatureExtractor:
-        """Load the encoder (any BERT checkpoint: task heads are ignored) and tokenizer of `directory`."""
-        from bertforge.model.bert import BertModel
+        """Load the encoder (any checkpoint of a registered family: task heads are ignored) and tokenizer
+        of `directory`."""
+        from bertforge.model.auto import load_for_job
         from bertforge.precision import is_quantized_checkpoint, load_quantized
         from bertforge.tokenizer import BertTokenizer
 
         if is_quantized_checkpoint(directory):  # a saved int8 copy (of any head): its encoder
             model = load_quantized(directory).base_model
         else:
-            model = BertModel.from_pretrained(directory)
+            model = load_for_job(directory, "embeddings")
         tokenizer = BertTokenizer.from_pretrained(directory)
         if strategy is None and layers is None:
             strategy = "last"

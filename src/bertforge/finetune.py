@@ -62,7 +62,6 @@ from typing import Any
 
 import numpy as np
 
-from bertforge.config import read_config_file
 from bertforge.recipe import override as recipe_override
 from bertforge.recipe import save as save_recipe
 from bertforge.recipe import setting
@@ -331,7 +330,7 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
         seed_started = time.perf_counter()
         seed_everything(seed)  # the new output layer's initialisation depends on the seed
         overrides = {**(label_maps(labels) if labels is not None else {}), **spec.config_overrides()}
-        model = load_for_task(spec.head, model_dir, **overrides)
+        model = load_for_task(spec.job, model_dir, **overrides)
         reinitialize_top_layers(model, loop.reinit_layers)
         spec.configure_model(model, train_examples, label_list)
         batches = TaskBatches(train_features, loop.batch_size, seed=seed, pad_id=tokenizer.pad_token_id,
@@ -539,9 +538,9 @@ def predict(
     if is_quantized_checkpoint(model_dir):
         model = load_quantized(model_dir)  # a saved int8 copy: its head is the trained one
     else:
-        model = load_for_task(spec.head, model_dir)
+        model = load_for_task(spec.job, model_dir)
         if model.load_report is not None and model.load_report.new_heads:
-            raise ValueError(f"{model_dir} has no trained {spec.head.__name__} output layer "
+            raise ValueError(f"{model_dir} has no trained {spec.job} output layer "
                              f"({', '.join(model.load_report.new_heads)} would be random); fine-tune it first")
     model.to(torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")))
     model, used = apply_precision(model, precision)
@@ -572,8 +571,9 @@ def predict(
 
 def check_max_length(model_dir: str | Path, max_length: int) -> None:
     """Refuse, before any work, inputs longer than the model has positions for: 512 for BERT's
-    learnt table; for a rotary model (ModernBERT) the config's max_position_embeddings, 8,192 for
-    modern-base."""
+    learnt table; for a rotary model the config's max_position_embeddings (8,192 for modern-base)."""
+    from bertforge.model.registry import read_config_file
+
     config = read_config_file(Path(model_dir) / "config.json")
     if max_length > config.max_position_embeddings:
         raise ValueError(f"max_length {max_length} exceeds the {config.max_position_embeddings} positions of "
@@ -581,15 +581,18 @@ def check_max_length(model_dir: str | Path, max_length: int) -> None:
                          f"{config.max_position_embeddings} or less")
 
 
-def load_for_task(head: type, model_dir: str | Path, **config_overrides: Any) -> Any:
-    """`head.from_pretrained(model_dir, **config_overrides)`: a checkpoint under a task head.
+def load_for_task(job: str | type, model_dir: str | Path, **config_overrides: Any) -> Any:
+    """A checkpoint under the task head of `job` (a job name, or a model class doing that job), built
+    as the class of the checkpoint's own family that does it.
 
     What such a load may find is declared on the head classes and applied by `bertforge.checkpoint`:
     a pooler in the file is fine for a head that has none (token classification and span QA read
     every token, not the pooled [CLS]), as in `transformers`; any other missing or unexpected key
     raises `CheckpointError`.
     """
-    return head.from_pretrained(model_dir, **config_overrides)
+    from bertforge.model.auto import load_for_job
+
+    return load_for_job(model_dir, job if isinstance(job, str) else job.job, **config_overrides)  # type: ignore[attr-defined]
 
 
 def reinitialize_top_layers(model: Any, count: int) -> None:
@@ -602,7 +605,7 @@ def reinitialize_top_layers(model: Any, count: int) -> None:
     if count == 0:
         return
     backbone = model.base_model
-    layers = getattr(backbone, "encoder", backbone).layers  # BERT: encoder.layers; ModernBERT: layers
+    layers = model.transformer_layers()  # as its family declares them
     if count > len(layers):
         raise ValueError(f"reinit_layers={count}, but the encoder has {len(layers)} distinct layers")
     modules = list(layers[len(layers) - count:])

@@ -74,23 +74,19 @@ TASK_NAMES = {
 FAMILY_TASKS = {"glue": "text-classification", "classify": "text-classification",
                 "ner": "token-classification", "tag": "token-classification",
                 "squad": "question-answering", "qa": "question-answering", "swag": "multiple-choice"}
-# the head class config.json names -> the pipeline task (for checkpoints without a task.json)
-ARCHITECTURE_TASKS = {
-    "BertForSequenceClassification": "text-classification", "BertForTokenClassification": "token-classification",
-    "BertForQuestionAnswering": "question-answering", "BertForMaskedLM": "fill-mask",
-    "BertForPreTraining": "fill-mask", "BertModel": "embeddings", "BertForMultipleChoice": "multiple-choice",
-    "ModernBertForSequenceClassification": "text-classification",
-    "ModernBertForTokenClassification": "token-classification",
-    "ModernBertForQuestionAnswering": "question-answering", "ModernBertForMaskedLM": "fill-mask",
-    "ModernBertModel": "embeddings", "ModernBertForMultipleChoice": "multiple-choice",
+# the job of the loaded model's class -> the pipeline task (for checkpoints without a task.json)
+JOB_TASKS = {
+    "sequence-classification": "text-classification", "token-classification": "token-classification",
+    "question-answering": "question-answering", "masked-lm": "fill-mask", "pretraining": "fill-mask",
+    "embeddings": "embeddings", "multiple-choice": "multiple-choice",
 }
-# which head each task needs (embeddings read the encoder of any model)
-TASK_HEADS = {
-    "text-classification": ("BertForSequenceClassification", "ModernBertForSequenceClassification"),
-    "token-classification": ("BertForTokenClassification", "ModernBertForTokenClassification"),
-    "question-answering": ("BertForQuestionAnswering", "ModernBertForQuestionAnswering"),
-    "fill-mask": ("BertForMaskedLM", "BertForPreTraining", "ModernBertForMaskedLM"),
-    "multiple-choice": ("BertForMultipleChoice", "ModernBertForMultipleChoice"),
+# which model jobs have the head each task needs (embeddings read the encoder of any model)
+TASK_JOBS = {
+    "text-classification": ("sequence-classification",),
+    "token-classification": ("token-classification",),
+    "question-answering": ("question-answering",),
+    "fill-mask": ("masked-lm", "pretraining"),
+    "multiple-choice": ("multiple-choice",),
 }
 log = logging.getLogger(__name__)
 POOLINGS = ("mean", "cls", "pooler")
@@ -268,6 +264,13 @@ def read_task_file(model_dir: str | Path) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _class_names(config: Any, jobs: Sequence[str]) -> list[str]:
+    """The classes of `config`'s family that do these jobs, for messages."""
+    from bertforge.model.registry import model_class
+
+    return list(dict.fromkeys(model_class(config.model_type, job).__name__ for job in jobs))
+
+
 def pipeline(model: str | Path, task: str | None = None, *, batch_size: int = 32, device: str | None = None,
              max_length: int | None = None, precision: str = "fp32", **options: Any) -> Pipeline:
     """A `Pipeline` for the model directory `model` (a fine-tuned seed directory, any BERT checkpoint).
@@ -291,13 +294,14 @@ def pipeline(model: str | Path, task: str | None = None, *, batch_size: int = 32
     loaded = load_quantized(model_dir) if is_quantized_checkpoint(model_dir) else load_any(model_dir)[0]
     kind = type(loaded).__name__
     family = saved.get("family")
-    chosen = canonical_task(task) if task else (FAMILY_TASKS.get(family or "") or ARCHITECTURE_TASKS.get(kind))
+    chosen = canonical_task(task) if task else (FAMILY_TASKS.get(family or "") or JOB_TASKS.get(loaded.job))
     if chosen is None:
         raise ValueError(f"{model_dir}: cannot tell the task of a {kind} (task.json family {family!r}); "
                          f"pass task=")
-    needed = TASK_HEADS.get(chosen)
-    if needed and kind not in needed:
-        raise ValueError(f"{model_dir} holds a {kind}; the {chosen} task needs a {' or '.join(needed)}")
+    needed = TASK_JOBS.get(chosen)
+    if needed and loaded.job not in needed:
+        raise ValueError(f"{model_dir} holds a {kind}; the {chosen} task needs a "
+                         f"{' or '.join(_class_names(loaded.config, needed))}")
     report = getattr(loaded, "load_report", None)
     if report is not None and report.new_heads and needed:
         raise ValueError(f"{model_dir} has no trained {kind} output layer "

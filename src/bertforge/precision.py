@@ -29,10 +29,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertforge.checkpoint import read_config
 from bertforge.fileio import atomic_path
-from bertforge.model import BertPreTrainedModel
-from bertforge.model.auto import load_any, model_class
+from bertforge.model.auto import load_any, model_class, read_config
+from bertforge.model.base import PreTrainedModel
 
 PRECISIONS = ("auto", "fp32", "bf16", "int8")
 # CPU flags (as /proc/cpuinfo spells them) that give native bf16 matrix products.
@@ -138,7 +137,7 @@ def _return_fp32_outputs(model: nn.Module) -> None:
     """Hand the outputs of `model` back as fp32 (logits, hidden states, ...), whichever BERT model
     inside it is called: callers such as feature extraction run the backbone directly.
 
-    Each `BertPreTrainedModel` inside gets a pair of hooks sharing one depth count, so only the
+    Each `PreTrainedModel` inside gets a pair of hooks sharing one depth count, so only the
     outermost call converts: a head called on its backbone's output still sees bf16 there.
     """
     depth = [0]
@@ -151,7 +150,7 @@ def _return_fp32_outputs(model: nn.Module) -> None:
         return _to_fp32(output) if depth[0] == 0 else output
 
     for module in model.modules():
-        if isinstance(module, BertPreTrainedModel) and not getattr(module, "_fp32_output_hooks", False):
+        if isinstance(module, PreTrainedModel) and not getattr(module, "_fp32_output_hooks", False):
             module.register_forward_pre_hook(enter)
             module.register_forward_hook(leave, always_call=True)
             module._fp32_output_hooks = True  # type: ignore[assignment]
@@ -188,17 +187,24 @@ def _quiet_torchao() -> Any:
     return quantization
 
 
-def _encoder_linear(module: nn.Module, fqn: str) -> bool:
-    """Which Linear layers int8 covers: the encoder's (q/k/v, attention output, feed-forward), where
-    nearly all the compute is. The task head and pooler are a few thousand multiply-adds per sequence
-    and stay fp32. BERT's layers sit under `encoder.layers.`, ModernBERT's under `layers.`."""
-    return isinstance(module, nn.Linear) and ".layers." in f".{fqn}"
+def _encoder_linears(model: nn.Module) -> set[int]:
+    """Which Linear layers int8 covers: those of the Transformer layers (q/k/v, attention output,
+    feed-forward), where nearly all the compute is, as each family declares them
+    (`transformer_layers`). The task head and pooler are a few thousand multiply-adds per sequence
+    and stay fp32."""
+    found: set[int] = set()
+    for module in model.modules():
+        if isinstance(module, PreTrainedModel) and module.base_model is module:  # each backbone inside
+            for layer in module.transformer_layers():
+                found.update(id(linear) for linear in layer.modules() if isinstance(linear, nn.Linear))
+    return found
 
 
 def _quantize_int8(model: nn.Module) -> None:
     quantization = _quiet_torchao()
     config = quantization.Int8DynamicActivationInt8WeightConfig(set_inductor_config=False)
-    quantization.quantize_(model, config, filter_fn=_encoder_linear)
+    covered = _encoder_linears(model)
+    quantization.quantize_(model, config, filter_fn=lambda module, fqn: id(module) in covered)
 
 
 def _is_int8_weight(weight: torch.Tensor) -> bool:

@@ -33,14 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from bertforge.config import (
-    IGNORE_INDEX,
-    BertConfig,
-    ModelConfig,
-    ModernBertConfig,
-    config_from_dict,
-    resolve_config,
-)
+from bertforge.config import IGNORE_INDEX, ModelConfig
+from bertforge.model.registry import config_fields, config_from_dict, model_class, resolve_config
 from bertforge.fileio import write_text_atomic
 from bertforge.recipe import from_mapping, override, read_mapping, setting
 from bertforge.train.config import OptimConfig, TrainConfig
@@ -97,7 +91,7 @@ class PretrainResult:
 
 
 _SECTIONS = {"data": DataOptions, "optim": OptimConfig, "train": TrainConfig}
-_MODEL_FIELDS = {f.name for cls in (BertConfig, ModernBertConfig) for f in dataclasses.fields(cls)} - {"extra"}
+_MODEL_FIELDS = config_fields()  # of every registered family
 _FIELD_SECTION = {f.name: name for name, cls in _SECTIONS.items() for f in dataclasses.fields(cls)}
 assert len(_FIELD_SECTION) == sum(len(dataclasses.fields(c)) for c in _SECTIONS.values()), "field names must be unique"
 assert not _MODEL_FIELDS & _FIELD_SECTION.keys(), "model field names must not clash with recipe fields"
@@ -432,13 +426,11 @@ def pretrain(
         write_text_atomic(out_dir / RUN_CONFIG_FILE, "".join(f"# {line}\n" for line in header.splitlines())
                           + yaml.safe_dump(record, sort_keys=False))
 
-    from bertforge.model import BertForMaskedLM, BertForPreTraining
-
     torch.manual_seed(recipe.train.seed)  # the same initial weights on every rank (DDP also broadcasts)
-    # objective "none" (RoBERTa): the MLM model, which carries the span-boundary head when the config asks
-    model_cls = BertForMaskedLM if options["objective"] == "none" else BertForPreTraining
-    model_cls = model_cls.for_config(bert_config)  # ModernBERT: its masked-LM model
-    model = model_cls(bert_config)
+    # objective "none" (RoBERTa): the MLM model, which carries the span-boundary head when the config asks;
+    # a family without sentence-pair pre-training heads gives its masked-LM model for "pretraining"
+    job = "masked-lm" if options["objective"] == "none" else "pretraining"
+    model = model_class(bert_config.model_type, job)(bert_config)
     if init_from is not None:
         initialise_from(model, Path(init_from), info)
     batches = training_batches(data_dir, recipe, ctx)
@@ -447,7 +439,7 @@ def pretrain(
 
     final = None
     # FSDP leaves the model sharded: every rank helps gather it, and rank 0 exports a plain copy
-    trained = fsdp.unsharded(model, lambda: model_cls(bert_config))
+    trained = fsdp.unsharded(model, lambda: type(model)(bert_config))
     if ctx.is_main and trained is not None:
         tokenizer = find_tokenizer(data_dir, info, recipe.data.tokenizer)
         if tokenizer is None:
@@ -474,14 +466,13 @@ def random_init_like(checkpoint: str | os.PathLike[str], out: str | os.PathLike[
     its weights: the start that shows what pre-training bought when both are fine-tuned alike."""
     import torch
 
-    from bertforge.config import read_config_file
-    from bertforge.model import BertForPreTraining
+    from bertforge.model.registry import read_config_file
     from bertforge.tokenizer import BertTokenizer
 
     checkpoint, out = Path(checkpoint), Path(out)
     torch.manual_seed(seed)
     config = read_config_file(checkpoint / "config.json")
-    model = BertForPreTraining.for_config(config)(config)  # ModernBERT: its masked-LM model
+    model = model_class(config.model_type, "pretraining")(config)  # its family's pre-training model
     model.save_pretrained(out, tokenizer=BertTokenizer.from_pretrained(checkpoint))
     return out
 

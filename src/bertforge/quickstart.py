@@ -54,7 +54,7 @@ class Budget:
     objective: str  # the sentence-pair task of pre-training: sop (ALBERT) or nsp (BERT)
     dupe_factor: int  # pairings of the text, each with other sentence pairs (masks are drawn per epoch)
     validation_fraction: float  # of the documents (chapters), held out and masked once
-    model: str  # a preset of bertforge.config.PRESETS
+    model: str  # a preset name (bertforge.model.registry.preset_names())
     pretrain_steps: int
     pretrain_batch_size: int
     pretrain_lr: float
@@ -146,12 +146,12 @@ def stage_pretrain(run: Path, budget: Budget) -> dict[str, Any]:
 def stage_pretrain_eval(run: Path, budget: Budget) -> dict[str, Any]:
     """Held-out MLM and sentence-pair accuracy of the final model, the context probe, fill-mask examples."""
     from bertforge.data.loader import PretrainingLoader
-    from bertforge.model import BertForPreTraining
+    from bertforge.model.auto import load_for_job
     from bertforge.pretrain import mlm_context_probe, pretraining_metrics
     from bertforge.tokenizer import BertTokenizer
 
     final = run / "pretrain" / "final"
-    model = BertForPreTraining.from_pretrained(final).eval()
+    model = load_for_job(final, "pretraining").eval()
     tokenizer = BertTokenizer.from_pretrained(final)
     loader = PretrainingLoader(run / "data", 128, split="valid", shuffle=False, pad_to_multiple_of=8)
     loader.set_epoch(0)  # the batches every evaluation of the run used

@@ -38,7 +38,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from bertforge.model.heads import label_names
+from bertforge.model.base import label_names
 from bertforge.pipeline import FAMILY_TASKS, InputError, Pipeline, Prepared, read_task_file
 from bertforge.precision import cpu_description, model_precision
 from bertforge.serve.batcher import DynamicBatcher
@@ -59,12 +59,12 @@ MAX_ATTENTION_TOKENS = 128  # the attention map is T x T numbers in JSON
 MAX_BODY_BYTES = 1_000_000  # refused with 413 before the JSON is parsed
 
 TASKS = ("fill-mask", "classify", "qa", "ner", "embed", "attention")
-# which model classes have the head each task needs (embed and attention need only the encoder)
+# which model jobs have the head each task needs (embed and attention need only the encoder)
 TASK_MODELS = {
-    "fill-mask": ("BertForMaskedLM", "BertForPreTraining", "ModernBertForMaskedLM"),
-    "classify": ("BertForSequenceClassification", "ModernBertForSequenceClassification"),
-    "qa": ("BertForQuestionAnswering", "ModernBertForQuestionAnswering"),
-    "ner": ("BertForTokenClassification", "ModernBertForTokenClassification"),
+    "fill-mask": ("masked-lm", "pretraining"),
+    "classify": ("sequence-classification",),
+    "qa": ("question-answering",),
+    "ner": ("token-classification",),
 }
 TASK_HEADS = {"fill-mask": "masked-LM", "classify": "sequence-classification", "qa": "span (QA)",
               "ner": "token-classification"}
@@ -366,14 +366,15 @@ class ModelService:
         self.backbone = model.base_model  # the BertModel inside
         self.config = model.config
         self.max_tokens = min(self.config.max_position_embeddings, tokenizer.model_max_length)
-        self.tasks = [t for t in TASKS if t not in TASK_MODELS or self.kind in TASK_MODELS[t]]
+        self.job = getattr(model, "job", None)
+        self.tasks = [t for t in TASKS if t not in TASK_MODELS or self.job in TASK_MODELS[t]]
         self.long_text = long_text  # /classify: truncate, or read long texts in windows (bertforge.pipeline)
         self.pipelines = {task: self._pipeline(task, task_info or {}, max_batch_size) for task in self.tasks
                           if task in PIPELINE_TASKS}
-        if self.config.model_type != "bert":  # attention maps: BERT's explicit-softmax path only
+        if not getattr(model, "supports_attention_maps", False):  # fused attention only: no probabilities
             self.tasks.remove("attention")
         self.labels = label_names(self.config)
-        if not self.labels and self.kind.endswith(("ForSequenceClassification", "ForTokenClassification")):
+        if not self.labels and self.job in ("sequence-classification", "token-classification"):
             self.labels = [f"LABEL_{i}" for i in range(self._model.num_labels)]
         self.model_calls = 0
         # one thread: the model runs one batch at a time; torch parallelises inside the call
@@ -426,15 +427,21 @@ class ModelService:
             await batcher.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
 
+    def _class_names(self, jobs: tuple[str, ...]) -> list[str]:
+        """The classes of this model's family that do these jobs, for messages."""
+        from bertforge.model.registry import model_class
+
+        return list(dict.fromkeys(model_class(self.config.model_type, job).__name__ for job in jobs))
+
     def require(self, task: str) -> DynamicBatcher[Any, Any]:
-        if task not in self.batchers and task not in TASK_MODELS:  # attention, refused by a ModernBERT model
+        if task not in self.batchers and task not in TASK_MODELS:  # attention, refused by a fused-attention model
             raise ApiError(400, "unsupported_task", f"this server's {self.kind} gives no attention maps (fused "
                            f"attention only). This model serves: {', '.join('/' + t for t in self.tasks)}")
         if task not in self.batchers:
             raise ApiError(
                 400, "unsupported_task",
                 f"this server's model is a {self.kind}, which has no {TASK_HEADS[task]} head; /{task} needs "
-                f"{' or '.join(TASK_MODELS[task])}. This model serves: {', '.join('/' + t for t in self.tasks)}",
+                f"{' or '.join(self._class_names(TASK_MODELS[task]))}. This model serves: {', '.join('/' + t for t in self.tasks)}",
             )
         return self.batchers[task]
 

@@ -5,7 +5,7 @@ else (the optimiser, the schedule, checkpoints, logging) is the one training loo
 driven by `bertforge.finetune`. A `Task` subclass says:
 
     read(data_dir, split)            -> examples          the reader (file:line errors: DataFormatError)
-    head, label_names(examples)      -> model class, its output labels (None: no label list)
+    job, label_names(examples)       -> the model job (its class comes from the checkpoint's family), its output labels
     featurize(examples, tokenizer)   -> [Feature]         model inputs + labels + what post-processing needs
     collate(features)                -> batch dict        dynamic padding (shared default below)
     postprocess(examples, features, outputs) -> predictions, one per example
@@ -247,7 +247,7 @@ class Task(ABC):
     settings: dict[str, Any] = field(default_factory=dict)  # task options (doc_stride, ...), saved in task.json
 
     family: ClassVar[str]
-    head: ClassVar[type]  # the BertFor* class: the pre-trained encoder plus one new output layer
+    job: ClassVar[str]  # the model job it fine-tunes (bertforge.model.registry.JOBS): the encoder plus one new output layer
     output_names: ClassVar[tuple[str, ...]] = ("logits",)  # the head outputs post-processing reads
     token_outputs: ClassVar[tuple[str, ...]] = ()  # those of them with one value per token
     # the fine-tuning defaults a recipe falls back on where it leaves a setting empty (the paper's)

@@ -125,11 +125,7 @@ class Classify(Task):
             raise ValueError("label_delimiter must not be empty")
 
     # ---- the head
-    @property
-    def head(self) -> type:  # type: ignore[override]
-        from bertforge.model.heads import BertForSequenceClassification
-
-        return BertForSequenceClassification
+    job = "sequence-classification"  # the model the task fine-tunes: the encoder plus this job's output layer
 
     @property
     def problem_type(self) -> str:

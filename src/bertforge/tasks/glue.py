@@ -213,11 +213,7 @@ class Glue(Task):
             raise ValueError("AX is not trained on: fine-tune MNLI, whose predict() also writes AX.tsv")
         self.spec = GLUE_TASKS[self.name]
 
-    @property
-    def head(self) -> type:  # type: ignore[override]
-        from bertforge.model.heads import BertForSequenceClassification
-
-        return BertForSequenceClassification
+    job = "sequence-classification"  # the model the task fine-tunes: the encoder plus this job's output layer
 
     @property
     def main_metric(self) -> str:

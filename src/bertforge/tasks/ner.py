@@ -211,11 +211,7 @@ class Ner(Task):
         "stride": (int, "Pieces between the starts of two windows of a long sentence (default: half a window)."),
     }
 
-    @property
-    def head(self) -> type:  # type: ignore[override]
-        from bertforge.model.heads import BertForTokenClassification
-
-        return BertForTokenClassification
+    job = "token-classification"  # the model the task fine-tunes: the encoder plus this job's output layer
 
     def read(self, data_dir: str | Path, split: str) -> list[NerSentence]:
         root = Path(data_dir)

@@ -292,11 +292,7 @@ class Squad(Task):
         if versions[key] and not self.settings.get("version"):
             self.settings["version"] = versions[key]
 
-    @property
-    def head(self) -> type:  # type: ignore[override]
-        from bertforge.model.heads import BertForQuestionAnswering
-
-        return BertForQuestionAnswering
+    job = "question-answering"  # the model the task fine-tunes: the encoder plus this job's output layer
 
     @property
     def version(self) -> str:

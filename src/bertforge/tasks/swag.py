@@ -150,11 +150,7 @@ class Swag(Task):
     family: ClassVar[str] = "swag"
     default_batch_size: ClassVar[int] = 16  # four (context, ending) rows per example
 
-    @property
-    def head(self) -> type:  # type: ignore[override]
-        from bertforge.model.heads import BertForMultipleChoice
-
-        return BertForMultipleChoice
+    job = "multiple-choice"  # the model the task fine-tunes: the encoder plus this job's output layer
 
     def read(self, data_dir: str | Path, split: str) -> list[SwagExample]:
         root = Path(data_dir)

@@ -32,10 +32,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from bertforge.config import GLOBAL_ATTENTION, IGNORE_INDEX, ModernBertConfig
-from bertforge.model.bert import BertPreTrainedModel, EncoderOutput
-from bertforge.model.heads import PreTrainingOutput, SpanOutput, TaskOutput, num_labels
+from bertforge.checkpoint import KeyLayout
+from bertforge.config import IGNORE_INDEX
+from bertforge.model.base import EncoderOutput, PreTrainedModel, PreTrainingOutput, SpanOutput, TaskOutput, num_labels
 from bertforge.model.layers import PackedLayout, activation
+from bertforge.model.modernbert.config import GLOBAL_ATTENTION, ModernBertConfig
+from bertforge.model.modernbert.keys import LAYOUT
 
 
 # ------------------------------------------------------------------------------------------------
@@ -238,10 +240,12 @@ class ModernEmbeddings(nn.Module):
 # ------------------------------------------------------------------------------------------------
 # The encoder
 # ------------------------------------------------------------------------------------------------
-class ModernBertPreTrainedModel(BertPreTrainedModel):
+class ModernBertPreTrainedModel(PreTrainedModel):
     """Shared by the ModernBERT models: its config family, checkpoint facts and initialisation."""
 
     model_type: ClassVar[str] = "modernbert"
+    config_class: ClassVar[type[ModernBertConfig]] = ModernBertConfig
+    key_layout: ClassVar[KeyLayout] = LAYOUT
     base_model_prefix: ClassVar[str] = "backbone"
     keys_to_ignore_on_load_missing: ClassVar[tuple[str, ...]] = ()  # there is no pooler
     # The prediction head and decoder bias of an MLM checkpoint under a model that has no use for them.
@@ -288,6 +292,8 @@ class ModernBertPreTrainedModel(BertPreTrainedModel):
 
 class ModernBertModel(ModernBertPreTrainedModel):
     """The ModernBERT encoder: ids -> final token vectors (after the final norm). No pooler."""
+
+    job: ClassVar[str | None] = "embeddings"
 
     base_model_prefix = ""
 
@@ -402,6 +408,8 @@ def _pool(config: ModernBertConfig, hidden: torch.Tensor, attention_mask: torch.
 class ModernBertForMaskedLM(ModernBertPreTrainedModel):
     """Masked LM: prediction head, then the decoder tied to the word embeddings (+ its bias)."""
 
+    job: ClassVar[str | None] = "masked-lm"
+
     head_prefixes = ("head.", "decoder_bias")
     keys_to_ignore_on_load_unexpected = ()
 
@@ -470,6 +478,8 @@ class _ClassifierModel(ModernBertPreTrainedModel):
 class ModernBertForSequenceClassification(_ClassifierModel):
     """A label (or a score, with one output) from the pooled sequence (`classifier_pooling`)."""
 
+    job: ClassVar[str | None] = "sequence-classification"
+
     def __init__(self, config: ModernBertConfig) -> None:
         self.num_labels = num_labels(config)
         super().__init__(config, self.num_labels)
@@ -492,6 +502,8 @@ class ModernBertForSequenceClassification(_ClassifierModel):
 class ModernBertForTokenClassification(_ClassifierModel):
     """A label per token (NER); labels -100 are not scored."""
 
+    job: ClassVar[str | None] = "token-classification"
+
     def __init__(self, config: ModernBertConfig) -> None:
         self.num_labels = num_labels(config)
         super().__init__(config, self.num_labels)
@@ -510,6 +522,8 @@ class ModernBertForTokenClassification(_ClassifierModel):
 
 class ModernBertForQuestionAnswering(_ClassifierModel):
     """Span QA: start and end logits per token (transformers names the output layer `classifier`)."""
+
+    job: ClassVar[str | None] = "question-answering"
 
     def __init__(self, config: ModernBertConfig) -> None:
         super().__init__(config, 2)
@@ -537,6 +551,8 @@ class ModernBertForQuestionAnswering(_ClassifierModel):
 class ModernBertForMultipleChoice(_ClassifierModel):
     """SWAG-style: one score per (context, choice) pair from its pooled vector, softmax over choices."""
 
+    job: ClassVar[str | None] = "multiple-choice"
+
     def __init__(self, config: ModernBertConfig) -> None:
         super().__init__(config, 1)
 
@@ -555,18 +571,3 @@ class ModernBertForMultipleChoice(_ClassifierModel):
         logits = self._classify(_pool(self.config, encoded.last_hidden_state, mask)).view(batch, choices)
         loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
         return TaskOutput(loss, logits, encoded.hidden_states)
-
-
-# What each BERT class is called in this family: `from_pretrained` on a BERT class with a ModernBERT
-# checkpoint builds the counterpart, and the reverse. ModernBERT pre-trains with MLM alone.
-for _bert_name, _modern_name in {
-    "BertModel": "ModernBertModel",
-    "BertForPreTraining": "ModernBertForMaskedLM",
-    "BertForMaskedLM": "ModernBertForMaskedLM",
-    "BertForSequenceClassification": "ModernBertForSequenceClassification",
-    "BertForTokenClassification": "ModernBertForTokenClassification",
-    "BertForQuestionAnswering": "ModernBertForQuestionAnswering",
-    "BertForMultipleChoice": "ModernBertForMultipleChoice",
-}.items():
-    BertPreTrainedModel.counterparts[(_bert_name, ModernBertConfig.model_type)] = _modern_name
-    BertPreTrainedModel.counterparts.setdefault((_modern_name, "bert"), _bert_name)

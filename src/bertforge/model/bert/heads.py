@@ -9,13 +9,16 @@ position is not predicted; next-sentence label 0 = B follows A (IsNext), 1 = B i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertforge.config import IGNORE_INDEX, BertConfig
-from bertforge.model.bert import POOLER_KEYS, BertModel, BertPreTrainedModel, EncoderOutput
+from bertforge.config import IGNORE_INDEX
+from bertforge.model.base import EncoderOutput, PreTrainingOutput, SpanOutput, TaskOutput, num_labels
+from bertforge.model.bert.config import BertConfig
+from bertforge.model.bert.modeling import POOLER_KEYS, BertModel, BertPreTrainedModel
 from bertforge.model.layers import activation
 
 
@@ -112,20 +115,6 @@ class SpanBoundaryHead(nn.Module):
         return self.transform(torch.cat([left, right, self.position_embeddings(offset)], dim=-1))  # (M, 3H)
 
 
-@dataclass
-class PreTrainingOutput:
-    loss: torch.Tensor | None  # mlm_loss + nsp_loss + sbo_loss (whichever there are)
-    mlm_loss: torch.Tensor | None
-    nsp_loss: torch.Tensor | None
-    # (B, T, V) without labels; with labels, (N, V) for the N predicted positions only (row-major order
-    # of `labels != -100`), because the vocabulary projection is the costliest part of pre-training.
-    mlm_logits: torch.Tensor | None
-    nsp_logits: torch.Tensor | None  # (B, 2); None without a next-sentence head
-    hidden_states: tuple[torch.Tensor, ...] | None = None
-    attentions: tuple[torch.Tensor, ...] | None = None
-    sbo_loss: torch.Tensor | None = None  # span-boundary objective, with labels and `span_boundary_objective`
-
-
 class _MaskedLMMixin:
     """Masked-LM logits and loss, and the span-boundary loss, shared by BertForPreTraining and BertForMaskedLM."""
 
@@ -178,6 +167,7 @@ class BertForPreTraining(_MaskedLMMixin, BertPreTrainedModel):
     SpanBERT's span-boundary head, whose loss joins the total and is reported as `sbo_loss`.
     """
 
+    job: ClassVar[str | None] = "pretraining"
     head_prefixes = ("mlm.", "nsp.", "sbo.")
     keys_to_ignore_on_load_unexpected = (POOLER_KEYS,)  # with next_sentence_head off there is no pooler
 
@@ -236,6 +226,7 @@ class BertForMaskedLM(_MaskedLMMixin, BertPreTrainedModel):
     added, and reported as `sbo_loss`): the model `pretrain` trains on data without a sentence objective.
     """
 
+    job: ClassVar[str | None] = "masked-lm"
     head_prefixes = ("mlm.", "sbo.")
     keys_to_ignore_on_load_unexpected = (POOLER_KEYS,)  # no pooler: a file's is not needed, not wrong
 
@@ -274,49 +265,6 @@ class BertForMaskedLM(_MaskedLMMixin, BertPreTrainedModel):
 # Fine-tuning heads: one new output layer on the backbone (plus dropout), Hugging Face's names
 # (`classifier`, `qa_outputs`) so that checkpoints move between the two libraries unchanged.
 # ------------------------------------------------------------------------------------------------
-@dataclass
-class TaskOutput:
-    loss: torch.Tensor | None
-    logits: torch.Tensor  # (B, num_labels) sentence tasks, (B, T, num_labels) tagging, (B, C) multiple choice
-    hidden_states: tuple[torch.Tensor, ...] | None = None
-    attentions: tuple[torch.Tensor, ...] | None = None
-
-
-@dataclass
-class SpanOutput:
-    loss: torch.Tensor | None  # mean of the start and end cross-entropies
-    start_logits: torch.Tensor  # (B, T)
-    end_logits: torch.Tensor  # (B, T)
-    hidden_states: tuple[torch.Tensor, ...] | None = None
-    attentions: tuple[torch.Tensor, ...] | None = None
-
-
-def label_maps(labels: list[str] | int) -> dict[str, dict]:
-    """id2label and label2id as Hugging Face writes them in config.json ("LABEL_i" for unnamed outputs)."""
-    names = [f"LABEL_{i}" for i in range(labels)] if isinstance(labels, int) else list(labels)
-    return {"id2label": {str(i): name for i, name in enumerate(names)},
-            "label2id": {name: i for i, name in enumerate(names)}}
-
-
-def set_labels(config: BertConfig, labels: list[str] | int) -> BertConfig:
-    """Record a task's labels in the config the way Hugging Face does (id2label / label2id)."""
-    config.extra.update(label_maps(labels))
-    return config
-
-
-def label_names(config: BertConfig) -> list[str]:
-    """The task's label names in id order, from id2label (keys as in config.json, or ints); [] without one."""
-    id2label = config.extra.get("id2label") or {}
-    return [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(len(id2label))]
-
-
-def num_labels(config: BertConfig) -> int:
-    """How many outputs the task head has: from id2label when present, else `num_labels`, else 2."""
-    if "id2label" in config.extra:
-        return len(config.extra["id2label"])
-    return int(config.extra.get("num_labels", 2))
-
-
 def _classifier_dropout(config: BertConfig) -> nn.Dropout:
     rate = config.extra.get("classifier_dropout")
     return nn.Dropout(config.hidden_dropout_prob if rate is None else rate)
@@ -337,6 +285,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
     cross-entropy; it is a training setting, not saved with the model.
     """
 
+    job: ClassVar[str | None] = "sequence-classification"
     head_prefixes = ("classifier.",)
 
     def __init__(self, config: BertConfig) -> None:
@@ -396,6 +345,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
 class BertForTokenClassification(BertPreTrainedModel):
     """A label per token (NER) from each final token vector T_i; labels -100 are not scored."""
 
+    job: ClassVar[str | None] = "token-classification"
     head_prefixes = ("classifier.",)
     # Every token's vector is read, not the pooled [CLS]: a pre-trained encoder's pooler goes unused.
     keys_to_ignore_on_load_unexpected = (POOLER_KEYS,)
@@ -431,6 +381,7 @@ class BertForTokenClassification(BertPreTrainedModel):
 class BertForQuestionAnswering(BertPreTrainedModel):
     """Span QA as in the paper: a start vector S and an end vector E dotted with every T_i."""
 
+    job: ClassVar[str | None] = "question-answering"
     head_prefixes = ("qa_outputs.",)
     keys_to_ignore_on_load_unexpected = (POOLER_KEYS,)  # spans are read from every token, not [CLS]
 
@@ -472,6 +423,7 @@ class BertForQuestionAnswering(BertPreTrainedModel):
 class BertForMultipleChoice(BertPreTrainedModel):
     """SWAG-style: score each (context, choice) pair from its pooled vector, softmax over the choices."""
 
+    job: ClassVar[str | None] = "multiple-choice"
     head_prefixes = ("classifier.",)
 
     def __init__(self, config: BertConfig) -> None:

@@ -1,156 +1,45 @@
 """BertModel = embeddings + N encoder layers + pooler, and the base class every BERT model shares.
 
-The base class gives each model BERT's initialisation and Hugging Face-layout save/load
-(`save_pretrained` / `from_pretrained`). The file format itself lives below the model, in
-`bertforge.checkpoint`, which knows no model class: the classes declare what a load needs to know
-about them (`base_model_prefix`, `head_prefixes`, the `keys_*_on_load` patterns) and hand
-themselves to it. Each class registers its name in `BertPreTrainedModel.registry`, so that
-`bertforge.model.load_any` can build whichever class a checkpoint's config.json names.
+`BertPreTrainedModel` declares what the generic base class and the checkpoint code need to know
+of this family: its config class, its key layout (`keys.py`), where the backbone sits (`bert`),
+that a file may lack the pooler, and that attention probabilities are available.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-import bertforge.checkpoint as hf_checkpoint
-from bertforge.checkpoint import LoadReport
-from bertforge.config import BertConfig, ModelConfig
-from bertforge.model.layers import Embeddings, EncoderLayer, PackedLayout
-
-if TYPE_CHECKING:
-    from bertforge.tokenizer import BertTokenizer
-
+from bertforge.checkpoint import KeyLayout
+from bertforge.model.base import EncoderOutput, PreTrainedModel
+from bertforge.model.bert.config import BertConfig
+from bertforge.model.bert.keys import LAYOUT
+from bertforge.model.bert.layers import Embeddings, EncoderLayer
+from bertforge.model.layers import PackedLayout
 
 # Our keys of the pooler, wherever the backbone sits.
 POOLER_KEYS = r"(^|\.)pooler\."
 
 
-@dataclass
-class EncoderOutput:
-    last_hidden_state: torch.Tensor  # (B, T, H): T_i, the final token vectors
-    pooled_output: torch.Tensor | None  # (B, H): tanh(W C + b) over the final [CLS] vector C
-    hidden_states: tuple[torch.Tensor, ...] | None = None  # L + 1 tensors (B, T, H): embeddings, then each layer
-    attentions: tuple[torch.Tensor, ...] | None = None  # L tensors (B, A, T, T): attention probabilities
+class BertPreTrainedModel(PreTrainedModel):
+    """Shared by the BERT models: the family's config, key layout and checkpoint facts."""
 
-
-class BertPreTrainedModel(nn.Module):
-    """Shared by every BERT model: config, initialisation, checkpoint save/load, a class registry."""
-
-    # Hugging Face architecture name -> class, so a checkpoint's config.json picks the class to build.
-    registry: ClassVar[dict[str, type[BertPreTrainedModel]]] = {}
-    # The config family (config.json's model_type) this class implements.
     model_type: ClassVar[str] = "bert"
-    # (class name, another model_type) -> the class that does the same job in that family
-    # (BertForSequenceClassification, "modernbert") -> ModernBertForSequenceClassification; filled
-    # in by the family's module.
-    counterparts: ClassVar[dict[tuple[str, str], str]] = {}
-
-    # What loading a checkpoint needs to know of a class (see bertforge.checkpoint.Checkpointable).
+    config_class: ClassVar[type[BertConfig]] = BertConfig
+    key_layout: ClassVar[KeyLayout] = LAYOUT
+    supports_attention_maps: ClassVar[bool] = True
     # The attribute holding the BertModel, which is also our key prefix of the backbone's weights.
     base_model_prefix: ClassVar[str] = "bert"
-    # Our module names that are task heads (not the backbone): missing ones are "new", not errors.
-    head_prefixes: ClassVar[tuple[str, ...]] = ()
-    # Patterns of our keys a file may lack: the pooler (many encoders ship without one).
+    # Many encoders ship without a pooler.
     keys_to_ignore_on_load_missing: ClassVar[tuple[str, ...]] = (POOLER_KEYS,)
-    # Patterns of keys a file may carry that this model does not use (reported as unused).
-    keys_to_ignore_on_load_unexpected: ClassVar[tuple[str, ...]] = ()
-    # Patterns of keys that repeat what this model computes: transformers' position-id buffer.
+    # transformers' position-id buffer repeats what the model computes.
     keys_redundant_on_load: ClassVar[tuple[str, ...]] = (r"(^|\.)embeddings\.position_ids$",)
 
-    # What `from_pretrained` found in the file; None for a model built any other way.
-    load_report: LoadReport | None = None
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        BertPreTrainedModel.registry[cls.__name__] = cls
-
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        self.config = config
-
-    @classmethod
-    def for_config(cls, config: ModelConfig) -> type[BertPreTrainedModel]:
-        """This class, or the one doing its job in `config`'s family (BertForSequenceClassification
-        with a ModernBERT config: ModernBertForSequenceClassification)."""
-        if config.model_type == cls.model_type:
-            return cls
-        name = cls.counterparts.get((cls.__name__, config.model_type))
-        if name is None:
-            raise ValueError(f"{cls.__name__} has no counterpart for model_type {config.model_type!r}")
-        return cls.registry[name]
-
-    def init_weights(self) -> None:
-        """BERT's initialisation: weights ~ N(0, initializer_range), biases 0, LayerNorm 1 and 0."""
-        self.init_modules(self)
-
-    def init_modules(self, *modules: nn.Module) -> None:
-        """Initialise just these modules (a head added on top of an initialised backbone)."""
-        for module in modules:
-            module.apply(self._init_module)
-
-    def _init_module(self, module: nn.Module) -> None:
-        std = self.config.initializer_range
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=std)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=std)
-            if module.padding_idx is not None:
-                with torch.no_grad():
-                    module.weight[module.padding_idx].zero_()
-        elif isinstance(module, nn.LayerNorm):
-            nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
-
-    @property
-    def base_model(self) -> BertModel:
-        """The BertModel inside (the model itself for a BertModel), found through `base_model_prefix`."""
-        return getattr(self, self.base_model_prefix) if self.base_model_prefix else self  # type: ignore[return-value]
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.parameters()).device
-
-    def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())
-
-    def save_pretrained(self, directory: str | os.PathLike[str], tokenizer: BertTokenizer | None = None) -> None:
-        """Write `config.json` + `model.safetensors` (+ the tokenizer's files) in Hugging Face layout."""
-        hf_checkpoint.save_pretrained(self, directory, tokenizer=tokenizer)
-
-    @classmethod
-    def from_pretrained(
-        cls,
-        directory: str | os.PathLike[str],
-        *,
-        strict: bool = True,
-        allow_pickle: bool = False,
-        **config_overrides: Any,
-    ) -> Any:
-        """Load a Hugging Face-layout BERT directory (ours or `transformers`'), heads included.
-
-        The directory's `model_type` picks the family: a ModernBERT checkpoint loaded through a BERT
-        class comes back as its ModernBERT counterpart (see `for_config`), so every caller of
-        `BertForSequenceClassification.from_pretrained` also takes ModernBERT checkpoints.
-
-        config.json is checked against the weights' shapes before anything is allocated: a field that
-        disagrees, a truncated file or an absurd size raise a one-line `CheckpointError`. Keys the
-        target lacks or the file lacks are sorted into expected (a new task head, pre-training heads a
-        bare encoder does not use) and errors, as this class declares; errors raise `CheckpointError`
-        unless `strict=False`. The sorted lists are kept on `model.load_report`. Pickle files
-        (`pytorch_model.bin`) are refused unless `allow_pickle=True`, and then read with `weights_only=True`.
-        """
-        target = cls.for_config(hf_checkpoint.read_config(directory))
-        model, report = hf_checkpoint.load_pretrained(target, directory, strict=strict, allow_pickle=allow_pickle, **config_overrides)
-        model.load_report = report
-        return model
+    config: BertConfig
 
 
 class Pooler(nn.Module):
@@ -192,6 +81,7 @@ class BertModel(BertPreTrainedModel):
     `bertforge_note`); load them with `BertModel.from_pretrained`.
     """
 
+    job: ClassVar[str | None] = "embeddings"
     base_model_prefix = ""  # it is the backbone: its keys carry no prefix
 
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True) -> None:
@@ -209,7 +99,13 @@ class BertModel(BertPreTrainedModel):
         # Recompute each layer's activations in backward instead of storing them: less memory for
         # long sequences or big batches, about one extra forward pass of compute.
         self.gradient_checkpointing = False
+        # Build the attention mask whatever the batch holds (no data-dependent check): for graph
+        # export, where a branch on the data cannot be traced.
+        self.always_build_mask = False
         self.init_weights()
+
+    def transformer_layers(self) -> nn.ModuleList:
+        return self.encoder.layers  # the G distinct layers (all L unless ALBERT-shared)
 
     def forward(
         self,
@@ -238,7 +134,7 @@ class BertModel(BertPreTrainedModel):
             position_ids = torch.arange(length, device=input_ids.device).unsqueeze(0)  # (1, T)
 
         hidden = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, H)
-        attention_bias = padding_bias(attention_mask, hidden.dtype)
+        attention_bias = padding_bias(attention_mask, hidden.dtype, always=self.always_build_mask)
         # Pack only when there is padding to drop; attention probabilities need the padded path.
         # A compiled model stays padded: packing's shapes depend on the data (one graph break per
         # batch shape), while the padded graph compiles once and fuses the element-wise work.
@@ -277,17 +173,18 @@ class BertModel(BertPreTrainedModel):
         )
 
 
-def padding_bias(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+def padding_bias(attention_mask: torch.Tensor | None, dtype: torch.dtype, *,
+                 always: bool = False) -> torch.Tensor | None:
     """(B, T) 1/0 mask -> (B, 1, 1, T) additive bias for the keys; None when nothing is padded.
 
     A large negative number rather than -inf keeps a row whose keys are all padding finite
     (softmax gives it a uniform distribution instead of NaN). Returning None for an unpadded batch
-    lets SDPA pick its mask-free kernels. Under `torch.compile` the bias is always built: the
-    data-dependent check would break the graph.
+    lets SDPA pick its mask-free kernels. Under `torch.compile` (and with `always`, for export) the
+    bias is always built: the data-dependent check would break the graph.
     """
     if attention_mask is None:
         return None
-    if not torch.compiler.is_compiling() and bool(attention_mask.all()):
+    if not always and not torch.compiler.is_compiling() and bool(attention_mask.all()):
         return None
     keep = attention_mask[:, None, None, :].to(dtype)  # (B, 1, 1, T)
     return (1.0 - keep) * torch.finfo(dtype).min

@@ -1,0 +1,227 @@
+"""What every model family shares: the base class of its models (initialisation, Hugging Face-layout
+save and load, the facts checkpoints and generic code need, declared as class attributes), the
+output records, and the task labels kept in config.json.
+
+The file format itself lives below the model, in `bertforge.checkpoint`, which knows no model class:
+the classes declare what a load needs to know about them (`config_class`, `key_layout`,
+`base_model_prefix`, `head_prefixes`, the `keys_*_on_load` patterns) and hand themselves to it.
+Each class that declares a `job` registers itself in `bertforge.model.registry`, so that generic
+code asks for "the token-classification model of this checkpoint's family" and never names a class.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from torch import nn
+
+import bertforge.checkpoint as hf_checkpoint
+from bertforge.checkpoint import KeyLayout, LoadReport
+from bertforge.config import ModelConfig
+from bertforge.model import registry
+
+if TYPE_CHECKING:
+    from bertforge.tokenizer import BertTokenizer
+
+
+@dataclass
+class EncoderOutput:
+    last_hidden_state: torch.Tensor  # (B, T, H): T_i, the final token vectors
+    pooled_output: torch.Tensor | None  # (B, H): tanh(W C + b) over the final [CLS] vector C
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # L + 1 tensors (B, T, H): embeddings, then each layer
+    attentions: tuple[torch.Tensor, ...] | None = None  # L tensors (B, A, T, T): attention probabilities
+
+
+@dataclass
+class PreTrainingOutput:
+    loss: torch.Tensor | None  # mlm_loss + nsp_loss + sbo_loss (whichever there are)
+    mlm_loss: torch.Tensor | None
+    nsp_loss: torch.Tensor | None
+    # (B, T, V) without labels; with labels, (N, V) for the N predicted positions only (row-major order
+    # of `labels != -100`), because the vocabulary projection is the costliest part of pre-training.
+    mlm_logits: torch.Tensor | None
+    nsp_logits: torch.Tensor | None  # (B, 2); None without a next-sentence head
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+    sbo_loss: torch.Tensor | None = None  # span-boundary objective, with labels and `span_boundary_objective`
+
+
+@dataclass
+class TaskOutput:
+    loss: torch.Tensor | None
+    logits: torch.Tensor  # (B, num_labels) sentence tasks, (B, T, num_labels) tagging, (B, C) multiple choice
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class SpanOutput:
+    loss: torch.Tensor | None  # mean of the start and end cross-entropies
+    start_logits: torch.Tensor  # (B, T)
+    end_logits: torch.Tensor  # (B, T)
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+def label_maps(labels: list[str] | int) -> dict[str, dict]:
+    """id2label and label2id as Hugging Face writes them in config.json ("LABEL_i" for unnamed outputs)."""
+    names = [f"LABEL_{i}" for i in range(labels)] if isinstance(labels, int) else list(labels)
+    return {"id2label": {str(i): name for i, name in enumerate(names)},
+            "label2id": {name: i for i, name in enumerate(names)}}
+
+
+def set_labels(config: ModelConfig, labels: list[str] | int) -> ModelConfig:
+    """Record a task's labels in the config the way Hugging Face does (id2label / label2id)."""
+    config.extra.update(label_maps(labels))
+    return config
+
+
+def label_names(config: ModelConfig) -> list[str]:
+    """The task's label names in id order, from id2label (keys as in config.json, or ints); [] without one."""
+    id2label = config.extra.get("id2label") or {}
+    return [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(len(id2label))]
+
+
+def num_labels(config: ModelConfig) -> int:
+    """How many outputs the task head has: from id2label when present, else `num_labels`, else 2."""
+    if "id2label" in config.extra:
+        return len(config.extra["id2label"])
+    return int(config.extra.get("num_labels", 2))
+
+
+
+class PreTrainedModel(nn.Module):
+    """Shared by every model of every family: config, initialisation, checkpoint save/load, and the
+    facts generic code reads instead of asking for a class by name."""
+
+    # The config family (config.json's model_type) this class implements, and its config class.
+    model_type: ClassVar[str]
+    config_class: ClassVar[type[ModelConfig]]
+    # The job this class does (one of registry.JOBS); None for a family's shared base class.
+    job: ClassVar[str | None] = None
+    # The family's file layout: the key renames between our names and transformers'.
+    key_layout: ClassVar[KeyLayout]
+    # Whether `output_attentions=True` returns attention probabilities (attention maps, analysis).
+    supports_attention_maps: ClassVar[bool] = False
+
+    # What loading a checkpoint needs to know of a class (see bertforge.checkpoint.Checkpointable).
+    # The attribute holding the backbone, which is also our key prefix of the backbone's weights.
+    base_model_prefix: ClassVar[str] = ""
+    # Our module names that are task heads (not the backbone): missing ones are "new", not errors.
+    head_prefixes: ClassVar[tuple[str, ...]] = ()
+    # Patterns of our keys a file may lack (a pooler many encoders ship without, say).
+    keys_to_ignore_on_load_missing: ClassVar[tuple[str, ...]] = ()
+    # Patterns of keys a file may carry that this model does not use (reported as unused).
+    keys_to_ignore_on_load_unexpected: ClassVar[tuple[str, ...]] = ()
+    # Patterns of keys that repeat what this model computes (transformers' position-id buffer).
+    keys_redundant_on_load: ClassVar[tuple[str, ...]] = ()
+
+    # What `from_pretrained` found in the file; None for a model built any other way.
+    load_report: LoadReport | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "job" in cls.__dict__ and cls.job is not None:
+            registry.register_model(cls)
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+
+    @classmethod
+    def for_config(cls, config: ModelConfig) -> type[PreTrainedModel]:
+        """This class, or the class doing its job in `config`'s family (the sequence classifier of
+        BERT asked for with a ModernBERT config gives ModernBERT's sequence classifier)."""
+        if config.model_type == cls.model_type:
+            return cls
+        if cls.job is None:
+            raise ValueError(f"{cls.__name__} does no job that another family could do")
+        return registry.model_class(config.model_type, cls.job)
+
+    @classmethod
+    def for_job(cls, config: ModelConfig, job: str) -> type[PreTrainedModel]:
+        """The class of `config`'s family that does `job`."""
+        return registry.model_class(config.model_type, job)
+
+    def init_weights(self) -> None:
+        """The family's initialisation of every module (BERT's unless the family overrides `_init_module`)."""
+        self.init_modules(self)
+
+    def init_modules(self, *modules: nn.Module) -> None:
+        """Initialise just these modules (a head added on top of an initialised backbone)."""
+        for module in modules:
+            module.apply(self._init_module)
+
+    def _init_module(self, module: nn.Module) -> None:
+        """BERT's initialisation: weights ~ N(0, initializer_range), biases 0, LayerNorm 1 and 0."""
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    @property
+    def base_model(self) -> Any:
+        """The backbone inside (the model itself for a bare encoder), found through `base_model_prefix`."""
+        return getattr(self, self.base_model_prefix) if self.base_model_prefix else self
+
+    def transformer_layers(self) -> nn.ModuleList:
+        """The distinct Transformer layers of the backbone, bottom to top (re-initialising the top
+        ones, int8 quantization). Each family's bare encoder defines `layers` or overrides this."""
+        backbone = self.base_model
+        if backbone is not self:
+            return backbone.transformer_layers()
+        return self.layers  # type: ignore[return-value]
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def save_pretrained(self, directory: str | os.PathLike[str], tokenizer: BertTokenizer | None = None) -> None:
+        """Write `config.json` + `model.safetensors` (+ the tokenizer's files) in Hugging Face layout."""
+        hf_checkpoint.save_pretrained(self, directory, tokenizer=tokenizer)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        strict: bool = True,
+        allow_pickle: bool = False,
+        **config_overrides: Any,
+    ) -> Any:
+        """Load a Hugging Face-layout directory (ours or `transformers`'), heads included.
+
+        The directory's `model_type` picks the family: a ModernBERT checkpoint loaded through a BERT
+        class comes back as the ModernBERT class doing the same job (see `for_config`), so every
+        caller of `BertForSequenceClassification.from_pretrained` also takes other families' checkpoints.
+
+        config.json is checked against the weights' shapes before anything is allocated: a field that
+        disagrees, a truncated file or an absurd size raise a one-line `CheckpointError`. Keys the
+        target lacks or the file lacks are sorted into expected (a new task head, pre-training heads a
+        bare encoder does not use) and errors, as this class declares; errors raise `CheckpointError`
+        unless `strict=False`. The sorted lists are kept on `model.load_report`. Pickle files
+        (`pytorch_model.bin`) are refused unless `allow_pickle=True`, and then read with `weights_only=True`.
+        """
+        config = registry.config_from_dict(hf_checkpoint.read_config_data(directory),
+                                           source=str(os.path.join(directory, "config.json")))
+        target = cls.for_config(config)
+        model, report = hf_checkpoint.load_pretrained(target, directory, strict=strict, allow_pickle=allow_pickle,
+                                                      **config_overrides)
+        model.load_report = report
+        return model
