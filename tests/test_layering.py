@@ -19,6 +19,7 @@ PACKAGE = "bertforge"
 
 LAYERS: list[tuple[str, ...]] = [
     ("fileio",),
+    ("formats",),  # which format a user's file holds: by name, then by content where the name is unclear
     ("recipe", "tables"),  # settings dataclasses (knows no job); users' files as streamed rows
     ("config",),
     ("tokenizer",),

@@ -821,7 +821,8 @@ def predict_file(pipe: Pipeline, input_path: str | Path, out_path: str | Path, *
                  pair_column: str | None = None, question_column: str = "question",
                  context_column: str = "context", keep_columns: Sequence[str] = (), chunk_rows: int = 4096,
                  progress: bool = True, **options: Any) -> dict[str, Any]:
-    """Predict every row of a table (any `bertforge.tables` format) into `out_path` (.jsonl, .csv, .tsv).
+    """Predict every row of a table (any `bertforge.tables` format, decided by `bertforge.formats`; plain
+    lines only for a task that reads one text column) into `out_path` (.jsonl, .csv, .tsv).
 
     Rows are read `chunk_rows` at a time; each chunk is featurised, run in length-sorted batches and
     written in input order before the next chunk is read, so memory does not grow with the file.
@@ -830,14 +831,17 @@ def predict_file(pipe: Pipeline, input_path: str | Path, out_path: str | Path, *
     written). Returns {"rows", "seconds", "rows_per_second", "out", "truncated" (rows cut to
     max_length), "windowed" (rows read in more than one window)}.
     """
-    from bertforge.tables import iter_rows, write_rows
+    from bertforge.formats import detect_format
+    from bertforge.tables import LINES_COLUMN, TABLE_FORMATS, iter_rows, write_rows
 
     chunk_rows = _positive(chunk_rows, "chunk_rows")
     input_path = Path(input_path)
     columns = input_columns(pipe.task, text_column=text_column, pair_column=pair_column,
                             question_column=question_column, context_column=context_column)
     wanted = list(dict.fromkeys([*columns.values(), *keep_columns]))
-    rows = iter_rows(input_path, wanted)
+    # plain lines have the one column "text": read a file as lines only when that is all the task needs
+    accept = [f for f in TABLE_FORMATS if f != "lines" or set(wanted) <= {LINES_COLUMN}]
+    rows = iter_rows(input_path, wanted, fmt=detect_format(input_path, accept))
     started, count, truncated, windowed = time.perf_counter(), 0, 0, 0
     bar = _progress_bar(progress, input_path)
     try:

@@ -6,8 +6,10 @@ through `iter_rows`, so every format behaves the same:
     for row in iter_rows("reviews.csv", columns=["text", "label"]):
         row.number, row.values["text"], row.values["label"]
 
-- The format comes from the file name (`table_format`): .csv, .tsv, .jsonl/.ndjson, .parquet, anything
-  else is plain lines (one row `{"text": line}` per line). A compression suffix is looked through.
+- The format is decided by `bertforge.formats` (`table_format`): from the file name, .csv, .tsv,
+  .jsonl/.ndjson, .parquet, anything else plain lines (one row `{"text": line}` per line), a compression
+  suffix looked through; a .json file holding JSON lines is JSON lines, one holding a JSON document (or
+  a CSV file given where rows are expected, ...) is refused in one line naming the formats read.
 - Rows stream: a text file is read line by line from a decompressing stream, a Parquet file one record
   batch at a time, so a 1 GB input never sits in memory whole.
 - `Row.number` locates the row for error messages: the 1-based line where the record starts in a text
@@ -39,11 +41,11 @@ from bertforge.fileio import (
     compression_of,
     decode_utf8,
     open_binary,
-    strip_compression,
 )
+from bertforge.formats import detect_format
 
-TABLE_FORMATS = ("csv", "tsv", "jsonl", "parquet", "lines")
-_SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
+TABLE_FORMATS = ("csv", "tsv", "jsonl", "parquet", "lines")  # `bertforge.formats` names
+WRITE_FORMATS = ("jsonl", "csv", "tsv")
 LINES_COLUMN = "text"  # the one column of a plain-lines file
 
 
@@ -56,19 +58,17 @@ class Row:
 
 
 def table_format(path: str | Path) -> str:
-    """"csv", "tsv", "jsonl", "parquet" or "lines", from the file name (compression suffix looked through)."""
-    fmt = _SUFFIXES.get(strip_compression(path).suffix.lower(), "lines")
-    if fmt == "parquet" and compression_of(path):
-        raise DataFormatError(path, None, None, "a Parquet file compresses its own columns; "
-                                                "give the .parquet file itself, not a compressed copy")
-    return fmt
+    """"csv", "tsv", "jsonl", "parquet" or "lines": `formats.detect_format` over `TABLE_FORMATS` (the name,
+    compression looked through; a .json file's content). Raises `DataFormatError`, one line, for a file
+    of another format (a JSON document, a compressed Parquet file)."""
+    return detect_format(path, TABLE_FORMATS)
 
 
 def iter_rows(path: str | Path, columns: Sequence[str] = (), *, fmt: str | None = None,
               batch_rows: int = 1024) -> Iterator[Row]:
     """The rows of `path`, streamed, each checked to have every column in `columns`.
 
-    `fmt` overrides the format the file name gives. Raises `DataFormatError` (file, line, field) for a
+    `fmt` overrides the format `table_format` decides. Raises `DataFormatError` (file, line, field) for a
     missing column, an empty file, bytes that are not UTF-8, bad JSON or a short CSV row; a missing file
     raises FileNotFoundError before anything is read.
     """
@@ -207,8 +207,11 @@ def write_rows(path: str | Path) -> Iterator[Callable[[dict[str, Any]], None]]:
     In CSV a list or dict value is written as its JSON text.
     """
     path = Path(path)
-    fmt = table_format(path)
-    if fmt not in ("jsonl", "csv", "tsv") or compression_of(path):
+    try:
+        fmt: str | None = detect_format(path, WRITE_FORMATS, read=False)
+    except DataFormatError:
+        fmt = None
+    if fmt is None or compression_of(path):
         raise ValueError(f"{path}: predictions are written as .jsonl, .csv or .tsv")
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as handle:
         if fmt == "jsonl":

@@ -1,9 +1,11 @@
 """Which files make the corpus, and its cut into shards and parts; reading any kind of input range.
 
-Input files are told apart by their names (:func:`input_kind`): text (`.txt`, or any name not listed
-here; compressed `.txt.gz`, `.bz2`, `.xz`, `.zst` too), JSON lines (`.jsonl`, `.ndjson`, `.json`, plain
-or compressed) and Parquet (`.parquet`). :func:`read_blocks` reads a range of any of them: text with
-:func:`bertforge.data.corpus.read_blocks`, records with :func:`bertforge.data.records.read_record_blocks`.
+Input files are told apart by :func:`input_kind`, through `bertforge.formats`: text (`.txt`, or any
+name no format claims; compressed `.txt.gz`, `.bz2`, `.xz`, `.zst` too), JSON lines (`.jsonl`, `.ndjson`,
+or `.json` holding JSON lines, plain or compressed) and Parquet (`.parquet`); any other format (CSV, a
+JSON document, a compressed Parquet file) is refused in one line. :func:`read_blocks` reads a range
+of any of them: text with :func:`bertforge.data.corpus.read_blocks`, records with
+:func:`bertforge.data.records.read_record_blocks`.
 
 The input is cut into shards (:func:`plan_shards`): the concatenated files are cut into `num_shards`
 pieces of about equal size on disk, each cut moved forward to the next place a piece may start: the
@@ -33,33 +35,41 @@ from bertforge.data.corpus import (
     next_line_start,
 )
 from bertforge.data.corpus import read_blocks as read_text_blocks
-from bertforge.data.records import parquet_layout, read_record_blocks
-from bertforge.fileio import COMPRESSED_SUFFIXES, compression_of, open_binary, strip_compression
+from bertforge.data.records import RecordError, parquet_layout, read_record_blocks
+from bertforge.fileio import COMPRESSED_SUFFIXES, DataFormatError, compression_of, open_binary
+from bertforge.formats import detect_format, named_formats
 
 __all__ = ["cut_ranges", "expand_inputs", "input_bodies", "input_kind", "plan_shards", "read_blocks"]
 
 TEXT_KINDS = ("text", "jsonl", "parquet")
-_JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
+_FORMAT_KINDS = {"lines": "text", "jsonl": "jsonl", "parquet": "parquet"}  # `bertforge.formats` name: kind
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
 
 def input_kind(path: str | os.PathLike[str]) -> str:
-    """What a file holds, by its name: "jsonl" (`.jsonl`, `.ndjson`, `.json`, maybe compressed), "parquet"
-    (`.parquet`) or "text" (anything else, `.txt` and compressed `.txt.gz` ... included)."""
-    suffix = strip_compression(path).suffix.lower()
-    if suffix in _JSONL_SUFFIXES:
-        return "jsonl"
-    if suffix == ".parquet" and not compression_of(path):
-        return "parquet"
-    return "text"
+    """What a file holds (`bertforge.formats.detect_format`): "jsonl" (`.jsonl`, `.ndjson`, or `.json`
+    holding JSON lines; maybe compressed), "parquet" (`.parquet`) or "text" (`.txt` or any name no format
+    claims, compressed `.txt.gz` ... included). A file of another format (CSV, a JSON document such as
+    SQuAD's, a compressed Parquet file) raises `RecordError`: one line naming it and the kinds read."""
+    try:
+        return _FORMAT_KINDS[detect_format(path, tuple(_FORMAT_KINDS))]
+    except RecordError:
+        raise
+    except DataFormatError as exc:
+        raise RecordError(exc.path, exc.line, exc.field, exc.message) from None
 
 
 def _found_in_directory(path: Path) -> bool:
-    """Files a directory contributes: text, JSON lines (not `.json`: too often metadata) and Parquet."""
-    name = strip_compression(path).name.lower()
-    if name.endswith(".parquet"):
-        return not compression_of(path)
-    return name.endswith((".txt", ".jsonl", ".ndjson"))
+    """Files a directory contributes: those whose name alone says a kind it reads: text (`.txt`), JSON
+    lines (`.jsonl`, `.ndjson`; not `.json`, which may hold any JSON document: too often metadata) and
+    Parquet (not compressed)."""
+    if not set(named_formats(path)) & set(_FORMAT_KINDS):
+        return False
+    try:
+        detect_format(path, tuple(_FORMAT_KINDS), read=False)
+    except DataFormatError:
+        return False
+    return True
 
 
 

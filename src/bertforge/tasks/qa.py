@@ -9,6 +9,10 @@
   lists for a question without an answer. `id` may be left out (the row number is used); other column
   names by `id_column`, `question_column`, `context_column`, `answers_column`.
 
+`bertforge.formats` tells them apart (`QA_FORMATS`): by the name, and by the content for a `.json` file
+(a JSON document is SQuAD JSON, JSON lines are rows) or a name that says no format (`train.txt`); any
+other file (CSV, say) is one `DataFormatError` line naming the formats read.
+
 The data is SQuAD v2.0-like (questions may have no answer: the null score, and the no-answer threshold
 tuned on dev and saved with the model) when any question of the train, dev or test file has none, else
 v1.1-like. Every answer must sit in its context where its `answer_start` says; an empty question or
@@ -26,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bertforge.fileio import strip_compression
+from bertforge.formats import detect_format
 from bertforge.tasks.base import DataFormatError, OwnFiles
 from bertforge.tasks.squad import SQUAD_DEFAULTS, Squad, SquadAnswer, SquadExample, read_squad
 
@@ -34,7 +38,7 @@ QA_SETTINGS: dict[str, Any] = {
     "train": None, "dev": None, "test": None,
     "id_column": "id", "question_column": "question", "context_column": "context", "answers_column": "answers",
 }
-_ROW_FORMATS = (".jsonl", ".ndjson", ".parquet")
+QA_FORMATS = ("json", "jsonl", "parquet")  # `bertforge.formats` names, SQuAD JSON first where in doubt
 
 
 @dataclass
@@ -77,13 +81,14 @@ class Qa(OwnFiles, Squad):
     def _examples(self, path: Path) -> list[SquadExample]:
         key = str(path)
         if key not in self._read:
-            if strip_compression(path).suffix.lower() in _ROW_FORMATS:
-                self._read[key] = self._read_rows(path)
-            else:
+            fmt = detect_format(path, QA_FORMATS)
+            if fmt == "json":
                 self._read[key] = read_squad(path, empty_means_impossible=True, require_text=True)
+            else:
+                self._read[key] = self._read_rows(path, fmt)
         return self._read[key]
 
-    def _read_rows(self, path: Path) -> list[SquadExample]:
+    def _read_rows(self, path: Path, fmt: str) -> list[SquadExample]:
         from bertforge.tables import iter_rows
 
         id_col, question_col = str(self.settings["id_column"]), str(self.settings["question_column"])
@@ -92,7 +97,7 @@ class Qa(OwnFiles, Squad):
         seen: dict[str, int] = {}
         labelled = self._is_labelled_split(path)  # train and dev must have answers; test may not
         columns = [question_col, context_col, *([answers_col] if labelled else [])]
-        for row in iter_rows(path, columns):
+        for row in iter_rows(path, columns, fmt=fmt):
             values, line = row.values, row.number
             qid = str(values.get(id_col, f"row-{line}"))
             if qid in seen:

@@ -2,15 +2,18 @@
 
 `bertforge finetune tag --train F --dev F [--test F]` reads, per file:
 
-- a CoNLL-style column file (any name not ending in .jsonl/.ndjson/.parquet, compressed or not is not
-  supported here): one token per line, whitespace-separated columns, a blank line or a `-DOCSTART-`
-  line between sentences. The token is the first column and the tag the last unless
-  `token_column` / `tag_column` give 0-based indices (negative from the end);
-- JSONL or Parquet rows (also .jsonl.gz etc., read by `bertforge.tables`) with a list of tokens and a
-  list of tags (`tokens` and `tags` unless `token_column` / `tag_column` name other columns). Tags are
-  strings, or integers with their names given by `tag_names` (comma-separated, or a file: one name a
-  line, a JSON list, or a Hugging Face `dataset_info.json`); a Parquet file written by `datasets`
-  carries its names itself and needs none (the Hugging Face `ner_tags` convention).
+- a CoNLL-style column file (`.txt`, `.tsv`, `.conll` or a name no format claims; not compressed): one
+  token per line, whitespace-separated columns, a blank line or a `-DOCSTART-` line between sentences.
+  The token is the first column and the tag the last unless `token_column` / `tag_column` give 0-based
+  indices (negative from the end);
+- JSONL or Parquet rows (also .jsonl.gz etc., or `.json` holding JSON lines; read by `bertforge.tables`)
+  with a list of tokens and a list of tags (`tokens` and `tags` unless `token_column` / `tag_column` name
+  other columns). Tags are strings, or integers with their names given by `tag_names` (comma-separated,
+  or a file: one name a line, a JSON list, or a Hugging Face `dataset_info.json`); a Parquet file
+  written by `datasets` carries its names itself and needs none (the Hugging Face `ner_tags` convention).
+
+`bertforge.formats` tells the kinds apart (`TAG_FORMATS`); a file of another format (CSV, a JSON
+document) is one `DataFormatError` line naming the formats read.
 
 Tag schemes. Tags are `O` or `PREFIX-TYPE`. `tag_scheme` "auto" (the default) detects the scheme from
 all the files together: any E- or S- tag means BIOES; an I-X that opens an entity (at a sentence start,
@@ -41,7 +44,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from bertforge.fileio import strip_compression
+from bertforge.formats import detect_format
 from bertforge.tasks.base import DataFormatError, Feature, OwnFiles
 from bertforge.tasks.metrics import conll_f1
 from bertforge.tasks.ner import Ner, NerSentence, read_conll
@@ -51,7 +54,7 @@ if TYPE_CHECKING:
 
 SCHEMES = ("iob1", "iob2", "bioes")
 _TAG = re.compile(r"O|([BIES])-(\S+)")
-_ROW_FORMATS = (".jsonl", ".ndjson", ".parquet")
+TAG_FORMATS = ("jsonl", "parquet", "columns")  # `bertforge.formats` names; a CSV file, say, is refused
 
 
 @dataclass
@@ -182,7 +185,7 @@ def read_tag_names(spec: str, tag_column: str = "tags") -> list[str]:
             raise ValueError(f"tag_names {spec!r}: neither a file nor a comma-separated list of names")
         return names
     text = path.read_text(encoding="utf-8")
-    if path.suffix.lower() != ".json":
+    if detect_format(path, ("json", "lines")) == "lines":
         return [line.strip() for line in text.splitlines() if line.strip()]
     try:
         value = json.loads(text)
@@ -291,9 +294,8 @@ class Tag(OwnFiles, Ner):
         return detect_scheme(tags)
 
     def _read_file(self, path: Path) -> list[TagSentence]:
-        if strip_compression(path).suffix.lower() in _ROW_FORMATS:
-            return self._read_rows(path)
-        return self._read_columns(path)
+        fmt = detect_format(path, TAG_FORMATS)
+        return self._read_columns(path) if fmt == "columns" else self._read_rows(path, fmt)
 
     def _read_columns(self, path: Path) -> list[TagSentence]:
         token_column = _index(self.settings.get("token_column"), 0, "token_column")
@@ -303,15 +305,15 @@ class Tag(OwnFiles, Ner):
         return [TagSentence(s.guid, s.words, [], [], [], s.doc_index, s.first_line, path=str(path),
                             given_tags=list(s.labels)) for s in sentences]
 
-    def _read_rows(self, path: Path) -> list[TagSentence]:
+    def _read_rows(self, path: Path, fmt: str) -> list[TagSentence]:
         from bertforge.tables import iter_rows
 
         token_column = str(self.settings.get("token_column") or "tokens")
         tag_column = str(self.settings.get("tag_column") or "tags")
-        names = self._names(path, tag_column)
+        names = self._names(path, tag_column, fmt)
         sentences = []
         labelled = any(self.settings.get(s) and Path(self.settings[s]) == path for s in ("train", "dev"))
-        for row in iter_rows(path, [token_column, *([tag_column] if labelled else [])]):
+        for row in iter_rows(path, [token_column, *([tag_column] if labelled else [])], fmt=fmt):
             tokens = row.values[token_column]
             if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
                 raise DataFormatError(path, row.number, token_column, f"expected a list of strings, got {tokens!r:.80}")
@@ -329,11 +331,11 @@ class Tag(OwnFiles, Ner):
                                          path=str(path), given_tags=given, row_file=True))
         return sentences
 
-    def _names(self, path: Path, tag_column: str) -> list[str] | None:
+    def _names(self, path: Path, tag_column: str, fmt: str) -> list[str] | None:
         spec = self.settings.get("tag_names")
         if spec:
             return read_tag_names(str(spec), tag_column)
-        if strip_compression(path).suffix.lower() == ".parquet":
+        if fmt == "parquet":
             return parquet_tag_names(path, tag_column)
         return None
 
