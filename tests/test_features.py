@@ -217,7 +217,7 @@ def test_bad_output_suffix(model, tokenizer, tmp_path):
 # ------------------------------------------------------------------------------------------------ frozen NER
 def test_frozen_ner_tagger_trains_with_the_shared_loop(model, tokenizer, tmp_path):
     """Tiny end-to-end run: cache every layer, train the BiLSTM on one strategy, score with conlleval."""
-    from bertforge.tasks.frozen_ner import FrozenNerConfig, cache_features, train_frozen_ner
+    from bertforge.ablation import FrozenNerConfig, cache_features, train_frozen_ner
     from bertforge.tasks.ner import NerSentence
 
     model_dir = tmp_path / "model"

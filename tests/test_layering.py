@@ -26,9 +26,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("checkpoint",),  # the file format: knows the key map, not the model classes
     ("model", "data"),
     ("train", "precision"),  # a training loop for any nn.Module; inference at fp32, bf16 or int8
-    ("features", "plot"),  # frozen-feature extraction; figures from run logs
-    ("tasks",),  # task readers, featurisers and metrics (tasks.frozen_ner builds on features)
-    ("finetune", "pretrain", "analysis", "export"),
+    ("features", "plot", "tasks"),  # frozen features; figures from run logs; task readers, features, metrics
+    ("finetune", "pretrain", "analysis", "export", "ablation"),  # ablation: frozen features + tasks.ner
     ("pipeline",),  # inference for any model: the tasks' featurize/postprocess with the saved settings
     ("serve", "quickstart"),
     ("cli",),

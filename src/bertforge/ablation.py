@@ -1,4 +1,8 @@
-"""Feature-based NER: a frozen BERT, cached layer activations, a two-layer BiLSTM tagger on top.
+"""The feature-based NER ablation: a frozen BERT, cached layer activations, a two-layer BiLSTM tagger.
+
+Behind `bertforge ablate-features` and `bertforge finetune ner --frozen`. Not a fine-tuning task (it
+trains no BERT parameter and declares no `Task`): it builds on `features` (the layer strategies, the
+feature cache), `plot` (the chart) and the CoNLL-2003 task's reader and labels (`tasks.ner`).
 
 The BERT paper's feature-based experiment (section 5.3, Table 7) on CoNLL-2003: no BERT parameter is
 fine-tuned; the activations of one or more layers feed a randomly initialised two-layer BiLSTM and a
@@ -107,14 +111,11 @@ def cache_features(model_dir: str | os.PathLike[str], sentences: Sequence[NerSen
             return cached
     from tqdm.auto import tqdm
 
-    from bertforge.model.bert import BertModel
-    from bertforge.tokenizer import BertTokenizer
-
-    model = BertModel.from_pretrained(model_dir)
-    num_layers = model.config.num_hidden_layers
-    every_layer = resolve_layers(num_layers, layers=list(range(num_layers + 1)), combine="none")
-    extractor = FeatureExtractor(model, BertTokenizer.from_pretrained(model_dir), every_layer, align="first",
-                                 dtype="float16", batch_size=batch_size)
+    # the encoder of any checkpoint, loaded as `bertforge extract` loads it; then every layer selected
+    extractor = FeatureExtractor.from_pretrained(model_dir, strategy="embeddings", align="first", dtype="float16",
+                                                 batch_size=batch_size)
+    num_layers = extractor.model.config.num_hidden_layers
+    extractor.selection = resolve_layers(num_layers, layers=list(range(num_layers + 1)), combine="none")
     with tqdm(total=len(sentences), unit="sent", desc=f"features -> {out.name}", disable=not progress) as bar:
         summary = write_features(extractor, [list(s.words) for s in sentences], out, progress=bar)
     if summary["truncated_inputs"]:
