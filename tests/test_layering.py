@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("checkpoint",),  # the file format: knows the key map, not the model classes
     ("model", "data"),
     ("train", "precision"),  # a training loop for any nn.Module; inference at fp32, bf16 or int8
-    ("features", "plot", "tasks"),  # frozen features; figures from run logs; task readers, features, metrics
+    ("features", "plot", "tasks", "finetuned"),  # frozen features; figures; task readers, features, metrics; the fine-tuned model directory
     ("finetune", "pretrain", "analysis", "export", "ablation"),  # ablation: frozen features + tasks.ner
     ("pipeline",),  # inference for any model: the tasks' featurize/postprocess with the saved settings
     ("serve", "quickstart"),

@@ -62,6 +62,7 @@ from typing import Any
 
 import numpy as np
 
+from bertforge.finetuned import TASK_FILE, TaskRecord, check_max_length, load_for_inference
 from bertforge.recipe import override as recipe_override
 from bertforge.recipe import save as save_recipe
 from bertforge.recipe import setting
@@ -70,7 +71,6 @@ from bertforge.tasks import FAMILIES, make_task
 from bertforge.tasks.base import Task, TaskBatches, run_model, subsample, task_title
 from bertforge.train.config import OptimConfig, TrainConfig
 
-TASK_FILE = "task.json"
 BEST_DIR = "best"
 RESULTS_FILE = "results.json"
 RUN_CONFIG_FILE = "run_config.yaml"
@@ -320,12 +320,12 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
     for seed in recipe.seeds:
         seed_dir = out_dir / f"seed-{seed}"
         spec.settings = dict(base_settings)  # each seed tunes its own (SQuAD v2.0's null threshold)
-        saved = _read_json(seed_dir / TASK_FILE)
-        if saved.get("metrics") and saved.get("hyperparameters") == hyper:
+        saved = TaskRecord.read(seed_dir)
+        if saved is not None and saved.metrics and saved.hyperparameters == hyper:
             _say(f"seed {seed}: already done in {seed_dir}, reusing its metrics", verbose)
-            runs.append({"seed": seed, "metrics": saved["metrics"], "steps": saved.get("steps"),
-                         "wall_s": saved.get("wall_s"), "dir": seed_dir.name, "best": saved.get("best"),
-                         **({"test_metrics": saved["test_metrics"]} if saved.get("test_metrics") else {})})
+            runs.append({"seed": seed, "metrics": saved.metrics, "steps": saved.steps,
+                         "wall_s": saved.wall_s, "dir": seed_dir.name, "best": saved.best,
+                         **({"test_metrics": saved.test_metrics} if saved.test_metrics else {})})
             continue
         seed_started = time.perf_counter()
         seed_everything(seed)  # the new output layer's initialisation depends on the seed
@@ -343,8 +343,8 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
                                   max_grad_norm=loop.max_grad_norm, eval_every=eval_every, save_every=0,
                                   keep_last=1, log_every=max(1, min(50, steps_per_epoch // 5)), progress=progress)
         best = _BestModel(seed_dir / BEST_DIR, selection_metric, spec, evaluator, tokenizer, steps_per_epoch,
-                          {"seed": seed, "max_length": loop.max_length, "labels": label_list,
-                           "hyperparameters": hyper, "source_model": str(model_dir)})
+                          TaskRecord(spec.family, spec.name, seed=seed, max_length=loop.max_length, labels=label_list,
+                                     hyperparameters=hyper, source_model=str(model_dir)))
         if latest_checkpoint(seed_dir / "run") is None:
             best.clear()  # a fresh start: a best/ left by an unfinished earlier run is not this run's
         selection = ModelSelection(selection_metric, patience=loop.patience,
@@ -367,19 +367,17 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
         test_metrics = _predict_final(spec, model, final_sets, label_list, seed_dir, loop.eval_batch_size,
                                       tokenizer.pad_token_id)
         wall = time.perf_counter() - seed_started
-        record = {"family": spec.family, "task": spec.name, "seed": seed, "max_length": loop.max_length,
-                  "settings": dict(spec.settings), "labels": label_list, "metrics": metrics, "steps": result.step,
-                  "epoch": round(result.step / steps_per_epoch, 3), "stopped_early": result.stopped_early,
-                  "best": best.summary(selection), "wall_s": round(wall, 1), "hyperparameters": hyper,
-                  "source_model": str(model_dir)}
-        if test_metrics:
-            record["test_metrics"] = test_metrics
-        _write_json(seed_dir / TASK_FILE, record)
+        record = TaskRecord(spec.family, spec.name, seed=seed, max_length=loop.max_length,
+                            settings=dict(spec.settings), labels=label_list, metrics=metrics, steps=result.step,
+                            epoch=round(result.step / steps_per_epoch, 3), stopped_early=result.stopped_early,
+                            best=best.summary(selection), wall_s=round(wall, 1), hyperparameters=hyper,
+                            source_model=str(model_dir), test_metrics=test_metrics or None)
+        record.write(seed_dir)
         if not loop.keep_checkpoints:
             shutil.rmtree(seed_dir / "run" / "checkpoints", ignore_errors=True)
         _say(f"seed {seed}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()) + f"  ({wall:.0f} s)", verbose)
         runs.append({"seed": seed, "metrics": metrics, "steps": result.step, "wall_s": round(wall, 1),
-                     "dir": seed_dir.name, "best": record["best"],
+                     "dir": seed_dir.name, "best": record.best,
                      **({"test_metrics": test_metrics} if test_metrics else {})})
         del model
 
@@ -440,7 +438,7 @@ class _BestModel:
     """
 
     def __init__(self, directory: Path, metric: str, task: Task, evaluator: _Evaluator, tokenizer: Any,
-                 steps_per_epoch: int, record: dict[str, Any]) -> None:
+                 steps_per_epoch: int, record: TaskRecord) -> None:
         self.directory, self.metric, self.task, self.evaluator = directory, metric, task, evaluator
         self.tokenizer, self.steps_per_epoch, self.record = tokenizer, steps_per_epoch, record
         self.metrics: dict[str, float] | None = None  # the best evaluation's metrics
@@ -461,15 +459,15 @@ class _BestModel:
         self.remember(model, step, metrics)
         # settings tuned on these predictions (SQuAD v2.0's null threshold) go with this model
         settings = {**self.task.settings, **self.task.tune(*_first_labelled(self.task, self.evaluator))}
-        record = {"family": self.task.family, "task": self.task.name, **self.record, "settings": settings,
-                  "metrics": dict(metrics), "step": step, "epoch": round(step / self.steps_per_epoch, 3),
-                  "selection_metric": self.metric, "score": float(metrics[self.metric])}
+        record = dataclasses.replace(self.record, settings=settings, metrics=dict(metrics), step=step,
+                                     epoch=round(step / self.steps_per_epoch, 3), selection_metric=self.metric,
+                                     score=float(metrics[self.metric]))
         staging = self._staging
         shutil.rmtree(staging, ignore_errors=True)
         model.save_pretrained(staging, tokenizer=self.tokenizer)
         for split, (examples, _) in self.evaluator.splits.items():
             self.task.write_predictions(examples, self.evaluator.predictions(split), staging, split)
-        _write_json(staging / TASK_FILE, record)
+        record.write(staging)
         shutil.rmtree(self._previous, ignore_errors=True)
         if self.directory.exists():
             self.directory.rename(self._previous)
@@ -482,8 +480,8 @@ class _BestModel:
         if selection.best_step is None:
             return None
         if self.metrics is None:  # the best came before a resume: its metrics are in best/task.json
-            saved = _read_json(self.directory / TASK_FILE)
-            self.metrics = saved.get("metrics") if saved.get("step") == selection.best_step else None
+            saved = TaskRecord.read(self.directory)
+            self.metrics = saved.metrics if saved is not None and saved.step == selection.best_step else None
         return {"dir": BEST_DIR if self.saved else None, "metric": selection.metric, "score": selection.best_score,
                 "step": selection.best_step, "epoch": round(selection.best_step / self.steps_per_epoch, 3),
                 "metrics": self.metrics}
@@ -521,29 +519,20 @@ def predict(
     """
     import torch
 
-    from bertforge.model import label_names as config_label_names
-    from bertforge.precision import apply_precision, cpu_description, is_quantized_checkpoint, load_quantized
-    from bertforge.tokenizer import BertTokenizer
+    from bertforge.model.base import label_names as config_label_names
+    from bertforge.precision import cpu_description
 
     model_dir, data_dir, out_dir = Path(model_dir), Path(data_dir), Path(out_dir)
-    saved = _read_json(model_dir / TASK_FILE)
-    settings = {**saved.get("settings", {}), **(task_settings or {})}
-    spec = make_task(task_family, task, settings)
-    if saved and (saved.get("family"), saved.get("task")) != (spec.family, spec.name):
-        raise ValueError(f"{model_dir} was fine-tuned for {task_title(saved.get('family', ''), saved.get('task', ''))}, "
+    saved = TaskRecord.read(model_dir) or TaskRecord()
+    spec = make_task(task_family, task, {**saved.settings, **(task_settings or {})})
+    if saved.family and (saved.family, saved.task) != (spec.family, spec.name):
+        raise ValueError(f"{model_dir} was fine-tuned for {task_title(saved.family, saved.task or '')}, "
                          f"not {task_title(spec.family, spec.name)}")
-    max_length = max_length or saved.get("max_length") or spec.default_max_length
+    max_length = max_length or saved.max_length or spec.default_max_length
     check_max_length(model_dir, max_length)
-    tokenizer = BertTokenizer.from_pretrained(model_dir)
-    if is_quantized_checkpoint(model_dir):
-        model = load_quantized(model_dir)  # a saved int8 copy: its head is the trained one
-    else:
-        model = load_for_task(spec.job, model_dir)
-        if model.load_report is not None and model.load_report.new_heads:
-            raise ValueError(f"{model_dir} has no trained {spec.job} output layer "
-                             f"({', '.join(model.load_report.new_heads)} would be random); fine-tune it first")
-    model.to(torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")))
-    model, used = apply_precision(model, precision)
+    loaded = load_for_inference(model_dir, precision, device or ("cuda" if torch.cuda.is_available() else "cpu"),
+                                job=spec.job)
+    model, tokenizer, used = loaded.model, loaded.tokenizer, loaded.precision
     label_names = config_label_names(model.config) or None
 
     done: dict[str, dict[str, Any]] = {}
@@ -567,18 +556,6 @@ def predict(
                                            "precision": used, "precision_requested": precision,
                                            **cpu_description(), "splits": done})
     return done
-
-
-def check_max_length(model_dir: str | Path, max_length: int) -> None:
-    """Refuse, before any work, inputs longer than the model has positions for: 512 for BERT's
-    learnt table; for a rotary model the config's max_position_embeddings (8,192 for modern-base)."""
-    from bertforge.model.registry import read_config_file
-
-    config = read_config_file(Path(model_dir) / "config.json")
-    if max_length > config.max_position_embeddings:
-        raise ValueError(f"max_length {max_length} exceeds the {config.max_position_embeddings} positions of "
-                         f"{Path(model_dir) / 'config.json'} (max_position_embeddings); use --max-length "
-                         f"{config.max_position_embeddings} or less")
 
 
 def load_for_task(job: str | type, model_dir: str | Path, **config_overrides: Any) -> Any:
@@ -612,14 +589,6 @@ def reinitialize_top_layers(model: Any, count: int) -> None:
     if backbone.pooler is not None:
         modules.append(backbone.pooler)
     model.init_modules(*modules)
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _write_json(path: Path, value: Any) -> None:

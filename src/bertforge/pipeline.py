@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from bertforge.fileio import DataFormatError
-from bertforge.finetune import TASK_FILE
+from bertforge.finetuned import TaskRecord, label_names_of, load_for_inference
 from bertforge.tasks import make_task
 from bertforge.tasks.base import Feature, Task, collate
 
@@ -134,7 +134,7 @@ class Pipeline:
         self.device = torch.device(device) if device else _model_device(model)
         self.batch_size = _positive(batch_size, "batch_size")
         self.config = model.config
-        self.labels = _label_names(model)
+        self.labels = label_names_of(model)
         self.spec = spec if spec is not None else default_spec(task, self.labels)
         limit = min(self.config.max_position_embeddings, tokenizer.model_max_length)
         # without a saved length: the model's limit, except for QA's windows (384 pieces, as fine-tuned)
@@ -257,11 +257,8 @@ def default_spec(task: str, labels: Sequence[str]) -> Task | None:
 
 def read_task_file(model_dir: str | Path) -> dict[str, Any]:
     """The model's task.json as a dict ({} when there is none or it cannot be read)."""
-    try:
-        value = json.loads((Path(model_dir) / TASK_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
+    record = TaskRecord.read(model_dir)
+    return record.to_dict() if record is not None else {}
 
 
 def _class_names(config: Any, jobs: Sequence[str]) -> list[str]:
@@ -282,18 +279,11 @@ def pipeline(model: str | Path, task: str | None = None, *, batch_size: int = 32
     fp32 (the default: the numbers fine-tuning scored), bf16, int8 or auto (`bertforge.precision`:
     bf16 where the CPU has native bf16 instructions); a saved int8 copy always runs int8.
     """
-    from bertforge.model import load_any
-    from bertforge.precision import apply_precision, choose_precision, is_quantized_checkpoint, load_quantized
-    from bertforge.tokenizer import BertTokenizer
-
     model_dir = Path(model)
-    if not model_dir.is_dir():
-        raise FileNotFoundError(f"{model_dir}: no such model directory")
-    choose_precision(precision)  # an unknown name fails before anything loads
-    saved = read_task_file(model_dir)
-    loaded = load_quantized(model_dir) if is_quantized_checkpoint(model_dir) else load_any(model_dir)[0]
+    found = load_for_inference(model_dir, precision, device)
+    loaded, saved = found.model, found.record or TaskRecord()
     kind = type(loaded).__name__
-    family = saved.get("family")
+    family = saved.family
     chosen = canonical_task(task) if task else (FAMILY_TASKS.get(family or "") or JOB_TASKS.get(loaded.job))
     if chosen is None:
         raise ValueError(f"{model_dir}: cannot tell the task of a {kind} (task.json family {family!r}); "
@@ -308,17 +298,14 @@ def pipeline(model: str | Path, task: str | None = None, *, batch_size: int = 32
                          f"({', '.join(report.new_heads)} would be random); fine-tune it first")
     spec = None
     if family and FAMILY_TASKS.get(family) == chosen:
-        spec = make_task(family, saved.get("task"), saved.get("settings") or {})
+        spec = make_task(family, saved.task, saved.settings)
     if chosen == "question-answering" and spec is None and loaded.config.extra.get("version_2_with_negative"):
         spec = make_task("squad", "v2.0")
     if max_length is None and spec is not None:
-        max_length = saved.get("max_length")
-    if device:
-        loaded.to(device)
-    loaded, used = apply_precision(loaded, precision)
-    pipe = Pipeline(loaded, BertTokenizer.from_pretrained(model_dir), chosen, spec=spec, max_length=max_length,
-                    batch_size=batch_size, device=device, **options)
-    pipe.precision = used
+        max_length = saved.max_length
+    pipe = Pipeline(loaded, found.tokenizer, chosen, spec=spec, max_length=max_length, batch_size=batch_size,
+                    device=device, **options)
+    pipe.precision = found.precision
     return pipe
 
 
@@ -329,15 +316,6 @@ def _model_device(model: Any) -> torch.device:
         return next(model.parameters()).device
     except (AttributeError, StopIteration):
         return torch.device("cpu")
-
-
-def _label_names(model: Any) -> list[str]:
-    from bertforge.model import label_names
-
-    names = label_names(model.config)
-    if not names and hasattr(model, "num_labels"):
-        names = [f"LABEL_{i}" for i in range(int(model.num_labels))]
-    return names
 
 
 def _positive(value: Any, name: str) -> int:

@@ -38,8 +38,8 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from bertforge.model.base import label_names
-from bertforge.pipeline import FAMILY_TASKS, InputError, Pipeline, Prepared, read_task_file
+from bertforge.finetuned import label_names_of, load_for_inference
+from bertforge.pipeline import FAMILY_TASKS, InputError, Pipeline, Prepared
 from bertforge.precision import cpu_description, model_precision
 from bertforge.serve.batcher import DynamicBatcher
 from bertforge.tasks import make_task
@@ -373,9 +373,7 @@ class ModelService:
                           if task in PIPELINE_TASKS}
         if not getattr(model, "supports_attention_maps", False):  # fused attention only: no probabilities
             self.tasks.remove("attention")
-        self.labels = label_names(self.config)
-        if not self.labels and self.job in ("sequence-classification", "token-classification"):
-            self.labels = [f"LABEL_{i}" for i in range(self._model.num_labels)]
+        self.labels = label_names_of(model)
         self.model_calls = 0
         # one thread: the model runs one batch at a time; torch parallelises inside the call
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertforge-model")
@@ -416,11 +414,9 @@ class ModelService:
     @classmethod
     def from_dir(cls, model_dir: str | Path, *, precision: str = "fp32", **kwargs: Any) -> "ModelService":
         """The service for a checkpoint directory, its weights at `precision` (`bertforge.precision`)."""
-        from bertforge.precision import load_model
-        from bertforge.tokenizer import BertTokenizer
-
-        model, _ = load_model(model_dir, precision)
-        return cls(model, BertTokenizer.from_pretrained(model_dir), task_info=read_task_file(model_dir), **kwargs)
+        loaded = load_for_inference(model_dir, precision)
+        record = loaded.record.to_dict() if loaded.record is not None else {}
+        return cls(loaded.model, loaded.tokenizer, task_info=record, **kwargs)
 
     async def close(self) -> None:
         for batcher in self.batchers.values():
