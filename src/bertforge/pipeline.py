@@ -52,7 +52,7 @@ import numpy as np
 
 from bertforge.fileio import DataFormatError
 from bertforge.finetuned import TaskRecord, label_names_of, load_for_inference
-from bertforge.tasks import make_task
+from bertforge.tasks import default_task_for, inference_task_of, make_task
 from bertforge.tasks.base import Feature, Task, collate
 
 if TYPE_CHECKING:
@@ -70,10 +70,6 @@ TASK_NAMES = {
     "embeddings": "embeddings", "embed": "embeddings", "feature-extraction": "embeddings",
     "multiple-choice": "multiple-choice", "swag": "multiple-choice",
 }
-# the fine-tuning family a task.json names -> the pipeline task
-FAMILY_TASKS = {"glue": "text-classification", "classify": "text-classification",
-                "ner": "token-classification", "tag": "token-classification",
-                "squad": "question-answering", "qa": "question-answering", "swag": "multiple-choice"}
 # the job of the loaded model's class -> the pipeline task (for checkpoints without a task.json)
 JOB_TASKS = {
     "sequence-classification": "text-classification", "token-classification": "token-classification",
@@ -135,7 +131,7 @@ class Pipeline:
         self.batch_size = _positive(batch_size, "batch_size")
         self.config = model.config
         self.labels = label_names_of(model)
-        self.spec = spec if spec is not None else default_spec(task, self.labels)
+        self.spec = spec if spec is not None else default_task_for(task, self.labels, self.config)
         limit = min(self.config.max_position_embeddings, tokenizer.model_max_length)
         # without a saved length: the model's limit, except for QA's windows (384 pieces, as fine-tuned)
         default = self.spec.default_max_length if task == "question-answering" and self.spec else limit
@@ -242,16 +238,12 @@ def canonical_task(task: str) -> str:
     return TASK_NAMES[key]
 
 
-def default_spec(task: str, labels: Sequence[str]) -> Task | None:
-    """The fine-tuning task whose pre- and post-processing a model without a task.json gets."""
-    if task == "text-classification":
-        return make_task("glue", "stsb" if len(labels) == 1 else "sst2")  # one output: regression
-    if task == "token-classification":
-        return make_task("ner")
-    if task == "question-answering":
-        return make_task("squad", "v1.1")
-    if task == "multiple-choice":
-        return make_task("swag")
+def task_for(kind: str, record: TaskRecord | None) -> Task | None:
+    """The fine-tuning task a model answers `kind` (a pipeline task) with: the one its task.json names,
+    with the saved settings, when that task answers `kind`; None to take the default task for `kind`
+    (`tasks.default_task_for`, from the model's head)."""
+    if record is not None and record.family and inference_task_of(record.family) == kind:
+        return make_task(record.family, record.task, record.settings)
     return None
 
 
@@ -284,7 +276,7 @@ def pipeline(model: str | Path, task: str | None = None, *, batch_size: int = 32
     loaded, saved = found.model, found.record or TaskRecord()
     kind = type(loaded).__name__
     family = saved.family
-    chosen = canonical_task(task) if task else (FAMILY_TASKS.get(family or "") or JOB_TASKS.get(loaded.job))
+    chosen = canonical_task(task) if task else (inference_task_of(family) or JOB_TASKS.get(loaded.job))
     if chosen is None:
         raise ValueError(f"{model_dir}: cannot tell the task of a {kind} (task.json family {family!r}); "
                          f"pass task=")
@@ -296,11 +288,7 @@ def pipeline(model: str | Path, task: str | None = None, *, batch_size: int = 32
     if report is not None and report.new_heads and needed:
         raise ValueError(f"{model_dir} has no trained {kind} output layer "
                          f"({', '.join(report.new_heads)} would be random); fine-tune it first")
-    spec = None
-    if family and FAMILY_TASKS.get(family) == chosen:
-        spec = make_task(family, saved.task, saved.settings)
-    if chosen == "question-answering" and spec is None and loaded.config.extra.get("version_2_with_negative"):
-        spec = make_task("squad", "v2.0")
+    spec = task_for(chosen, found.record)
     if max_length is None and spec is not None:
         max_length = saved.max_length
     pipe = Pipeline(loaded, found.tokenizer, chosen, spec=spec, max_length=max_length, batch_size=batch_size,
@@ -385,7 +373,8 @@ class _Classification(_Runner):
             else:
                 text, pair = item, None
             pairs.append((_text(text, i), None if pair is None else _text(pair, i, "text_pair")))
-        examples = self._examples(pairs)
+        examples = [self.spec.inference_example(i, {"text": text, "text_pair": pair})
+                    for i, (text, pair) in enumerate(pairs)]
         if self.pipe.long_text == "windows":
             return self._windows(examples, pairs)
         features = self.spec.featurize(examples, self.pipe.tokenizer, self.pipe.max_length)
@@ -410,16 +399,6 @@ class _Classification(_Runner):
                 features.append(Feature({"input_ids": ids, "token_type_ids": [0] * len(ids)}, i))
             info.append({"truncated": False, "windows": len(starts)})
         return Prepared(examples, features, info)
-
-    def _examples(self, pairs: list[tuple[str, str | None]]) -> list[Any]:
-        """The examples the task's featurize reads: the classify family's own, else GLUE's."""
-        if self.spec.family == "classify":
-            from bertforge.tasks.classify import ClassifyExample
-
-            return [ClassifyExample(text, pair) for text, pair in pairs]
-        from bertforge.tasks.glue import GlueExample
-
-        return [GlueExample(str(i), text, pair, None) for i, (text, pair) in enumerate(pairs)]
 
     def _truncated(self, pair: tuple[str, str | None], feature: Feature) -> bool:
         if feature.length < self.pipe.max_length:
@@ -479,14 +458,12 @@ class _TokenClassification(_Runner):
     token_outputs = ("logits",)
 
     def prepare(self, inputs: list[Any]) -> Prepared:
-        from bertforge.tasks.ner import NerSentence
-
         pre_tokenize = self.pipe.tokenizer.backend.pre_tokenizer.pre_tokenize_str
         examples, info = [], []
         for i, item in enumerate(inputs):
             text = _text(item.get("text") if isinstance(item, dict) else item, i)
             words = pre_tokenize(text)  # [(word, (start, end))]
-            examples.append(NerSentence(str(i), [w for w, _ in words], [], [], [], 0))
+            examples.append(self.spec.inference_example(i, {"words": [w for w, _ in words]}))
             info.append({"text": text, "spans": [span for _, span in words]})
         features = self.spec.featurize(examples, self.pipe.tokenizer, self.pipe.max_length)
         return Prepared(examples, features, info)
@@ -557,8 +534,6 @@ class _QuestionAnswering(_Runner):
     token_outputs = ("start_logits", "end_logits")
 
     def prepare(self, inputs: list[Any]) -> Prepared:
-        from bertforge.tasks.squad import SquadExample
-
         examples = []
         for i, item in enumerate(inputs):
             if isinstance(item, dict):
@@ -568,7 +543,8 @@ class _QuestionAnswering(_Runner):
             else:
                 raise InputError(i, "bad_input", "a question-answering input is {'question': ..., 'context': ...} "
                                                  "or a (question, context) pair")
-            examples.append(SquadExample(str(i), "", _text(question, i, "question"), _text(context, i, "context")))
+            examples.append(self.spec.inference_example(i, {"question": _text(question, i, "question"),
+                                                             "context": _text(context, i, "context")}))
         features = self.spec.featurize(examples, self.pipe.tokenizer, self.pipe.max_length)
         for feature in features:
             if feature.meta.length == 0:
@@ -726,19 +702,18 @@ class _MultipleChoice(_Runner):
     """SWAG's four endings: each `[CLS] context [SEP] start ending [SEP]`, a softmax over their scores."""
 
     def prepare(self, inputs: list[Any]) -> Prepared:
-        from bertforge.tasks.swag import NUM_CHOICES, SwagExample
-
+        choices = self.spec.num_choices  # type: ignore[attr-defined]
         examples = []
         for i, item in enumerate(inputs):
             if not isinstance(item, dict) or not isinstance(item.get("endings"), list | tuple):
                 raise InputError(i, "bad_input", "a multiple-choice input is {'context': ..., 'start': ... "
                                                  "(optional), 'endings': [four texts]}")
             endings = [_text(e, i, f"ending{k}") for k, e in enumerate(item["endings"])]
-            if len(endings) != NUM_CHOICES:
-                raise InputError(i, "bad_input", f"{len(endings)} endings; the model chooses among {NUM_CHOICES}",
+            if len(endings) != choices:
+                raise InputError(i, "bad_input", f"{len(endings)} endings; the model chooses among {choices}",
                                  "endings")
-            start = item.get("start") or ""
-            examples.append(SwagExample(str(i), _text(item.get("context"), i, "context"), start, endings, None))
+            examples.append(self.spec.inference_example(i, {"context": _text(item.get("context"), i, "context"),
+                                                             "start": item.get("start") or "", "endings": endings}))
         return Prepared(examples, self.spec.featurize(examples, self.pipe.tokenizer, self.pipe.max_length))
 
     def finish(self, prepared: Prepared, outputs: list[dict[str, np.ndarray]], **options: Any) -> list[Any]:
@@ -892,5 +867,5 @@ class _CallableModule(types.ModuleType):
 
 sys.modules[__name__].__class__ = _CallableModule
 
-__all__ = ["FAMILY_TASKS", "TASK_NAMES", "InputError", "Pipeline", "Prepared", "canonical_task", "group_entities",
+__all__ = ["TASK_NAMES", "InputError", "Pipeline", "Prepared", "canonical_task", "group_entities",
            "count_truncated", "input_columns", "output_row", "pipeline", "predict_file", "read_task_file", "split_tag"]

@@ -38,11 +38,10 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from bertforge.finetuned import label_names_of, load_for_inference
-from bertforge.pipeline import FAMILY_TASKS, InputError, Pipeline, Prepared
+from bertforge.finetuned import TaskRecord, label_names_of, load_for_inference
+from bertforge.pipeline import InputError, Pipeline, Prepared, task_for
 from bertforge.precision import cpu_description, model_precision
 from bertforge.serve.batcher import DynamicBatcher
-from bertforge.tasks import make_task
 
 log = logging.getLogger(__name__)
 
@@ -390,13 +389,8 @@ class ModelService:
     def _pipeline(self, task: str, info: dict[str, Any], batch_size: int) -> Pipeline:
         """The pipeline of one endpoint: the model's fine-tuning task and settings where task.json has them."""
         kind = PIPELINE_TASKS[task]
-        family = info.get("family")
-        spec, max_length = None, None
-        if family and FAMILY_TASKS.get(family) == kind:
-            spec = make_task(family, info.get("task"), info.get("settings") or {})
-            max_length = info.get("max_length")
-        elif kind == "question-answering" and self.config.extra.get("version_2_with_negative"):
-            spec = make_task("squad", "v2.0")
+        spec = task_for(kind, TaskRecord.from_dict(info) if info else None)
+        max_length = info.get("max_length") if spec is not None else None
         windows = {"long_text": self.long_text} if kind == "text-classification" else {}
         return Pipeline(self._model, self.tokenizer, kind, spec=spec, max_length=max_length, batch_size=batch_size,
                         device=str(self.device), **windows)

@@ -260,6 +260,27 @@ class Task(ABC):
     # task settings offered as command-line options: name -> (type, help); their defaults are the task's
     setting_options: ClassVar[dict[str, tuple[type, str]]] = {}
 
+    # ---- inference: what the pipeline, `predict --input` and `serve` ask of a task
+    # The pipeline task this family answers (text-classification, token-classification,
+    # question-answering, multiple-choice); None for a family that only fine-tunes and evaluates.
+    inference_task: ClassVar[str | None] = None
+    # The family whose pre- and post-processing run a checkpoint of that pipeline task that has no
+    # task.json (one family per pipeline task).
+    inference_default: ClassVar[bool] = False
+    # The message for a task asked for without its name (a family of several named tasks); None: the
+    # family's default task
+    requires_name: ClassVar[str | None] = None
+
+    @classmethod
+    def for_inference(cls, labels: Sequence[str], config: Any) -> Task:
+        """The task a checkpoint without task.json is run as, from its head's labels and config.json."""
+        return cls(settings={})  # type: ignore[call-arg]
+
+    def inference_example(self, index: int, fields: dict[str, Any]) -> Any:
+        """One input of the pipeline as this task's example. `fields` are what the pipeline task's
+        inputs hold: text and text_pair; words; question and context; context, start and endings."""
+        raise NotImplementedError(f"the {self.family} task family does not run in the pipeline")
+
     # ---- reader
     @abstractmethod
     def read(self, data_dir: str | Path, split: str) -> list[Any]:

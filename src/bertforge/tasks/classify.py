@@ -126,6 +126,10 @@ class Classify(Task):
 
     # ---- the head
     job = "sequence-classification"  # the model the task fine-tunes: the encoder plus this job's output layer
+    inference_task = "text-classification"
+
+    def inference_example(self, index: int, fields: dict[str, Any]) -> ClassifyExample:
+        return ClassifyExample(fields["text"], fields.get("text_pair"))
 
     @property
     def problem_type(self) -> str:

@@ -214,6 +214,16 @@ class Glue(Task):
         self.spec = GLUE_TASKS[self.name]
 
     job = "sequence-classification"  # the model the task fine-tunes: the encoder plus this job's output layer
+    inference_task = "text-classification"
+    inference_default = True
+    requires_name = "a GLUE task needs its name (CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI)"
+
+    @classmethod
+    def for_inference(cls, labels: Sequence[str], config: Any) -> Glue:
+        return cls("stsb" if len(labels) == 1 else "sst2")  # one output: a score, as STS-B
+
+    def inference_example(self, index: int, fields: dict[str, Any]) -> GlueExample:
+        return GlueExample(str(index), fields["text"], fields.get("text_pair"), None)
 
     @property
     def main_metric(self) -> str:

@@ -212,6 +212,11 @@ class Ner(Task):
     }
 
     job = "token-classification"  # the model the task fine-tunes: the encoder plus this job's output layer
+    inference_task = "token-classification"
+    inference_default = True
+
+    def inference_example(self, index: int, fields: dict[str, Any]) -> NerSentence:
+        return NerSentence(str(index), list(fields["words"]), [], [], [], 0)
 
     def read(self, data_dir: str | Path, split: str) -> list[NerSentence]:
         root = Path(data_dir)

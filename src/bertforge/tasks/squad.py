@@ -293,6 +293,15 @@ class Squad(Task):
             self.settings["version"] = versions[key]
 
     job = "question-answering"  # the model the task fine-tunes: the encoder plus this job's output layer
+    inference_task = "question-answering"
+    inference_default = True
+
+    @classmethod
+    def for_inference(cls, labels: Sequence[str], config: Any) -> Squad:
+        return cls("v2.0" if config.extra.get("version_2_with_negative") else "v1.1")
+
+    def inference_example(self, index: int, fields: dict[str, Any]) -> SquadExample:
+        return SquadExample(str(index), "", fields["question"], fields["context"])
 
     @property
     def version(self) -> str:

@@ -151,6 +151,12 @@ class Swag(Task):
     default_batch_size: ClassVar[int] = 16  # four (context, ending) rows per example
 
     job = "multiple-choice"  # the model the task fine-tunes: the encoder plus this job's output layer
+    inference_task = "multiple-choice"
+    inference_default = True
+    num_choices: ClassVar[int] = NUM_CHOICES
+
+    def inference_example(self, index: int, fields: dict[str, Any]) -> SwagExample:
+        return SwagExample(str(index), fields["context"], fields.get("start") or "", list(fields["endings"]), None)
 
     def read(self, data_dir: str | Path, split: str) -> list[SwagExample]:
         root = Path(data_dir)
