@@ -705,7 +705,7 @@ def _finetune_command(family: str) -> None:
 def _frozen_ner(recipe: Any, out: Path, strategy: str) -> None:
     """`finetune ner --frozen`: the feature-based tagger on the recipe's model, data and first seed."""
     from bertforge.features import STRATEGIES
-    from bertforge.tasks.frozen_ner import FrozenNerConfig, ablate
+    from bertforge.ablation import FrozenNerConfig, ablate
 
     if strategy not in STRATEGIES:
         raise ValueError(f"--strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
@@ -1079,7 +1079,7 @@ def ablate_features_command(
     from bertforge.checkpoint import CheckpointError
     from bertforge.features import STRATEGIES
     from bertforge.tasks.base import DataFormatError
-    from bertforge.tasks.frozen_ner import FrozenNerConfig, ablate
+    from bertforge.ablation import FrozenNerConfig, ablate
 
     if threads is not None:
         if threads < 1:

@@ -53,7 +53,7 @@ import numpy as np
 from bertforge.fileio import DataFormatError
 from bertforge.finetuned import TaskRecord, label_names_of, load_for_inference
 from bertforge.tasks import default_task_for, inference_task_of, make_task
-from bertforge.tasks.base import Feature, Task, collate
+from bertforge.tasks.base import Feature, Task, run_batches
 
 if TYPE_CHECKING:
     import torch
@@ -189,29 +189,16 @@ class Pipeline:
         Sorting by length puts rows of similar length in one batch, so little of each batch is padding;
         per-token outputs come back trimmed to the feature's own length.
         """
-        import torch
-
-        order = sorted(range(len(features)), key=lambda i: features[i].length)
-        results: list[dict[str, np.ndarray]] = [{} for _ in features]
         was_training = getattr(self.model, "training", False)
         if hasattr(self.model, "eval"):
             self.model.eval()
         try:
-            with torch.inference_mode():
-                for start in range(0, len(order), self.batch_size):
-                    indices = order[start:start + self.batch_size]
-                    batch = collate([features[i] for i in indices], self.tokenizer.pad_token_id, with_labels=False)
-                    outputs = self.runner.forward({k: v.to(self.device) for k, v in batch.items()}, **options)
-                    for name, tensor in outputs.items():
-                        values = tensor.float().cpu().numpy()
-                        for row, i in enumerate(indices):
-                            value = values[row]
-                            results[i][name] = value[:features[i].length] if name in self.runner.token_outputs \
-                                else value
+            return run_batches(features, lambda batch: self.runner.forward(batch, **options),
+                               token_outputs=self.runner.token_outputs, batch_size=self.batch_size,
+                               pad_id=self.tokenizer.pad_token_id, device=self.device)
         finally:
             if was_training and hasattr(self.model, "train"):
                 self.model.train(True)
-        return results
 
     def finish(self, prepared: Prepared, outputs: Sequence[dict[str, np.ndarray]], **options: Any) -> list[Any]:
         """One result per input of `prepared`, from the outputs of its features."""

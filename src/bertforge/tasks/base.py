@@ -7,7 +7,7 @@ driven by `bertforge.finetune`. A `Task` subclass says:
     read(data_dir, split)            -> examples          the reader (file:line errors: DataFormatError)
     job, label_names(examples)       -> the model job (its class comes from the checkpoint's family), its output labels
     featurize(examples, tokenizer)   -> [Feature]         model inputs + labels + what post-processing needs
-    collate(features)                -> batch dict        dynamic padding (shared default below)
+    (collate)                        -> batch dict        dynamic padding, shared by every task (`collate` below)
     postprocess(examples, features, outputs) -> predictions, one per example
     metric(examples, predictions)    -> {name: value}     the official definitions (`tasks.metrics`)
     main_metric                      -> name              the one of them that picks the best model
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -183,37 +183,47 @@ class TaskBatches:
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
 
 
-def run_model(model: torch.nn.Module, features: Sequence[Feature], output_names: Sequence[str], *,
-              token_outputs: Sequence[str] = (), batch_size: int = 64,
-              pad_id: int = 0) -> list[dict[str, np.ndarray]]:
-    """The head's outputs for every feature, in feature order.
+def run_batches(features: Sequence[Feature], forward: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]],
+                *, token_outputs: Sequence[str] = (), batch_size: int = 64, pad_id: int = 0,
+                device: torch.device | str | None = None) -> list[dict[str, np.ndarray]]:
+    """`forward`'s outputs for every feature, in feature order: the one batching helper of evaluation
+    and inference (the pipeline, serve).
 
-    Batches are formed in length order (little padding) and run without labels or gradients, in eval
-    mode; the caller's train/eval mode is restored. Outputs named in `token_outputs` are one value per
-    token and come back trimmed to the feature's own length T ((T,) or (T, num_labels)); the others as
-    the head gives them per row ((num_labels,), (C,)).
+    Batches are formed in length order (rows of similar length together, little padding), collated
+    without labels, moved to `device` and run without gradients. Outputs named in `token_outputs` are
+    one value per token and come back trimmed to the feature's own length T ((T,) or (T, num_labels));
+    the others as the head gives them per row ((num_labels,), (C,)).
     """
     import torch
 
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
     order = sorted(range(len(features)), key=lambda i: features[i].length)
     results: list[dict[str, np.ndarray]] = [{} for _ in features]
+    with torch.inference_mode():
+        for start in range(0, len(order), batch_size):
+            indices = order[start:start + batch_size]
+            batch = collate([features[i] for i in indices], pad_id, with_labels=False)
+            outputs = forward({k: v.to(device) for k, v in batch.items()} if device is not None else batch)
+            for name, tensor in outputs.items():
+                values = tensor.float().cpu().numpy()
+                for row, i in enumerate(indices):
+                    value = values[row]
+                    results[i][name] = value[:features[i].length] if name in token_outputs else value
+    return results
+
+
+def run_model(model: torch.nn.Module, features: Sequence[Feature], output_names: Sequence[str], *,
+              token_outputs: Sequence[str] = (), batch_size: int = 64,
+              pad_id: int = 0) -> list[dict[str, np.ndarray]]:
+    """The head's outputs `output_names` for every feature, in feature order (see `run_batches`), in
+    eval mode; the caller's train/eval mode is restored."""
+    was_training = model.training
+    model.eval()
     try:
-        with torch.no_grad():
-            for start in range(0, len(order), batch_size):
-                indices = order[start:start + batch_size]
-                batch = collate([features[i] for i in indices], pad_id, with_labels=False)
-                output = model(**{k: v.to(device) for k, v in batch.items()})
-                for name in output_names:
-                    values = getattr(output, name).float().cpu().numpy()
-                    for row, i in enumerate(indices):
-                        value = values[row]
-                        results[i][name] = value[:features[i].length] if name in token_outputs else value
+        return run_batches(features, lambda batch: {name: getattr(model(**batch), name) for name in output_names},
+                           token_outputs=token_outputs, batch_size=batch_size, pad_id=pad_id,
+                           device=next(model.parameters()).device)
     finally:
         model.train(was_training)
-    return results
 
 
 def max_context_score(position: int, window_start: int, window_length: int) -> float:
@@ -319,9 +329,6 @@ class Task(ABC):
                   label_names: Sequence[str] | None = None) -> list[Feature]:
         """Model inputs for `examples`; labels included when the examples have them."""
 
-    def collate(self, features: Sequence[Feature], pad_id: int = 0) -> dict[str, torch.Tensor]:
-        return collate(features, pad_id)
-
     # ---- post-process and metric
     @abstractmethod
     def postprocess(self, examples: Sequence[Any], features: Sequence[Feature],
@@ -381,5 +388,5 @@ class OwnFiles:
 
 __all__ = [
     "IGNORE_INDEX", "LABEL_KEYS", "DataFormatError", "Feature", "OwnFiles", "Task", "TaskBatches", "collate",
-    "max_context_score", "read_text_lines", "run_model", "subsample",
+    "max_context_score", "read_text_lines", "run_batches", "run_model", "subsample",
 ]
