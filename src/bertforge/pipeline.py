@@ -242,9 +242,9 @@ def read_task_file(model_dir: str | Path) -> dict[str, Any]:
 
 def _class_names(config: Any, jobs: Sequence[str]) -> list[str]:
     """The classes of `config`'s family that do these jobs, for messages."""
-    from bertforge.model.registry import model_class
+    from bertforge.model.registry import class_names
 
-    return list(dict.fromkeys(model_class(config.model_type, job).__name__ for job in jobs))
+    return class_names(config.model_type, jobs)
 
 
 def pipeline(model: str | Path, task: str | None = None, *, batch_size: int = 32, device: str | None = None,

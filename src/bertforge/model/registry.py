@@ -83,6 +83,14 @@ def register(family: Family) -> Family:
     return family
 
 
+def unregister(model_type: str) -> None:
+    """Remove a family and its model classes (a test's toy family, say)."""
+    _families.pop(model_type, None)
+    _modules_loaded.discard(model_type)
+    for key in [key for key in _classes if key[0] == model_type]:
+        _by_architecture.pop(_classes.pop(key).__name__, None)
+
+
 def register_model(cls: type) -> None:
     """Called by the model base class for every class that declares a `job` and a `model_type`."""
     job = getattr(cls, "job", None)
@@ -142,6 +150,18 @@ def jobs_of(model_type: str) -> list[str]:
     """The jobs `model_type`'s family has a class for, in JOBS order."""
     _import_models(family(model_type))
     return [job for job in JOBS if (model_type, job) in _classes]
+
+
+def class_names(model_type: str, jobs: Iterable[str]) -> list[str]:
+    """For messages: the classes of `model_type`'s family that do these jobs, or "a <job> model" where
+    the family has none."""
+    names = []
+    for job in jobs:
+        try:
+            names.append(model_class(model_type, job).__name__)
+        except UnknownFamilyError:
+            names.append(f"a {job} model (which the {model_type!r} family does not have)")
+    return list(dict.fromkeys(names))
 
 
 def class_for_architecture(name: str) -> type | None:
@@ -213,8 +233,9 @@ def config_fields(model_types: Iterable[str] | None = None) -> set[str]:
 
 
 __all__ = ["BUILTIN_FAMILIES", "DEFAULT_MODEL_TYPE", "JOBS", "Family", "UnknownFamilyError", "class_for_architecture",
+           "class_names",
            "config_fields", "config_from_dict", "families", "family", "from_preset", "job_of", "jobs_of",
-           "model_class", "preset_names", "presets", "public_name", "read_config_file", "register", "register_model",
+           "model_class", "preset_names", "presets", "public_name", "read_config_file", "register", "register_model", "unregister",
            "resolve_config"]
 
 
@@ -222,7 +243,10 @@ def public_name(name: str) -> Any:
     """A public name (class, preset table) defined by a registered family's package or model
     modules, for `from bertforge.model import <name>`; None if no family defines it."""
     for found in families().values():
-        package = importlib.import_module(found.config_class.__module__.rsplit(".", 1)[0])
+        try:
+            package = importlib.import_module(found.config_class.__module__.rsplit(".", 1)[0])
+        except ImportError:  # a family defined outside a package (a test's): its modules only
+            package = None
         if name in getattr(package, "__all__", ()):
             return getattr(package, name)
         for module in found.model_modules:

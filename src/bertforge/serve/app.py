@@ -419,9 +419,9 @@ class ModelService:
 
     def _class_names(self, jobs: tuple[str, ...]) -> list[str]:
         """The classes of this model's family that do these jobs, for messages."""
-        from bertforge.model.registry import model_class
+        from bertforge.model.registry import class_names
 
-        return list(dict.fromkeys(model_class(self.config.model_type, job).__name__ for job in jobs))
+        return class_names(self.config.model_type, jobs)
 
     def require(self, task: str) -> DynamicBatcher[Any, Any]:
         if task not in self.batchers and task not in TASK_MODELS:  # attention, refused by a fused-attention model
