@@ -55,7 +55,7 @@ import shutil
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,9 +63,9 @@ from typing import Any
 import numpy as np
 
 from bertforge.finetuned import TASK_FILE, TaskRecord, check_max_length, load_for_inference
+from bertforge.recipe import RUN_CONFIG_FILE, resolve, setting
 from bertforge.recipe import override as recipe_override
 from bertforge.recipe import save as save_recipe
-from bertforge.recipe import setting
 from bertforge.recipe import settings_of as recipe_settings
 from bertforge.tasks import FAMILIES, make_task
 from bertforge.tasks.base import Task, TaskBatches, run_model, subsample, task_title
@@ -73,7 +73,6 @@ from bertforge.train.config import OptimConfig, TrainConfig
 
 BEST_DIR = "best"
 RESULTS_FILE = "results.json"
-RUN_CONFIG_FILE = "run_config.yaml"
 # batches per length-sorted group with group_by_length (transformers' LengthGroupedSampler uses 50 too)
 LENGTH_GROUP_BATCHES = 50
 
@@ -198,7 +197,8 @@ class FinetuneRecipe:
     data: str | None = setting(None, help="The task's data directory (or file, for SQuAD; classify takes "
                                           "--train/--dev/--test files instead).")
     seeds: list[int] = setting(default_factory=lambda: [1], help="Comma-separated seeds, one run each.")
-    task_settings: dict[str, Any] = setting(default_factory=dict, help="Task options (SQuAD: doc_stride, ...).")
+    task_settings: dict[str, Any] = setting(default_factory=dict, help="Task options (SQuAD: doc_stride, ...).",
+                                            keys=lambda recipe: FAMILIES[recipe.family].setting_options)
     optim: FinetuneOptim = dataclasses.field(default_factory=FinetuneOptim)
     train: FinetuneLoop = dataclasses.field(default_factory=FinetuneLoop)
 
@@ -216,6 +216,25 @@ class FinetuneRecipe:
             max_length=self.train.max_length or task.default_max_length)
         return dataclasses.replace(self, task=self.task or task.name, task_settings=dict(task.settings),
                                    optim=optim, train=loop)
+
+
+def build_recipe(family: str, config: Any = None, options: Mapping[str, Any] = (),
+                 assignments: Iterable[str] = ()) -> FinetuneRecipe:
+    """What `bertforge finetune FAMILY` runs, resolved as every recipe is (`bertforge.recipe.resolve`):
+    the family's defaults, then the `config` recipe, then `options` by name (the family's own task
+    settings too: `doc_stride=64` sets `task_settings.doc_stride`), then `--set` assignments.
+
+    A family that is one task (`Task.single_task`: swag, tag, qa) names it; a recipe for another
+    family is refused.
+    """
+    if family not in FAMILIES:
+        raise ValueError(f"unknown task family {family!r}; choose one of {', '.join(FAMILIES)}")
+    base = {"family": family, "task": family if FAMILIES[family].single_task else None}
+    recipe = resolve(FinetuneRecipe, config, options, assignments, base=base)
+    if recipe.family != family:
+        where = config if config is not None else "the settings"
+        raise ValueError(f"{where}: the recipe is for `finetune {recipe.family}`, not `finetune {family}`")
+    return recipe
 
 
 # settings that change where or how visibly a run happens, not what it computes
@@ -598,5 +617,5 @@ def _write_json(path: Path, value: Any) -> None:
 
 
 __all__ = ["BEST_DIR", "FAMILIES", "RESULTS_FILE", "RUN_CONFIG_FILE", "TASK_FILE", "FinetuneLoop", "FinetuneOptim",
-           "FinetuneRecipe", "finetune", "hyperparameters", "load_for_task", "main_metric_key", "predict",
+           "FinetuneRecipe", "build_recipe", "finetune", "hyperparameters", "load_for_task", "main_metric_key", "predict",
            "reinitialize_top_layers", "run_finetune", "summarize"]

@@ -4,7 +4,7 @@
     result = pretrain("recipes/tiny-cpu.yaml", "data/gutenberg128", "runs/tiny", max_steps=200)
     result.final   # runs/tiny/final: Hugging Face layout, loads in transformers.BertForPreTraining
 
-A recipe is a YAML or JSON file with four sections, each optional:
+A recipe (`Recipe`) is a YAML or JSON file with four sections, each optional:
 
     model: {preset: tiny, hidden_dropout_prob: 0.1}   # or {config: path/config.json, ...}, or a full config
     data:  {batch_size: 32, ...}                       # DataOptions below
@@ -12,10 +12,12 @@ A recipe is a YAML or JSON file with four sections, each optional:
     train: {max_steps: 1000, precision: bf16, ...}     # bertforge.train.TrainConfig
 
 A preset name, a config.json or a checkpoint directory is accepted in place of a recipe (defaults for
-the rest). Keyword overrides name a field of any section (`lr=3e-4`, `batch_size=64`,
-`hidden_dropout_prob=0.0`); the names are unique across sections. The run directory receives
-`run_config.yaml`, the resolved recipe, which is itself a recipe: `pretrain("RUN/run_config.yaml", ...)`
-repeats the run. Vocabulary size and special ids always come from the data's tokenizer.
+the rest). It resolves like every job's recipe (`bertforge.recipe.resolve(Recipe, config, settings,
+assignments)`): settings are named by their own name in any section (`lr=3e-4`, `batch_size=64`), and
+the model section's config fields too (`hidden_dropout_prob=0.0`); the names are unique across
+sections. The run directory receives `run_config.yaml`, the resolved recipe, which is itself a
+recipe: `pretrain("RUN/run_config.yaml", ...)` repeats the run. Vocabulary size and special ids always
+come from the data's tokenizer.
 """
 
 from __future__ import annotations
@@ -29,14 +31,22 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import yaml
 
 from bertforge.config import IGNORE_INDEX, ModelConfig
-from bertforge.model.registry import config_fields, config_from_dict, model_class, resolve_config
 from bertforge.fileio import write_text_atomic
-from bertforge.recipe import from_mapping, override, read_mapping, setting
+from bertforge.model.registry import config_from_dict, model_class, resolve_config
+from bertforge.recipe import (
+    RUN_CONFIG_FILE,
+    RecipeError,
+    override,
+    read_mapping,
+    resolve,
+    setting,
+    setting_names,
+)
 from bertforge.train.config import OptimConfig, TrainConfig
 
 if TYPE_CHECKING:  # torch is imported where it is used: the command line builds its options from Recipe
@@ -47,7 +57,6 @@ if TYPE_CHECKING:  # torch is imported where it is used: the command line builds
     from bertforge.train.distributed import DistContext
     from bertforge.train.loop import Batch, EvalFn
 
-RUN_CONFIG_FILE = "run_config.yaml"  # the resolved recipe, itself a recipe
 log = logging.getLogger(__name__)
 
 
@@ -73,11 +82,36 @@ class DataOptions:
 
 @dataclass
 class Recipe:
-    model: dict[str, Any] = field(default_factory=lambda: {"preset": "tiny"})
+    """Everything a pre-training run depends on; RUN/run_config.yaml holds it resolved."""
+
+    model: dict[str, Any] | str | None = setting(
+        default_factory=lambda: {"preset": "tiny"}, keys=lambda recipe: _model_settings(recipe.model),
+        help="The model: `preset` (tiny, mini, ..., base, large, modern-mini, ...) or `config` (a config.json or "
+             "checkpoint directory) and any config fields to change, or a whole config.")
     data: DataOptions = field(default_factory=DataOptions)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    source: str | None = None  # where the recipe came from (recorded in run_config.yaml)
+    source: str | None = setting(None, help="Where the recipe came from (recorded in run_config.yaml).")
+
+    # what run_config.yaml records beside the settings: facts about the run, skipped on reading
+    records: ClassVar[tuple[str, ...]] = ("data_dir", "dataset_options", "world_size", "init_from")
+
+    def __post_init__(self) -> None:
+        if self.model is None:
+            self.model = {"preset": "tiny"}
+        elif isinstance(self.model, str):  # `model: base` in a recipe file
+            self.model = {"config" if self.model.endswith(".json") else "preset": self.model}
+        _model_config(_model_base(self.model))  # a bad preset or config path fails here, before anything runs
+
+    @classmethod
+    def read_config(cls, spec: str | os.PathLike[str]) -> dict[str, Any]:
+        """The settings `--config SPEC` stands for: a recipe file's, or a preset name, a config.json or a
+        checkpoint directory as the model section (defaults for the rest)."""
+        path = Path(spec)
+        if path.suffix in (".yaml", ".yml") or (path.suffix == ".json" and path.is_file() and _is_recipe_json(path)):
+            return {"source": str(path), **read_mapping(path)}
+        key = "preset" if isinstance(spec, str) and not path.exists() else "config"
+        return {"model": {key: str(spec)}, "source": str(spec)}
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "data": dataclasses.asdict(self.data), "optim": dataclasses.asdict(self.optim),
@@ -90,62 +124,33 @@ class PretrainResult:
     train: TrainResult
 
 
-_SECTIONS = {"data": DataOptions, "optim": OptimConfig, "train": TrainConfig}
-_MODEL_FIELDS = config_fields()  # of every registered family
-_FIELD_SECTION = {f.name: name for name, cls in _SECTIONS.items() for f in dataclasses.fields(cls)}
-assert len(_FIELD_SECTION) == sum(len(dataclasses.fields(c)) for c in _SECTIONS.values()), "field names must be unique"
-assert not _MODEL_FIELDS & _FIELD_SECTION.keys(), "model field names must not clash with recipe fields"
-
-
 # ------------------------------------------------------------------------------------------------
 # recipes
 # ------------------------------------------------------------------------------------------------
 def load_recipe(spec: str | os.PathLike[str] | Recipe) -> Recipe:
-    """A recipe from a YAML/JSON recipe file, or defaults around a preset / config.json / checkpoint dir."""
-    if isinstance(spec, Recipe):
-        return spec
-    path = Path(spec)
-    if path.suffix in (".yaml", ".yml") or (path.suffix == ".json" and path.is_file() and _is_recipe_json(path)):
-        if not path.is_file():
-            raise ValueError(f"recipe {path} does not exist")
-        return recipe_from_dict(read_mapping(path), source=str(path))
-    resolve_config(spec)  # fails early, with its own message, on a bad preset or path
-    key = "preset" if isinstance(spec, str) and not path.exists() else "config"
-    return Recipe(model={key: str(spec)}, source=str(spec))
+    """A recipe from a YAML/JSON recipe file, or defaults around a preset / config.json / checkpoint dir
+    (`resolve(Recipe, spec)`, which also takes settings and `--set` assignments)."""
+    return resolve(Recipe, spec)
 
 
 def recipe_from_dict(data: dict[str, Any], source: str = "<dict>") -> Recipe:
-    # run_config.yaml adds facts about the run; they are records, not settings
-    unknown = set(data) - {"model", "data", "optim", "train", "source", "data_dir", "dataset_options", "world_size"}
-    if unknown:
-        raise ValueError(f"{source}: unknown recipe sections {sorted(unknown)} (expected model, data, optim, train)")
-    sections: dict[str, Any] = {}
-    for name, cls in _SECTIONS.items():
-        values = data.get(name) or {}
-        names = {f.name for f in dataclasses.fields(cls)}
-        if set(values) - names:
-            raise ValueError(f"{source}: unknown {name} fields {sorted(set(values) - names)}; known: {sorted(names)}")
-        sections[name] = from_mapping(cls, values, f"{source}: {name}")
-    model = data.get("model") or {"preset": "tiny"}
-    if isinstance(model, str):
-        model = {"preset": model} if not model.endswith(".json") else {"config": model}
-    return Recipe(model=dict(model), source=data.get("source") or source, **sections)
+    """A recipe from nested mappings, as a recipe file holds them (`resolve(Recipe, data)`)."""
+    for name, section in (("data", DataOptions), ("optim", OptimConfig), ("train", TrainConfig)):
+        given, known = data.get(name) or {}, {f.name for f in dataclasses.fields(section)}
+        if isinstance(given, dict) and set(given) - known:  # this function's own wording of the error
+            raise RecipeError(f"{source}: unknown {name} fields {sorted(set(given) - known)}; known: {sorted(known)}")
+    return resolve(Recipe, {**data, "source": data.get("source") or source})
 
 
 def with_overrides(recipe: Recipe, **overrides: Any) -> Recipe:
-    """A copy with fields replaced by name, whichever section holds them (model fields included)."""
-    model = dict(recipe.model)
-    settings: dict[str, Any] = {}
-    for name, value in overrides.items():
-        if value is None:
-            continue
-        if name in _MODEL_FIELDS:
-            model[name] = value
-        elif name in _FIELD_SECTION:
-            settings[name] = value
-        else:
-            raise ValueError(f"unknown recipe field {name!r}")
-    return dataclasses.replace(override(recipe, settings, source="recipe override"), model=model)
+    """A copy with settings replaced by name, whichever section holds them (model fields included);
+    None leaves a setting as it is (`override(recipe, settings)` from `bertforge.recipe`)."""
+    values = {name: value for name, value in overrides.items() if value is not None}
+    known = setting_names(recipe)
+    for name in values:
+        if name not in known:
+            raise RecipeError(f"unknown recipe field {name!r}")
+    return override(recipe, values, source="recipe override")
 
 
 def _is_recipe_json(path: Path) -> bool:
@@ -153,22 +158,44 @@ def _is_recipe_json(path: Path) -> bool:
     return bool({"model", "train", "optim", "data"} & set(data))
 
 
+def _model_config(section: dict[str, Any]) -> ModelConfig:
+    """The config a recipe's model section describes; the one place here that knows the config classes.
+
+    `preset` or `config` (a preset name, a config.json or a checkpoint directory) with fields replaced
+    (a field its family does not have is kept in `extra`, as config.json keeps unknown keys), or the
+    fields of a whole config, whose `model_type` picks the family.
+    """
+    section = dict(section)
+    base = section.pop("preset", None) or section.pop("config", None)
+    if base is None:
+        return config_from_dict(section, source="recipe model section")  # either family, by model_type
+    fields = {f.name for f in dataclasses.fields(resolve_config(base))} - {"extra"}  # of its family
+    config = resolve_config(base, **{k: v for k, v in section.items() if k in fields})
+    config.extra.update({k: v for k, v in section.items() if k not in fields})
+    return config
+
+
+def _model_base(section: dict[str, Any]) -> dict[str, Any]:
+    """What in a model section picks the family and the config to start from: its `preset` or `config`,
+    or all of it when it is a whole config. (The other fields are checked with the data's vocabulary.)"""
+    base = {key: section[key] for key in ("preset", "config") if section.get(key) is not None}
+    return base or section
+
+
+def _model_settings(section: dict[str, Any]) -> list[str]:
+    """The names the model section takes one at a time: `preset`, `config` and its family's config fields."""
+    config = _model_config(_model_base(section))
+    return ["preset", "config", *(f.name for f in dataclasses.fields(config) if f.name != "extra")]
+
 
 def model_config(recipe: Recipe, tokenizer_facts: dict[str, Any], max_seq_length: int) -> ModelConfig:
     """The recipe's model section, with the vocabulary size and padding id of the data's tokenizer."""
     section = dict(recipe.model)
-    base = section.pop("preset", None) or section.pop("config", None)
     vocab = tokenizer_facts["vocab_size"]
     if section.get("vocab_size", vocab) != vocab:
         raise ValueError(f"the recipe's vocab_size {section['vocab_size']} differs from the data's tokenizer ({vocab})")
     section.update(vocab_size=vocab, pad_token_id=tokenizer_facts["pad_id"])
-    if base is not None:
-        fields = {f.name for f in dataclasses.fields(resolve_config(base))} - {"extra"}  # of its family
-        extra = {k: v for k, v in section.items() if k not in fields}
-        config = resolve_config(base, **{k: v for k, v in section.items() if k in fields})
-        config.extra.update(extra)
-    else:
-        config = config_from_dict(section, source="recipe model section")  # either family, by model_type
+    config = _model_config(section)
     if config.max_position_embeddings < max_seq_length:
         raise ValueError(f"the data has sequences of {max_seq_length} tokens but the model only "
                          f"{config.max_position_embeddings} positions (max_position_embeddings)")
@@ -398,7 +425,8 @@ def pretrain(
     it and share the data's vocabulary. The optimiser, schedule and data position start afresh;
     `resume` continues this run's own checkpoints and takes precedence.
     """
-    recipe = with_overrides(load_recipe(config), max_steps=max_steps, **overrides)
+    settings = {name: value for name, value in {"max_steps": max_steps, **overrides}.items() if value is not None}
+    recipe = resolve(Recipe, config, settings, given_as="pretrain(): {name}")
     data_dir, out_dir = Path(data_dir), Path(out_dir)
     info = read_dataset_info(data_dir)
     options = info["options"]

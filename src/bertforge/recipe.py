@@ -8,10 +8,25 @@ command-line options, which are generated from the fields (`bertforge.cli`). Eac
 one place: the field, or, where the field's default is None, the declaration it names (a task's
 `default_lr`, say).
 
-    from bertforge.recipe import load, save, override
+Every job resolves its settings the same way, through `resolve`: the fields' defaults, then the
+`--config` file, then the settings given by name (command-line options, keyword arguments), then
+`--set` assignments, each later one winning:
+
+    from bertforge.recipe import load, override, resolve, save
+    recipe = resolve(FinetuneRecipe, "recipes/finetune/mrpc.yaml", {"epochs": 2}, ["lr=3e-5"])
     recipe = load(FinetuneRecipe, "recipes/finetune/mrpc.yaml")      # unknown keys fail, located
     recipe = override(recipe, {"lr": "3e-5"}, source="--set")         # "3e-5" coerced to float
     save(recipe, "runs/mrpc/run_config.yaml")                         # the resolved recipe, reloadable
+
+What a recipe class may declare beyond its fields:
+
+- a mapping setting whose entries are settings of their own (pre-training's `model` section: config
+  fields; fine-tuning's `task_settings`) names them with `setting(keys=...)`; `--set hidden_size=256`
+  or `--set model.hidden_size=256` then sets one entry, and the class's own checks judge the values;
+- `records`: keys a saved `run_config.yaml` holds as facts about a run (the data directory, the world
+  size), not settings; reading skips them;
+- `read_config(spec)`, a classmethod: what a `--config` value that is not a recipe file means (the
+  pre-training recipe takes a preset name, a config.json or a checkpoint directory there).
 
 This module knows no job: it reads, checks, coerces and writes dataclasses.
 """
@@ -22,7 +37,7 @@ import dataclasses
 import difflib
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,6 +46,7 @@ from bertforge.fileio import write_text_atomic
 
 T = TypeVar("T")
 _NONE = type(None)
+RUN_CONFIG_FILE = "run_config.yaml"  # every run directory's resolved recipe, itself a recipe
 
 
 class RecipeError(ValueError):
@@ -38,9 +54,13 @@ class RecipeError(ValueError):
 
 
 def setting(default: Any = dataclasses.MISSING, *, help: str, aliases: tuple[str, ...] = (),
-            default_factory: Any = dataclasses.MISSING) -> Any:
-    """A dataclass field with its help text (shown by `--help`) and extra command-line spellings."""
-    metadata = {"help": help, "aliases": aliases}
+            default_factory: Any = dataclasses.MISSING, keys: Callable[[Any], Iterable[str]] | None = None) -> Any:
+    """A dataclass field with its help text (shown by `--help`) and extra command-line spellings.
+
+    `keys`, for a mapping whose entries are settings too: the entry names it takes, as a function of
+    the recipe (or section) that holds it. Those names are then set one entry at a time, by name or
+    by path (`hidden_size=256`, `model.hidden_size=256`)."""
+    metadata = {"help": help, "aliases": aliases, "keys": keys}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -62,6 +82,11 @@ class Setting:
     @property
     def aliases(self) -> tuple[str, ...]:
         return tuple(self.field.metadata.get("aliases", ()))
+
+    @property
+    def keys(self) -> Callable[[Any], Iterable[str]] | None:
+        """For a mapping of settings: the entry names it takes, given the object holding it."""
+        return self.field.metadata.get("keys")
 
     @property
     def default(self) -> Any:
@@ -212,27 +237,97 @@ def to_mapping(recipe: Any) -> dict[str, Any]:
 
 def override(recipe: T, values: Mapping[str, Any], source: str = "<override>") -> T:
     """A copy with settings replaced, each named by its name (`lr`) or its path (`optim.lr`)."""
+    draft = _Draft(type(recipe), recipe)
+    draft.set(values, source)
+    return draft.recipe
+
+
+def setting_names(recipe: Any) -> list[str]:
+    """Every name `override` and `--set` take for `recipe`: its settings, then the entries its mappings of
+    settings take (the pre-training model section's config fields, a task family's settings)."""
     settings = settings_of(type(recipe))
-    changes: dict[tuple[str, ...], Any] = {}
-    for key, value in values.items():
-        name = key.rpartition(".")[2]
-        found = settings.get(name)
-        if found is None or (key != name and ".".join(found.path) != key):
-            raise RecipeError(f"{source}: unknown setting {key!r}{_suggest(name, settings)}")
-        changes[found.path] = coerce(value, found.type, f"{source}: {key}")
-    return _replace_paths(recipe, changes, source)
+    names = list(settings)
+    for mapping in settings.values():
+        if mapping.keys is not None:
+            names += [key for key in mapping.keys(_holder(recipe, mapping.path)) if key not in names]
+    return names
 
 
-def _replace_paths(recipe: T, changes: dict[tuple[str, ...], Any], source: str) -> T:
-    direct = {path[0]: value for path, value in changes.items() if len(path) == 1}
-    nested: dict[str, dict[tuple[str, ...], Any]] = {}
-    for path, value in changes.items():
-        if len(path) > 1:
-            nested.setdefault(path[0], {})[path[1:]] = value
-    for section, inner in nested.items():
-        direct[section] = _replace_paths(getattr(recipe, section), inner, f"{source}: {section}")
-    values = {f.name: getattr(recipe, f.name) for f in dataclasses.fields(recipe) if f.init}
-    return _build(type(recipe), {**values, **direct}, source)
+def _holder(recipe: Any, path: tuple[str, ...]) -> Any:
+    """The recipe or section holding the field at `path`."""
+    for part in path[:-1]:
+        recipe = getattr(recipe, part)
+    return recipe
+
+
+def _locate(recipe: Any, key: str, value: Any, source: str) -> tuple[tuple[str, ...], Any]:
+    """Where `key = value` goes in `recipe`: the path of the field it sets and the field's new value."""
+    settings = settings_of(type(recipe))
+    name = key.rpartition(".")[2]
+    found = settings.get(name)
+    if found is not None and key in (name, ".".join(found.path)):
+        return found.path, coerce(value, found.type, f"{source}: {key}")
+    for mapping in settings.values():  # an entry of a mapping of settings: model.hidden_size
+        if mapping.keys is None or key not in (name, ".".join((*mapping.path, name))):
+            continue
+        holder = _holder(recipe, mapping.path)
+        if name in mapping.keys(holder):
+            return mapping.path, {**(getattr(holder, mapping.name) or {}), name: value}
+    raise RecipeError(f"{source}: unknown setting {key!r}{_suggest(name, setting_names(recipe))}")
+
+
+def _set_path(values: Mapping[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    """A copy of the nested `values` with the one at `path` replaced."""
+    out = dict(values)
+    out[path[0]] = value if len(path) == 1 else _set_path(out.get(path[0]) or {}, path[1:], value)
+    return out
+
+
+class _Draft:
+    """A recipe being resolved: the values set so far, nested like the recipe, and the recipe they make.
+
+    Only what was set is kept, and each step builds the recipe afresh from it, so a default that
+    depends on other settings (prepare's `dupe_factor` on `masking`) follows the final values instead
+    of being fixed by an earlier step. Each step checks what it set, so an error names its source.
+    """
+
+    def __init__(self, cls: type[T], base: Any = None) -> None:
+        self.cls = cls
+        self.values: dict[str, Any] = {} if base is None else _config_data(cls, base)
+        self.recipe = from_mapping(cls, self.values, "<defaults>")
+
+    def merge(self, data: Mapping[str, Any], source: str) -> None:
+        """Settings nested as in a recipe file; facts a run recorded beside them (`records`) are skipped."""
+        if isinstance(data, Mapping):
+            records = getattr(self.cls, "records", ())
+            data = {key: value for key, value in data.items() if key not in records}
+        self.values = _merged(self.cls, self.values, data)
+        self.recipe = from_mapping(self.cls, self.values, source)
+
+    def set(self, values: Mapping[str, Any], source: str) -> None:
+        """Settings by name or path: the recipe's own first, then entries of its mappings of settings,
+        one at a time (which entries a mapping takes may depend on the rest: the task family's)."""
+        settings = settings_of(self.cls)
+        own = {key: value for key, value in values.items() if key.rpartition(".")[2] in settings}
+        for key, value in own.items():
+            self.values = _set_path(self.values, *_locate(self.recipe, key, value, source))
+        if own:
+            self.recipe = from_mapping(self.cls, self.values, source)
+        for key, value in values.items():
+            if key not in own:
+                self.values = _set_path(self.values, *_locate(self.recipe, key, value, source))
+                self.recipe = from_mapping(self.cls, self.values, source)
+
+
+def _config_data(cls: type, config: Any) -> dict[str, Any]:
+    """The settings a `--config` value stands for: a recipe of `cls` as it is, a mapping, or a file (or
+    what the class's `read_config` makes of the value)."""
+    if isinstance(config, cls):
+        return to_mapping(config)
+    if isinstance(config, Mapping):
+        return dict(config)
+    reader = getattr(cls, "read_config", None)
+    return dict(reader(config)) if reader is not None else read_mapping(config)
 
 
 def parse_assignments(items: Iterable[str], source: str = "--set") -> dict[str, Any]:
@@ -276,7 +371,8 @@ def read_mapping(path: str | Path) -> dict[str, Any]:
 
 
 def load(cls: type[T], path: str | Path) -> T:
-    return from_mapping(cls, read_mapping(path), source=str(path))
+    """The recipe a file holds (a run's `run_config.yaml` too), checked; unknown keys fail, located."""
+    return resolve(cls, Path(path))
 
 
 def dump(recipe: Any) -> str:
@@ -292,22 +388,28 @@ def save(recipe: Any, path: str | Path, header: str = "") -> Path:
     return Path(path)
 
 
-def resolve(cls: type[T], config: str | Path | None, given: Mapping[str, Any] = (),
-            assignments: Iterable[str] = (), base: T | None = None) -> T:
-    """What a command runs: the defaults (or `base`), then the `config` file, then the options the user
-    gave (`given`, by setting name), then `--set` assignments, each later one winning."""
-    recipe = base if base is not None else cls()
+def resolve(cls: type[T], config: Any = None, given: Mapping[str, Any] = (), assignments: Iterable[str] = (),
+            base: Any = None, *, given_as: str = "option --{flag}") -> T:
+    """What a job runs, resolved in the same order for every job, each later step winning:
+
+    1. the fields' defaults (or `base`: a recipe of `cls` or a mapping of settings to start from);
+    2. `config`: a recipe file (or what `cls.read_config` makes of the value), a mapping, or a recipe;
+    3. `given`: settings by name or path, one at a time (a command's options, a function's keyword
+       arguments; `given_as` names them in errors, with `{name}` or `{flag}`);
+    4. `assignments`: `--set key=value` strings, values read as YAML.
+
+    Every value is checked and coerced as it comes, and the recipe is built once more from all of them
+    at each step, so a setting's derived default follows the final values.
+    """
+    draft = _Draft(cls, base)
     if config is not None:
-        recipe = _merge(recipe, read_mapping(config), str(config))
+        draft.merge(_config_data(cls, config), "<recipe>" if isinstance(config, cls | Mapping) else str(config))
     for name, value in dict(given).items():  # one at a time, so that an error names its option
-        recipe = override(recipe, {name: value}, source=f"option --{name.replace('_', '-')}")
+        draft.set({name: value}, given_as.format(name=name, flag=name.replace("_", "-")))
     values = parse_assignments(assignments)
-    return override(recipe, values, source="--set") if values else recipe
-
-
-def _merge(recipe: T, data: Mapping[str, Any], source: str) -> T:
-    """`recipe` with the settings `data` names (nested like the recipe) replaced, checked as in `from_mapping`."""
-    return from_mapping(type(recipe), _merged(type(recipe), to_mapping(recipe), data), source)
+    if values:
+        draft.set(values, "--set")
+    return draft.recipe
 
 
 def _merged(cls: type, base: dict[str, Any], data: Mapping[str, Any]) -> dict[str, Any]:
@@ -322,5 +424,6 @@ def _merged(cls: type, base: dict[str, Any], data: Mapping[str, Any]) -> dict[st
     return out
 
 
-__all__ = ["RecipeError", "Setting", "coerce", "dump", "from_mapping", "load", "override", "parse_assignments",
-           "read_mapping", "resolve", "save", "setting", "settings_of", "to_mapping"]
+__all__ = ["RUN_CONFIG_FILE", "RecipeError", "Setting", "coerce", "dump", "from_mapping", "load", "override",
+           "parse_assignments", "read_mapping", "resolve", "save", "setting", "setting_names", "settings_of",
+           "to_mapping"]

@@ -68,15 +68,13 @@ from bertforge.data.records import BAD_RECORDS_POLICIES, parquet_layout
 from bertforge.data.shards import ShardWriter, read_json, shard_name, token_dtype
 from bertforge.data.sources import cut_ranges, expand_inputs, input_bodies, read_blocks
 from bertforge.fileio import atomic_path, write_text_atomic
-from bertforge.recipe import override as recipe_override
+from bertforge.recipe import RUN_CONFIG_FILE, resolve, setting
 from bertforge.recipe import save as save_recipe
-from bertforge.recipe import setting
 
 __all__ = ["MASKING_MODES", "RUN_CONFIG_FILE", "DataWarning", "PrepareOptions", "merge_parts", "parse_part", "prepare"]
 
 MASKING_MODES = ("static", "dynamic")
 DATASET_FORMAT = "bertforge-pretraining-data"
-RUN_CONFIG_FILE = "run_config.yaml"  # the resolved PrepareOptions
 VALIDATION_SEED = 20181011  # fixed: validation instances and masks do not depend on `seed`
 _POOL_SEED = 7  # fixed: which blocks the NotNext pool keeps does not depend on `seed` either
 _PREFILL_PROBES = 16
@@ -325,16 +323,22 @@ def merge_parts(data_dir: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _prepare_options(inputs: Any, tokenizer_dir: Any, settings: dict[str, Any]) -> PrepareOptions:
-    """The options of one `prepare` call: a `PrepareOptions` as is, or one built from paths and settings."""
+    """The options of one `prepare` call: a `PrepareOptions` (with any settings replaced), or the inputs,
+    the tokenizer and the settings by name, resolved as every recipe is (`bertforge.recipe.resolve`)."""
     if isinstance(inputs, PrepareOptions):
-        base = inputs if tokenizer_dir is None else dataclasses.replace(inputs, tokenizer=str(tokenizer_dir))
-        return recipe_override(base, settings, source="prepare()") if settings else base
-    paths = [inputs] if isinstance(inputs, str | os.PathLike) else list(inputs)
-    settings = {"inputs": [str(p) for p in paths], "tokenizer": None if tokenizer_dir is None else str(tokenizer_dir),
-                **{k: ([str(p) for p in v] if k == "validation_inputs" else v) for k, v in settings.items()}}
-    recipe = recipe_override(PrepareOptions(), settings, source="prepare()")
+        given = {**({} if tokenizer_dir is None else {"tokenizer": str(tokenizer_dir)}), **settings}
+        recipe = resolve(PrepareOptions, inputs, given, given_as="prepare(): {name}")
+    else:
+        paths = [inputs] if isinstance(inputs, str | os.PathLike) else list(inputs)
+        given = {"inputs": [str(p) for p in paths], "tokenizer": None if tokenizer_dir is None else str(tokenizer_dir),
+                 **{k: ([str(p) for p in v] if k == "validation_inputs" else v) for k, v in settings.items()}}
+        recipe = resolve(PrepareOptions, None, given, given_as="prepare(): {name}")
     if recipe.tokenizer is None:
-        raise ValueError("prepare needs a tokenizer directory (tokenizer_dir, --tokenizer)")
+        raise ValueError("no tokenizer: give --tokenizer DIR (or tokenizer: in the recipe, tokenizer_dir in Python)")
+    if not Path(recipe.tokenizer).is_dir():
+        raise ValueError(f"--tokenizer {recipe.tokenizer}: no such directory")
+    if not recipe.inputs:
+        raise ValueError("no input: give --input FILE_OR_DIR (or inputs: in the recipe)")
     return recipe
 
 

@@ -269,6 +269,8 @@ class Task(ABC):
     reads_data_dir: ClassVar[bool] = True
     # task settings offered as command-line options: name -> (type, help); their defaults are the task's
     setting_options: ClassVar[dict[str, tuple[type, str]]] = {}
+    single_task: ClassVar[bool] = False  # True: the family is one task, named after it (no task to choose)
+    command_help: ClassVar[str] = ""  # `bertforge finetune FAMILY --help` (empty: the class's docstring)
 
     # ---- inference: what the pipeline, `predict --input` and `serve` ask of a task
     # The pipeline task this family answers (text-classification, token-classification,
@@ -367,6 +369,7 @@ class OwnFiles:
     (mixed in before the benchmark task they build on: `class Tag(OwnFiles, Ner)`)."""
 
     reads_data_dir: ClassVar[bool] = False
+    single_task: ClassVar[bool] = True
     settings: dict[str, Any]
 
     def eval_splits(self) -> tuple[str, ...]:

@@ -91,6 +91,13 @@ class Classify(Task):
     settings: dict[str, Any] = field(default_factory=dict)
 
     family: ClassVar[str] = "classify"
+    command_help: ClassVar[str] = """Fine-tune text classification on your own CSV / TSV / JSONL / Parquet files: single-label
+    (string or integer labels), multi-label (a list, or --label-delimiter), regression (numbers), sentence
+    pairs (--pair-column). Writes per-class scores, a confusion matrix and predictions with label names.
+
+    Example: `bertforge finetune classify --model models/minilm --train reviews.csv --dev reviews-dev.csv --out runs/reviews`
+    Pairs, multi-label: `bertforge finetune classify --model models/minilm --train train.jsonl --dev dev.jsonl --text-column question --pair-column answer --label-column tags --label-delimiter , --out runs/tags`
+    """
     reads_data_dir: ClassVar[bool] = False  # the files are settings (--train/--dev/--test), not a data directory
     setting_options: ClassVar[dict[str, tuple[type, str]]] = {
         "train": (str, "Training file: .csv, .tsv, .jsonl (also .gz/.bz2/.xz/.zst) or .parquet."),

@@ -204,6 +204,11 @@ class Glue(Task):
     """
 
     family: ClassVar[str] = "glue"
+    command_help: ClassVar[str] = """Fine-tune on a GLUE task (sequence classification; STS-B regression) and score its dev set.
+
+    Example: `bertforge finetune glue --task RTE --model models/minilm --data data/glue --out runs/rte --seeds 1,2,3`
+    From a bundled recipe: `bertforge finetune glue --config recipes/finetune/mrpc.yaml --set lr=3e-5 --model models/minilm --data data/glue --out runs/mrpc`
+    """
     default_max_length: ClassVar[int] = 128
 
     def __post_init__(self) -> None:

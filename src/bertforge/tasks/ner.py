@@ -205,6 +205,12 @@ class Ner(Task):
 
     name: str = "conll2003"
     family: ClassVar[str] = "ner"
+    command_help: ClassVar[str] = """Fine-tune token classification on CoNLL-2003 (IOB2 tags, first sub-token labelled) and report
+    conlleval's entity-level F1 on the dev set. With --frozen, the paper's feature-based set-up instead.
+
+    Example: `bertforge finetune ner --model models/minilm --data data/conll2003 --out runs/ner`
+    Feature-based: `bertforge finetune ner --frozen --strategy sum_last_four --model models/minilm --data data/conll2003 --out runs/ner-frozen`
+    """
     default_lr: ClassVar[float] = 5e-5
     token_outputs: ClassVar[tuple[str, ...]] = ("logits",)
     setting_options: ClassVar[dict[str, tuple[type, str]]] = {

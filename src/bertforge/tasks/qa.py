@@ -47,6 +47,12 @@ class Qa(OwnFiles, Squad):
 
     name: str = "qa"
     family: ClassVar[str] = "qa"
+    command_help: ClassVar[str] = """Fine-tune extractive QA on your own files: SQuAD-format .json (v1 or v2) or .jsonl / .parquet rows
+    {id, question, context, answers: {text: [...], answer_start: [...]}} (empty lists: no answer). Reports
+    SQuAD EM / F1; with unanswerable questions the no-answer threshold is tuned on dev and saved.
+
+    Example: `bertforge finetune qa --train train.jsonl --dev dev.jsonl --model models/minilm --out runs/qa`
+    """
     main_metric: ClassVar[str] = "f1"
     setting_options: ClassVar[dict[str, tuple[type, str]]] = {
         "train": (str, "Training file: SQuAD-format .json, or .jsonl / .parquet rows {id, question, context, "

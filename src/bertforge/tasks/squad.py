@@ -270,6 +270,11 @@ class Squad(Task):
 
     name: str = "squad"
     family: ClassVar[str] = "squad"
+    command_help: ClassVar[str] = """Fine-tune span QA on SQuAD v1.1 or v2.0 and report the official EM / F1 (v2.0: also the tuned
+    no-answer threshold, saved with the model).
+
+    Example: `bertforge finetune squad --model models/minilm --data data/squad/dev-v1.1.json --train-articles 38 --out runs/squad`
+    """
     default_max_length: ClassVar[int] = 384
     default_lr: ClassVar[float] = 5e-5
     output_names: ClassVar[tuple[str, ...]] = ("start_logits", "end_logits")

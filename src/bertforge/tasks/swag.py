@@ -148,6 +148,11 @@ class Swag(Task):
 
     name: str = "swag"
     family: ClassVar[str] = "swag"
+    command_help: ClassVar[str] = """Fine-tune multiple choice on SWAG (four endings, softmax over their [CLS] scores); reports accuracy.
+
+    Example: `bertforge finetune swag --model models/minilm --data data/swag --out runs/swag`
+    """
+    single_task: ClassVar[bool] = True
     default_batch_size: ClassVar[int] = 16  # four (context, ending) rows per example
 
     job = "multiple-choice"  # the model the task fine-tunes: the encoder plus this job's output layer

@@ -243,6 +243,13 @@ class Tag(OwnFiles, Ner):
 
     name: str = "tag"
     family: ClassVar[str] = "tag"
+    command_help: ClassVar[str] = """Fine-tune token tagging on your own files: CoNLL-style column files or .jsonl / .parquet rows of
+    tokens and tags, any entity types, IOB1, IOB2 (BIO) or BIOES (detected). The model trains on IOB2;
+    dev is scored with conlleval's entity F1 (per type too) and token accuracy.
+
+    Example: `bertforge finetune tag --train train.jsonl --dev dev.jsonl --model models/minilm --out runs/tag`
+    Integer tags: `bertforge finetune tag --train train.parquet --dev dev.parquet --tag-column ner_tags --tag-names O,B-PER,I-PER --model models/minilm --out runs/tag`
+    """
     main_metric: ClassVar[str] = "f1"
     setting_options: ClassVar[dict[str, tuple[type, str]]] = {
         "train": (str, "Training file: a CoNLL-style column file, or .jsonl / .parquet rows of tokens and tags."),

@@ -18,8 +18,8 @@ from bertforge.checkpoint import KeyLayout
 from bertforge.model.base import EncoderOutput, PreTrainedModel
 from bertforge.model.bert.config import BertConfig
 from bertforge.model.bert.keys import LAYOUT
-from bertforge.model.bert.layers import Embeddings, EncoderLayer
-from bertforge.model.layers import PackedLayout
+from bertforge.model.bert.layers import Embeddings
+from bertforge.model.layers import EncoderLayer, PackedLayout, padding_bias
 
 # Our keys of the pooler, wherever the backbone sits.
 POOLER_KEYS = r"(^|\.)pooler\."
@@ -171,20 +171,3 @@ class BertModel(BertPreTrainedModel):
             hidden_states=tuple(all_hidden) if all_hidden is not None else None,
             attentions=tuple(all_attentions) if all_attentions is not None else None,
         )
-
-
-def padding_bias(attention_mask: torch.Tensor | None, dtype: torch.dtype, *,
-                 always: bool = False) -> torch.Tensor | None:
-    """(B, T) 1/0 mask -> (B, 1, 1, T) additive bias for the keys; None when nothing is padded.
-
-    A large negative number rather than -inf keeps a row whose keys are all padding finite
-    (softmax gives it a uniform distribution instead of NaN). Returning None for an unpadded batch
-    lets SDPA pick its mask-free kernels. Under `torch.compile` (and with `always`, for export) the
-    bias is always built: the data-dependent check would break the graph.
-    """
-    if attention_mask is None:
-        return None
-    if not always and not torch.compiler.is_compiling() and bool(attention_mask.all()):
-        return None
-    keep = attention_mask[:, None, None, :].to(dtype)  # (B, 1, 1, T)
-    return (1.0 - keep) * torch.finfo(dtype).min
