@@ -15,9 +15,9 @@ import yaml
 from typer.testing import CliRunner
 
 from bertforge import BertConfig, BertModel, BertTokenizer
-from bertforge.cli import app, finetune_recipe
+from bertforge.cli import app
 from bertforge.data.prepare import PrepareOptions, prepare
-from bertforge.finetune import FinetuneRecipe
+from bertforge.finetune import FinetuneRecipe, build_recipe
 from bertforge.pretrain import Recipe, load_recipe
 from bertforge.recipe import (
     RecipeError,
@@ -106,17 +106,172 @@ def test_a_saved_recipe_loads_back_equal(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
+# one path for every job: prepare, pretrain and finetune resolve alike
+# ------------------------------------------------------------------------------------------------
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture()
+def captured(monkeypatch: pytest.MonkeyPatch) -> dict:
+    """What each job's library function is handed by the command line (the jobs themselves do not run)."""
+    import bertforge.data.prepare
+    import bertforge.finetune
+    import bertforge.pretrain
+
+    seen: dict = {}
+
+    def keep(name: str):
+        def run(recipe, *args, **kwargs):
+            seen[name] = recipe
+            raise ValueError("stopped by the test")
+        return run
+
+    monkeypatch.setattr(bertforge.data.prepare, "prepare", keep("prepare"))
+    monkeypatch.setattr(bertforge.pretrain, "pretrain", keep("pretrain"))
+    monkeypatch.setattr(bertforge.finetune, "run_finetune", keep("finetune"))
+    return seen
+
+
+def test_the_three_jobs_resolve_file_options_and_set_through_one_function_in_one_order(
+        tmp_path: Path, captured: dict) -> None:
+    """Each job: the file sets three settings, an option replaces two of them, --set replaces one of those."""
+    runner = CliRunner()
+    jobs = {
+        "prepare": (["prepare", "--out", str(tmp_path / "o")],
+                    "max_seq_length: 64\nworkers: 2\nseed: 1\n", ["--workers", "3", "--seed", "2"], ["seed=3"]),
+        "pretrain": (["pretrain", "--data", str(tmp_path), "--out", str(tmp_path / "o")],
+                     "model: {preset: tiny}\noptim: {lr: 1.0e-3}\ntrain: {max_steps: 5}\ndata: {batch_size: 8}\n",
+                     ["--max-steps", "6", "--batch-size", "4"], ["batch_size=2", "hidden_dropout_prob=0"]),
+        "finetune": (["finetune", "glue", "--out", str(tmp_path / "o")],
+                     "family: glue\ntask: RTE\noptim: {lr: 1.0e-4}\ntrain: {epochs: 4, batch_size: 8}\n",
+                     ["--epochs", "2", "--batch-size", "4"], ["batch_size=2"]),
+    }
+    for job, (command, text, options, sets) in jobs.items():
+        config = _write(tmp_path / f"{job}.yaml", text)
+        args = [*command, "--config", str(config), *options, *[a for s in sets for a in ("--set", s)]]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and "stopped by the test" in result.output, (job, result.output)
+        given = {o.lstrip("-").replace("-", "_"): v for o, v in zip(options[::2], options[1::2], strict=True)}
+        if job == "finetune":
+            expected = build_recipe("glue", config, given, sets)
+        else:  # the same function, from the library
+            expected = resolve(PrepareOptions if job == "prepare" else Recipe, config, given, sets)
+        assert captured[job] == expected, job
+
+    p, r, f = captured["prepare"], captured["pretrain"], captured["finetune"]
+    assert (p.max_seq_length, p.workers, p.seed) == (64, 3, 3)
+    assert (r.optim.lr, r.train.max_steps, r.data.batch_size, r.model) == (
+        1e-3, 6, 2, {"preset": "tiny", "hidden_dropout_prob": 0})
+    assert (f.task, f.optim.lr, f.train.epochs, f.train.batch_size) == ("RTE", 1e-4, 2.0, 2)
+
+
+def test_a_set_of_an_unknown_setting_names_the_accepted_ones(tmp_path: Path, captured: dict) -> None:
+    runner = CliRunner()
+    for command, some_accepted in [
+        (["prepare", "--out", str(tmp_path)], ["max_seq_length", "masking"]),
+        (["pretrain", "--data", str(tmp_path), "--out", str(tmp_path)], ["lr", "batch_size", "hidden_size"]),
+        (["finetune", "squad", "--out", str(tmp_path)], ["lr", "epochs", "doc_stride"]),
+    ]:
+        result = runner.invoke(app, [*command, "--set", "zzz_qqq=1"])
+        assert result.exit_code == 2 and "unknown setting 'zzz_qqq'; known: " in result.output, result.output
+        known = set(result.output.split("known: ")[1].strip().split(", "))
+        assert set(some_accepted) <= known, (command, known)
+    assert not captured  # nothing ran
+    with pytest.raises(RecipeError, match=r"unknown setting 'hidden_sise' \(did you mean 'hidden_size'"):
+        resolve(Recipe, "tiny", assignments=["hidden_sise=64"])
+
+
+def test_every_accepted_spelling_still_works(tmp_path: Path) -> None:
+    """Flat names and paths, the model section's fields, a task's own settings; the run_config.yaml
+    of a pre-training run with the facts it records."""
+    paper = ROOT / "recipes" / "base-paper.yaml"
+    for sets in (["hidden_dropout_prob=0", "eval_max_batches=2", "lr=3e-4"],
+                 ["model.hidden_dropout_prob=0", "data.eval_max_batches=2", "optim.lr=3e-4"]):
+        recipe = resolve(Recipe, paper, assignments=sets)
+        assert (recipe.model["hidden_dropout_prob"], recipe.data.eval_max_batches, recipe.optim.lr) == (0, 2, 3e-4)
+        assert recipe.model["preset"] == "base" and recipe.source == str(paper)
+    assert resolve(Recipe, "mini").model == {"preset": "mini"}
+    assert resolve(Recipe, _write(tmp_path / "m.yaml", "model: tiny\n")).model == {"preset": "tiny"}
+    recorded = _write(tmp_path / "run_config.yaml", "data_dir: /x\nworld_size: 2\ndataset_options: {}\n"
+                                                    "model: {preset: tiny}\ntrain: {max_steps: 3}\n")
+    assert load(Recipe, recorded).train.max_steps == 3
+    squad = build_recipe("squad", FINETUNE_RECIPES / "squad-v2.0.yaml", {"doc_stride": 64},
+                         ["max_query_length=32", "task_settings.n_best=5"])
+    assert squad.task_settings == {"doc_stride": 64, "max_query_length": 32, "n_best": 5}
+    whole = build_recipe("squad", None, {}, ["task_settings={doc_stride: 96}"])
+    assert whole.task_settings == {"doc_stride": 96}
+    with pytest.raises(ValueError, match="not `finetune glue`"):
+        build_recipe("glue", None, {}, ["family=ner"])
+
+
+def test_model_fields_do_not_shadow_recipe_settings() -> None:
+    """A flat name is either a recipe setting or a field of the model section, never both."""
+    for preset in ("tiny", "modern-mini"):
+        recipe = resolve(Recipe, preset)
+        fields = set(settings_of(Recipe)["model"].keys(recipe))
+        assert "hidden_size" in fields and not fields & set(settings_of(Recipe))
+
+
+def test_a_default_that_depends_on_other_settings_follows_their_final_values(tmp_path: Path) -> None:
+    """prepare's dupe_factor (10 static, 1 dynamic) and max_predictions_per_seq (15% of the length)."""
+    for options in (resolve(PrepareOptions, None, {"masking": "dynamic", "max_seq_length": 512}),
+                    resolve(PrepareOptions, _write(tmp_path / "p.yaml", "masking: dynamic\n"), {},
+                        ["max_seq_length=512"])):
+        assert (options.dupe_factor, options.max_predictions_per_seq) == (1, 77)
+    assert resolve(PrepareOptions).dupe_factor == 10
+
+
+def test_a_task_family_registered_in_tasks_is_a_finetune_subcommand(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path, captured: dict) -> None:
+    from bertforge.tasks.base import Task
+
+    class Toy(Task):
+        """Fine-tune a toy task.
+
+        Example: `bertforge finetune toy --model m --data d --out o`
+        """
+
+        family = "toy"
+        single_task = True
+        setting_options = {"window": (int, "Toy window.")}
+
+    class Plain(Task):
+        """Fine-tune a plain task (its help: this docstring)."""
+
+        family = "plain"
+
+    monkeypatch.setitem(FAMILIES, "toy", Toy)
+    monkeypatch.setitem(FAMILIES, "plain", Plain)
+    runner = CliRunner()
+    listing = runner.invoke(app, ["finetune", "--help"])
+    assert listing.exit_code == 0 and "toy" in listing.output and "plain" in listing.output
+    toy = _command("finetune", "toy")
+    assert toy.help.startswith("Fine-tune a toy task.") and "--window" in _options(toy)
+    assert "--task" not in _options(toy) and "--task" in _options(_command("finetune", "plain"))
+    assert _command("finetune", "plain").help == "Fine-tune a plain task (its help: this docstring)."
+    result = runner.invoke(app, ["finetune", "toy", "--window", "3", "--set", "lr=1e-4", "--model", "m",
+                                 "--data", "d", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "stopped by the test" in result.output, result.output
+    recipe = captured["finetune"]
+    assert (recipe.family, recipe.task, recipe.task_settings, recipe.optim.lr) == ("toy", "toy", {"window": 3}, 1e-4)
+    monkeypatch.delitem(FAMILIES, "toy")
+    assert runner.invoke(app, ["finetune", "toy", "--help"]).exit_code != 0
+
+
+# ------------------------------------------------------------------------------------------------
 # defaults in one place
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("family, task", [("glue", "RTE"), ("ner", "conll2003"), ("squad", "v2.0"),
                                           ("swag", "swag"), ("classify", "reviews")])
 def test_empty_settings_take_the_task_s_declared_defaults(family: str, task: str) -> None:
     spec = make_task(family, task)
-    recipe = finetune_recipe(family, None, {"task": task} if family != "swag" else {}, []).resolved(spec)
+    recipe = build_recipe(family, None, {"task": task} if family != "swag" else {}, []).resolved(spec)
     assert recipe.optim.lr == type(spec).default_lr
     assert recipe.train.max_length == type(spec).default_max_length
     assert recipe.train.batch_size == type(spec).default_batch_size
-    given = finetune_recipe(family, None, {"lr": 1e-3, "max_length": 64}, []).resolved(spec)
+    given = build_recipe(family, None, {"lr": 1e-3, "max_length": 64}, []).resolved(spec)
     assert (given.optim.lr, given.train.max_length) == (1e-3, 64)
 
 
@@ -127,7 +282,7 @@ def _options(command: click.Command) -> set[str]:
 def _command(*path: str) -> click.Command:
     group = typer.main.get_command(app)
     for name in path:
-        group = group.commands[name]  # type: ignore[attr-defined]
+        group = group.get_command(click.Context(group), name)  # type: ignore[attr-defined]
     return group
 
 

@@ -1,0 +1,59 @@
+"""What the command modules share: the one-line error exit, the errors a library call reports as bad
+input, and small argument helpers."""
+
+from __future__ import annotations
+
+import inspect as pyinspect
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+PRECISION_HELP = ("fp32, bf16, int8 (dynamic quantization of the encoder's Linear layers) or auto "
+                  "(bf16 where the CPU has AMX or AVX512-BF16, else fp32).")
+
+
+def fail(message: str) -> typer.Exit:
+    """Print a one-line error to stderr and return the exit to raise (status 2 = bad input)."""
+    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+    return typer.Exit(code=2)
+
+
+def library_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions by which the library reports bad input (a file, a setting, a checkpoint)."""
+    from bertforge.checkpoint import CheckpointError
+    from bertforge.data.corpus import DataError
+    from bertforge.tasks.base import DataFormatError
+
+    return (CheckpointError, DataError, DataFormatError, FileNotFoundError, FileExistsError, ValueError)
+
+
+def flag(name: str, help_text: str) -> pyinspect.Parameter:
+    """A keyword parameter for an off-by-default `--NAME` flag."""
+    return pyinspect.Parameter(name, pyinspect.Parameter.KEYWORD_ONLY, default=False,
+                               annotation=Annotated[bool, typer.Option(f"--{name}", help=help_text)])
+
+
+def required_path(name: str, help_text: str) -> pyinspect.Parameter:
+    """A keyword parameter for a required `--NAME PATH` option."""
+    return pyinspect.Parameter(name, pyinspect.Parameter.KEYWORD_ONLY,
+                               annotation=Annotated[Path, typer.Option(f"--{name}", help=help_text)])
+
+
+def text_lines(path: Path, pairs: bool) -> list[str | tuple[str, str]]:
+    """Every line of a UTF-8 file (blank ones too, to keep line numbers); "a ||| b" as a pair with `pairs`."""
+    from bertforge.fileio import NotUtf8Error, decode_utf8
+
+    try:
+        lines = decode_utf8(path.read_bytes(), path).splitlines()
+    except OSError as exc:
+        raise fail(f"{path}: {exc.strerror or exc}") from exc
+    except NotUtf8Error as exc:
+        raise fail(str(exc)) from None
+    if not pairs:
+        return list(lines)
+    out: list[str | tuple[str, str]] = []
+    for line in lines:
+        first, sep, second = line.partition(" ||| ")
+        out.append((first, second) if sep else line)
+    return out

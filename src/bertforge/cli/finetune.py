@@ -1,0 +1,118 @@
+"""`bertforge finetune FAMILY`: one subcommand per task family of `bertforge.tasks.FAMILIES`.
+
+Each family's command is made from what the family declares: its help (`Task.command_help`), its own
+settings as options (`Task.setting_options`), `--task` unless it is one task (`Task.single_task`),
+`--data` unless it reads the user's files (`Task.reads_data_dir`); the rest are the options of
+`FinetuneRecipe`. The recipe itself is built by `bertforge.finetune.build_recipe`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect as pyinspect
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from bertforge.cli.common import fail, library_errors
+from bertforge.cli.options import recipe_command, task_setting_parameters
+from bertforge.finetune import FinetuneRecipe
+
+HELP = ("Fine-tune a pre-trained checkpoint on a task (GLUE, CoNLL-2003 NER, SQuAD, SWAG, or your own files: "
+        "classify) with the paper's recipe: AdamW, 10% warm-up then linear decay, batch 32, 3 epochs. Every "
+        "setting is an option, a line of a --config recipe (recipes/finetune/) or a --set key=value. Writes "
+        "OUT/seed-N/ (a Hugging Face model), OUT/results.json (mean / std / median across seeds) and "
+        "OUT/run_config.yaml (the resolved recipe).")
+
+_OUT = pyinspect.Parameter(
+    "out", pyinspect.Parameter.KEYWORD_ONLY,
+    annotation=Annotated[Path, typer.Option("--out", help="Run directory: seed-N/ models, results.json and "
+                                                          "run_config.yaml (the resolved recipe).")])
+
+# `finetune ner --frozen`: the paper's feature-based tagger instead, which bertforge.ablation builds on
+# the CoNLL-2003 reader of that one family
+_FROZEN_FAMILY = "ner"
+_NER_FROZEN = [
+    pyinspect.Parameter("frozen", pyinspect.Parameter.KEYWORD_ONLY, default=False, annotation=Annotated[
+        bool, typer.Option("--frozen", help="Feature-based instead: freeze the encoder and train a two-layer "
+                                            "BiLSTM tagger on its features.")]),
+    pyinspect.Parameter("strategy", pyinspect.Parameter.KEYWORD_ONLY, default="concat_last_four", annotation=Annotated[
+        str, typer.Option("--strategy", help="With --frozen: embeddings, last, second_to_last, sum_last_four, "
+                                             "concat_last_four or sum_all.")]),
+]
+
+
+class FamilyGroup(TyperGroup):
+    """The `finetune` group: a subcommand for each family in `bertforge.tasks.FAMILIES` when it is asked
+    for, so that a family registered there later (by a plugin, by a test) is a command too."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        from bertforge.tasks import FAMILIES
+
+        return list(FAMILIES)
+
+    def get_command(self, ctx: Any, name: str) -> Any:
+        from bertforge.tasks import FAMILIES
+
+        return _click_command(name, FAMILIES[name], self.rich_markup_mode) if name in FAMILIES else None
+
+
+@functools.cache
+def _click_command(name: str, family: type, markup: Any) -> Any:
+    single = typer.Typer(add_completion=False, rich_markup_mode=markup)
+    single.command(name)(family_command(name, family))
+    return typer.main.get_command(single)
+
+
+def family_command(name: str, family: type) -> Any:
+    """The command function of `finetune NAME`, for the task family class `family`."""
+    task_params = task_setting_parameters(family.setting_options)
+    skip = ("family", "task_settings", *(("task",) if family.single_task else ()),
+            *(() if family.reads_data_dir else ("data",)))  # own files: --train/--dev/--test instead
+    doc = family.command_help or pyinspect.getdoc(family) or f"Fine-tune on the {name} task family."
+
+    def body(*, given: dict[str, Any], config: Path | None, assignments: list[str], out: Path,
+             frozen: bool = False, strategy: str = "") -> None:
+        from bertforge.finetune import build_recipe, run_finetune
+
+        try:
+            recipe = build_recipe(name, config, given, assignments)
+            if frozen:
+                return _frozen_ner(recipe, out, strategy)
+            results = run_finetune(recipe, out)
+        except library_errors() as exc:
+            raise fail(str(exc)) from exc
+        _report(results, out)
+
+    return recipe_command(name, FinetuneRecipe, body, doc=doc, skip=skip,
+                          leading=[_OUT, *task_params, *(_NER_FROZEN if name == _FROZEN_FAMILY else [])],
+                          leading_settings=[p.name for p in task_params])
+
+
+def _report(results: dict[str, Any], out: Path) -> None:
+    from bertforge.tasks.base import task_title
+
+    typer.echo(f"{task_title(results['family'], results['task'])}: {len(results['seeds'])} seed(s), "
+               f"{results['train_examples']} training examples, {results['wall_s']:.0f} s")
+    for name, row in results["summary"].items():
+        typer.echo(f"  {name:>24}: mean {row['mean']:.4f}  std {row['std']:.4f}  median {row['median']:.4f}")
+    for split, summary in results.get("test_summary", {}).items():
+        for name, row in summary.items():
+            typer.echo(f"  {split + ' ' + name:>24}: mean {row['mean']:.4f}  std {row['std']:.4f}")
+    typer.echo(f"wrote {out / 'results.json'}, {out / 'run_config.yaml'}")
+
+
+def _frozen_ner(recipe: Any, out: Path, strategy: str) -> None:
+    """`finetune ner --frozen`: the feature-based tagger on the recipe's model, data and first seed."""
+    from bertforge.ablation import FrozenNerConfig, ablate
+    from bertforge.features import STRATEGIES
+
+    if strategy not in STRATEGIES:
+        raise ValueError(f"--strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
+    if recipe.model is None or recipe.data is None:
+        raise ValueError("--frozen needs --model and --data")
+    (row,) = ablate(Path(recipe.model), Path(recipe.data), out, strategies=(strategy,),
+                    train_sentences=recipe.train.max_train_examples, config=FrozenNerConfig(seed=recipe.seeds[0]))
+    typer.echo(f"{strategy}: hidden states {row['layers']} ({row['combine']}) -> dev F1 {100 * row['dev_f1']:.2f}")
