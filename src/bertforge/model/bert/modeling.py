@@ -12,14 +12,13 @@ from typing import ClassVar
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from bertforge.checkpoint import KeyLayout
 from bertforge.model.base import EncoderOutput, PreTrainedModel
 from bertforge.model.bert.config import BertConfig
 from bertforge.model.bert.keys import LAYOUT
 from bertforge.model.bert.layers import Embeddings
-from bertforge.model.layers import EncoderLayer, PackedLayout, padding_bias
+from bertforge.model.layers import EncoderLayer, run_layers
 
 # Our keys of the pooler, wherever the backbone sits.
 POOLER_KEYS = r"(^|\.)pooler\."
@@ -134,40 +133,13 @@ class BertModel(BertPreTrainedModel):
             position_ids = torch.arange(length, device=input_ids.device).unsqueeze(0)  # (1, T)
 
         hidden = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, H)
-        attention_bias = padding_bias(attention_mask, hidden.dtype, always=self.always_build_mask)
-        # Pack only when there is padding to drop; attention probabilities need the padded path.
-        # A compiled model stays padded: packing's shapes depend on the data (one graph break per
-        # batch shape), while the padded graph compiles once and fuses the element-wise work.
-        layout = None
-        if self.unpad and attention_bias is not None and not output_attentions and not torch.compiler.is_compiling():
-            per_sequence = self.attention_per_sequence
-            if per_sequence is None and torch.is_grad_enabled():
-                # Training: backward through one padded SDPA call beats backward through one call per
-                # sequence (a BERT-tiny pre-training step measured 20% slower per sequence).
-                per_sequence = False
-            layout = PackedLayout.from_mask(attention_mask, per_sequence)
-            hidden = layout.pack(hidden)  # (B, T, H) -> (N, H)
-
-        def padded(x: torch.Tensor) -> torch.Tensor:
-            return layout.unpack(x) if layout is not None else x
-
-        all_hidden = [padded(hidden)] if output_hidden_states else None
-        all_attentions = [] if output_attentions else None
-        for layer in self.encoder.schedule():
-            if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
-                hidden, probs = checkpoint(layer, hidden, attention_bias, output_attentions, layout,
-                                           use_reentrant=False)
-            else:
-                hidden, probs = layer(hidden, attention_bias, output_attentions, layout)
-            if all_hidden is not None:
-                all_hidden.append(padded(hidden))
-            if all_attentions is not None:
-                all_attentions.append(probs)
-        hidden = all_hidden[-1] if all_hidden is not None else padded(hidden)  # (B, T, H)
-
+        hidden, all_hidden, all_attentions = run_layers(
+            self, self.encoder.schedule(), hidden, attention_mask,
+            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+        )
         return EncoderOutput(
             last_hidden_state=hidden,
             pooled_output=self.pooler(hidden) if self.pooler is not None else None,
-            hidden_states=tuple(all_hidden) if all_hidden is not None else None,
-            attentions=tuple(all_attentions) if all_attentions is not None else None,
+            hidden_states=all_hidden,
+            attentions=all_attentions,
         )
