@@ -258,3 +258,86 @@ def test_the_family_check_catches_a_leak(tmp_path, monkeypatch) -> None:
     assert any("bertforge.tasks:2 names ToyModel" in leak for leak in leaks), leaks
     assert any("names toy (of" in leak for leak in leaks), leaks
     assert not any(leak.startswith("bertforge.model.registry") for leak in leaks)
+
+
+# ------------------------------------------------------------------------------------------------
+# Task families stay in their files
+# ------------------------------------------------------------------------------------------------
+# A task family is one file in bertforge/tasks/ (besides base.py, metrics.py and the registry,
+# __init__.py). Outside tasks/ nothing imports such a file or names its classes, and no code decides
+# by a family's name (a call naming a family, a tuple or dict of family names): the finetune
+# commands, predict, the pipeline and serve ask the registered Task classes instead.
+TASKS_SHARED = {"__init__", "base", "metrics"}
+# (module, task family file) pairs that use one family on purpose, each with the reason.
+TASK_FAMILY_USERS: dict[tuple[str, str], str] = {
+    ("bertforge.ablation", "bertforge.tasks.ner"): "the feature-based NER study reproduces the paper's CoNLL-2003 table",
+    ("bertforge.cli.inspect", "bertforge.tasks.squad"): "`bertforge evaluate squad` is the official SQuAD script on a file",
+}
+# Applications that run one benchmark by name (not machinery that should work for any family).
+TASK_FAMILY_APPLICATIONS = {"bertforge.quickstart"}  # the bundled SST-2 demo
+TASK_CALLS = {"make_task", "finetune", "predict", "FinetuneRecipe"}
+
+
+def task_family_files() -> dict[str, tuple[Path, set[str], str]]:
+    """Each task family module -> (its file, the classes it defines, its family name)."""
+    found = {}
+    for path in sorted((SOURCE / PACKAGE / "tasks").glob("*.py")):
+        if path.stem in TASKS_SHARED:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        classes = {node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef) and not node.name.startswith("_")}
+        family = next((node.value.value for node in ast.walk(tree) if isinstance(node, ast.AnnAssign)
+                       and isinstance(node.target, ast.Name) and node.target.id == "family"
+                       and isinstance(node.value, ast.Constant)), path.stem)
+        found[f"{PACKAGE}.tasks.{path.stem}"] = (path, classes, family)
+    return found
+
+
+def task_family_leaks() -> list[str]:
+    files = task_family_files()
+    family_names = {family for _, _, family in files.values()}
+    leaks = []
+    for module, path in all_modules().items():
+        if group(module) == "tasks":
+            continue
+        for target, imported, line in imports_of(module, path, all_modules()):
+            if target in files and (module, target) not in TASK_FAMILY_USERS:
+                leaks.append(f"{module}:{line} imports {target}{f' ({imported})' if imported else ''}")
+        if module in TASK_FAMILY_APPLICATIONS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "id", getattr(node.func, "attr", ""))
+                values = [*node.args[:1], *(k.value for k in node.keywords if k.arg == "family")]
+                named = [v.value for v in values if isinstance(v, ast.Constant) and v.value in family_names]
+                if name in TASK_CALLS and named:
+                    leaks.append(f"{module}:{node.lineno} calls {name} with the family {named[0]!r}")
+            elements = (node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set)
+                        else node.keys if isinstance(node, ast.Dict) else [])
+            strings = [e.value for e in elements if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            if len(strings) >= 2 and len(strings) == len(elements) and set(strings) <= family_names:
+                leaks.append(f"{module}:{node.lineno} lists task families {strings}")
+    return sorted(set(leaks))
+
+
+def test_task_family_names_stay_in_their_files() -> None:
+    assert task_family_files(), "no task family found in bertforge/tasks/"
+    leaks = task_family_leaks()
+    assert not leaks, ("a task family named outside its file and the registry; ask the Task classes "
+                       "(bertforge.tasks.FAMILIES, inference_task_of, default_task_for) instead:\n" + "\n".join(leaks))
+
+
+def test_the_task_family_check_catches_a_leak(tmp_path, monkeypatch) -> None:
+    package = tmp_path / PACKAGE
+    (package / "tasks").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "tasks" / "__init__.py").write_text("from bertforge.tasks.toy import Toy\n")
+    (package / "tasks" / "toy.py").write_text("class Toy:\n    family: str = 'toy'\n")
+    (package / "tasks" / "other.py").write_text("class Other:\n    family: str = 'other'\n")
+    (package / "pipeline.py").write_text("from bertforge.tasks.toy import Toy\n"
+                                         "def f(x):\n    make_task('toy')\n    return x in ('toy', 'other')\n")
+    monkeypatch.setitem(globals(), "SOURCE", tmp_path)
+    leaks = task_family_leaks()
+    assert any("bertforge.pipeline:1 imports bertforge.tasks.toy" in leak for leak in leaks), leaks
+    assert any("calls make_task with the family 'toy'" in leak for leak in leaks), leaks
+    assert any("lists task families" in leak for leak in leaks), leaks
