@@ -122,19 +122,18 @@ def _predict_file(model: Path, input_file: Path, out: Path, *, task: str | None,
 
 def _predict_leaderboard(family: str, model: Path, data: Path, out: Path, *, task: str | None,
                          split: list[str] | None, batch_size: int, precision: str = "fp32") -> None:
-    import json
-
     from bertforge.checkpoint import CheckpointError
-    from bertforge.finetune import FAMILIES, TASK_FILE, predict
+    from bertforge.finetune import FAMILIES, predict
+    from bertforge.finetuned import TASK_FILE, TaskRecord
     from bertforge.tasks.base import DataFormatError
 
     if family not in FAMILIES:
         raise fail(f"unknown task family {family!r}; choose one of {', '.join(FAMILIES)}")
     if task is None:
-        try:
-            task = json.loads((model / TASK_FILE).read_text(encoding="utf-8"))["task"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise fail(f"{model}: no readable {TASK_FILE} to take the task from; pass --task") from exc
+        record = TaskRecord.read(model)
+        if record is None or not record.task:
+            raise fail(f"{model}: no readable {TASK_FILE} to take the task from; pass --task")
+        task = record.task
     try:
         done = predict(family, task, model, data, out, splits=split or None, batch_size=batch_size,
                        precision=precision)
