@@ -124,11 +124,8 @@ class ModernBertConfig(ModelConfig):
                 raise ValueError(f"layer_types[{index}]: unknown attention type {kind!r} "
                                  f"(expected {' or '.join(ATTENTION_TYPES)})")
 
-    # ---- what the rest of bertforge asks of any config ----
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
+    # ---- what the rest of bertforge asks of any config (head_dim, embedding_dim and hidden_groups:
+    # ModelConfig's defaults) ----
     @property
     def half_window(self) -> int:
         """How many tokens a sliding-window layer sees on each side of a token."""
@@ -139,14 +136,6 @@ class ModernBertConfig(ModelConfig):
     num_hidden_groups: ClassVar[None] = None
     next_sentence_head: ClassVar[bool] = False
     span_boundary_objective: ClassVar[bool] = False
-
-    @property
-    def embedding_dim(self) -> int:
-        return self.hidden_size
-
-    @property
-    def hidden_groups(self) -> int:
-        return self.num_hidden_layers
 
     def estimated_parameter_count(self) -> int:
         """Token table; per layer q/k/v + out, GeGLU (2I in, I out), 2 norms; the head."""
