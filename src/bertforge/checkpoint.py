@@ -89,7 +89,8 @@ class Checkpointable(Protocol):
 # Key layouts. Each family declares one (in its folder's keys.py) and its model classes carry it
 # as `key_layout`: the renames between our module names and transformers', where transformers puts
 # the backbone, and whether q/k/v are one fused matrix of ours but three of theirs. In a template
-# "{i}" is a layer index, "{p}" a parameter name (weight or bias), "{part}" query, key or value.
+# "{i}" is a layer index, "{p}" a parameter name (weight or bias), "{part}" the name of the query, key
+# or value projection in their keys (`qkv_names`).
 # ------------------------------------------------------------------------------------------------
 QKV_PARTS = ("query", "key", "value")  # the order of the rows of a fused q/k/v weight
 
@@ -104,6 +105,8 @@ class KeyLayout:
     the backbone's top-level names. `fused_qkv`: (ours, theirs) when our one q/k/v matrix is three
     of theirs. `layers_root`: where our distinct layers sit (`encoder.layers.`), to count them.
     `fallbacks`: (ours, theirs) read when the file lacks ours under its usual name (older files).
+    `qkv_names`: what "{part}" stands for in their keys, in row order (query, key, value unless the
+    family names its projections otherwise: q_lin, k_lin, v_lin, say).
     """
 
     renames: list[tuple[str, str]]
@@ -112,13 +115,14 @@ class KeyLayout:
     layers_root: str
     fused_qkv: tuple[str, str] | None = None
     fallbacks: tuple[tuple[str, str], ...] = ()
+    qkv_names: tuple[str, str, str] = QKV_PARTS
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_to_hf", [(_template_regex(ours), hf) for ours, hf in self.renames])
         object.__setattr__(self, "_to_ours", [(_template_regex(hf), ours) for ours, hf in self.renames])
         qkv = self.fused_qkv
         object.__setattr__(self, "_ours_qkv", _template_regex(qkv[0]) if qkv else None)
-        object.__setattr__(self, "_hf_qkv", _template_regex(qkv[1]) if qkv else None)
+        object.__setattr__(self, "_hf_qkv", _template_regex(qkv[1], self.qkv_names) if qkv else None)
         object.__setattr__(self, "_layer_index", re.compile(rf"(?:^|\.){re.escape(self.layers_root)}(\d+)\."))
 
 
@@ -127,10 +131,10 @@ def _layout(model: Any) -> KeyLayout:
     return model.key_layout
 
 
-def _template_regex(template: str) -> re.Pattern[str]:
+def _template_regex(template: str, parts: tuple[str, ...] = QKV_PARTS) -> re.Pattern[str]:
     pattern = re.escape(template)
     pattern = pattern.replace(r"\{i\}", r"(?P<i>\d+)").replace(r"\{p\}", r"(?P<p>weight|bias)")
-    pattern = pattern.replace(r"\{part\}", r"(?P<part>query|key|value)")
+    pattern = pattern.replace(r"\{part\}", f"(?P<part>{'|'.join(map(re.escape, parts))})")
     return re.compile(f"^{pattern}$")
 
 
@@ -161,7 +165,7 @@ def to_hf_state_dict(model: Checkpointable) -> dict[str, torch.Tensor]:
         hf_prefix = layout.hf_base_prefix if prefix and key.startswith(prefix) else ""
         qkv = layout._ours_qkv.match(local) if layout.fused_qkv else None  # type: ignore[attr-defined]
         if qkv and layout.fused_qkv:  # (3H, H) or (3H,) -> three (H, H) or (H,)
-            for part, piece in zip(QKV_PARTS, tensor.chunk(3, dim=0), strict=True):
+            for part, piece in zip(layout.qkv_names, tensor.chunk(3, dim=0), strict=True):
                 name = layout.fused_qkv[1].format(i=qkv["i"], p=qkv["p"], part=part)
                 out[hf_prefix + name] = piece.contiguous()
             continue
@@ -253,9 +257,9 @@ def _hf_keys_to_ours(hf_keys: Iterable[str], base_model_prefix: str,
     fused: dict[str, list[str]] = {}
     for (layer, param), parts in qkv_parts.items():
         if len(parts) != 3:
-            absent = [p for p in QKV_PARTS if p not in parts]
+            absent = [p for p in layout.qkv_names if p not in parts]
             raise CheckpointError(f"layer {layer} attention {param}: the file lacks {', '.join(absent)}")
-        fused[prefix + layout.fused_qkv[0].format(i=layer, p=param)] = [parts[p] for p in QKV_PARTS]  # type: ignore[index]
+        fused[prefix + layout.fused_qkv[0].format(i=layer, p=param)] = [parts[p] for p in layout.qkv_names]  # type: ignore[index]
     return renamed, fused
 
 
