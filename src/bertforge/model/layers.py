@@ -176,10 +176,15 @@ class FeedForward(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """One Transformer block as in BERT: post-LN, x = LN(x + Dropout(Sublayer(x))) twice."""
+    """One Transformer block as in BERT: post-LN, x = LN(x + Dropout(Sublayer(x))) twice.
 
-    def __init__(self, config: Any) -> None:
+    `dropout_after_attention=False` leaves the attention output undropped (DistilBERT drops only
+    the attention probabilities and the feed-forward output); the same at inference either way.
+    """
+
+    def __init__(self, config: Any, *, dropout_after_attention: bool = True) -> None:
         super().__init__()
+        self.dropout_after_attention = dropout_after_attention
         self.attention = SelfAttention(config)
         self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.ffn = FeedForward(config)
@@ -194,7 +199,9 @@ class EncoderLayer(nn.Module):
         layout: PackedLayout | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         attended, probs = self.attention(hidden, attention_bias, output_attentions, layout)
-        hidden = self.attention_norm(hidden + self.dropout(attended))
+        if self.dropout_after_attention:
+            attended = self.dropout(attended)
+        hidden = self.attention_norm(hidden + attended)
         hidden = self.ffn_norm(hidden + self.dropout(self.ffn(hidden)))
         return hidden, probs
 
