@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import bertforge.checkpoint as hf_checkpoint
@@ -90,6 +91,44 @@ def num_labels(config: ModelConfig) -> int:
     if "id2label" in config.extra:
         return len(config.extra["id2label"])
     return int(config.extra.get("num_labels", 2))
+
+
+# config.json's `problem_type` for sequence classification, as transformers names them.
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
+
+
+def problem_type_of(config: ModelConfig) -> str | None:
+    """config.json's `problem_type`, checked; None when unset (the loss then infers it from the labels)."""
+    problem = config.extra.get("problem_type")
+    if problem is not None and problem not in PROBLEM_TYPES:
+        raise ValueError(f"config.json problem_type {problem!r} is not one of {', '.join(PROBLEM_TYPES)}")
+    return problem
+
+
+def sequence_classification_loss(
+    logits: torch.Tensor,  # (B, L)
+    labels: torch.Tensor,  # (B,) class ids, (B,) floats for regression, (B, L) 0/1 multi-label
+    problem_type: str | None,
+    label_weights: torch.Tensor | None = None,  # (L,): per-class weights, or each label's positive weight
+) -> torch.Tensor:
+    """The loss of `problem_type`, as in transformers: mean squared error ("regression"), cross-entropy
+    over class ids ("single_label_classification"), or sigmoid + binary cross-entropy per label
+    ("multi_label_classification"). Unset, it is inferred the same way: one output is regression,
+    integer labels single-label, float label vectors multi-label."""
+    problem = problem_type
+    if problem is None:
+        if logits.shape[-1] == 1:
+            problem = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            problem = "single_label_classification"
+        else:
+            problem = "multi_label_classification"
+    if problem == "regression":  # (STS-B): mean squared error on the single output
+        return F.mse_loss(logits.squeeze(-1).float(), labels.float().view(-1))
+    if problem == "single_label_classification":
+        return F.cross_entropy(logits.float(), labels.view(-1), weight=label_weights)
+    # (B, L) logits against (B, L) 0/1 targets, each label its own yes/no
+    return F.binary_cross_entropy_with_logits(logits.float(), labels.float(), pos_weight=label_weights)
 
 
 

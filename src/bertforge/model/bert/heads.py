@@ -16,7 +16,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertforge.config import IGNORE_INDEX
-from bertforge.model.base import EncoderOutput, PreTrainingOutput, SpanOutput, TaskOutput, num_labels
+from bertforge.model.base import (
+    EncoderOutput,
+    PreTrainingOutput,
+    SpanOutput,
+    TaskOutput,
+    num_labels,
+    problem_type_of,
+    sequence_classification_loss,
+)
 from bertforge.model.bert.config import BertConfig
 from bertforge.model.bert.modeling import POOLER_KEYS, BertModel, BertPreTrainedModel
 from bertforge.model.layers import activation
@@ -270,9 +278,6 @@ def _classifier_dropout(config: BertConfig) -> nn.Dropout:
     return nn.Dropout(config.hidden_dropout_prob if rate is None else rate)
 
 
-PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
-
-
 class BertForSequenceClassification(BertPreTrainedModel):
     """A sentence or sentence-pair label (or a score, with one output) from the pooled [CLS] vector.
 
@@ -291,9 +296,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
         self.num_labels = num_labels(config)
-        self.problem_type: str | None = config.extra.get("problem_type")
-        if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
-            raise ValueError(f"config.json problem_type {self.problem_type!r} is not one of {', '.join(PROBLEM_TYPES)}")
+        self.problem_type = problem_type_of(config)
         self.bert = BertModel(config)
         self.dropout = _classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, self.num_labels)
@@ -326,20 +329,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The loss of `problem_type` (inferred from the labels as `transformers` does when unset)."""
-        problem = self.problem_type
-        if problem is None:
-            if self.num_labels == 1:
-                problem = "regression"
-            elif labels.dtype in (torch.long, torch.int):
-                problem = "single_label_classification"
-            else:
-                problem = "multi_label_classification"
-        if problem == "regression":  # (STS-B): mean squared error on the single output
-            return F.mse_loss(logits.squeeze(-1).float(), labels.float().view(-1))
-        if problem == "single_label_classification":
-            return F.cross_entropy(logits.float(), labels.view(-1), weight=self.label_weights)
-        # (B, L) logits against (B, L) 0/1 targets, each label its own yes/no
-        return F.binary_cross_entropy_with_logits(logits.float(), labels.float(), pos_weight=self.label_weights)
+        return sequence_classification_loss(logits, labels, self.problem_type, self.label_weights)
 
 
 class BertForTokenClassification(BertPreTrainedModel):
