@@ -1,7 +1,8 @@
 """The one registry of model families: config.json's `model_type` -> the family's config class,
 presets and models, and (model_type, job) -> the class that does that job.
 
-A family is one folder under `bertforge/model/` whose `__init__.py` defines `FAMILY` (a `Family`);
+A family is one folder under `bertforge/model/` whose `__init__.py` defines `FAMILY` (a `Family`),
+and `FAMILIES` too when the folder serves several model_types (RoBERTa's, XLM-RoBERTa's, ...);
 the list below names the built-in ones, and `register` adds another at run time (a plug-in, or a
 test's toy family). Model classes register themselves when their module is imported: each class
 that declares a `job` (one of JOBS) and a `model_type` is the family's model for that job.
@@ -29,6 +30,7 @@ from bertforge.config import ModelConfig, read_json_object
 BUILTIN_FAMILIES: tuple[str, ...] = (
     "bertforge.model.bert",
     "bertforge.model.modernbert",
+    "bertforge.model.roberta",
 )
 
 # The jobs a model class can do, as transformers' auto classes name them.
@@ -108,8 +110,10 @@ def _load_builtins() -> None:
         return
     _builtins_loaded = True
     for module in BUILTIN_FAMILIES:
-        family = importlib.import_module(module).FAMILY
-        _families.setdefault(family.model_type, family)
+        package = importlib.import_module(module)
+        # One folder may serve several model_types of one architecture: a Family each, in FAMILIES.
+        for found in getattr(package, "FAMILIES", (package.FAMILY,)):
+            _families.setdefault(found.model_type, found)
 
 
 def families() -> dict[str, Family]:
