@@ -30,6 +30,7 @@ from bertforge.config import ModelConfig, read_json_object
 BUILTIN_FAMILIES: tuple[str, ...] = (
     "bertforge.model.bert",
     "bertforge.model.modernbert",
+    "bertforge.model.distilbert",
     "bertforge.model.roberta",
 )
 
