@@ -67,6 +67,12 @@ class ModelConfig:
         raise NotImplementedError
 
     @property
+    def max_tokens(self) -> int:
+        """The longest input in tokens: the position table's size, unless the family's positions start
+        later (RoBERTa's at pad_token_id + 1)."""
+        return self.max_position_embeddings
+
+    @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
 

@@ -156,7 +156,7 @@ def export_onnx(
     """Export a model (or a checkpoint directory) to ONNX at `out`; optionally check it with ONNX Runtime.
 
     Every input has dynamic axes `batch` and `sequence` (and `choices` for multiple choice), so one
-    file serves any batch size and any length up to max_position_embeddings. `int8` quantizes the
+    file serves any batch size and any length up to the model's `max_tokens`. `int8` quantizes the
     exported graph with ONNX Runtime's dynamic quantization (needs onnxruntime).
     """
     if not isinstance(model, nn.Module):
@@ -171,7 +171,7 @@ def export_onnx(
     config = model.config  # type: ignore[attr-defined]
 
     batch = torch.export.Dim("batch", min=1, max=4096)
-    sequence = torch.export.Dim("sequence", min=1, max=config.max_position_embeddings)
+    sequence = torch.export.Dim("sequence", min=1, max=config.max_tokens)
     if _is_multiple_choice(model):
         axes: dict[int, Any] = {0: batch, 1: torch.export.Dim("choices", min=1, max=64), 2: sequence}
     else:

@@ -149,10 +149,9 @@ def check_max_length(directory: str | os.PathLike[str], max_length: int) -> None
 
     path = Path(directory) / "config.json"
     config = read_config_file(path)
-    if max_length > config.max_position_embeddings:
-        raise ValueError(f"max_length {max_length} exceeds the {config.max_position_embeddings} positions of "
-                         f"{path} (max_position_embeddings); use --max-length "
-                         f"{config.max_position_embeddings} or less")
+    if max_length > config.max_tokens:
+        raise ValueError(f"max_length {max_length} exceeds the {config.max_tokens} positions of "
+                         f"{path} (max_position_embeddings); use --max-length {config.max_tokens} or less")
 
 
 __all__ = ["TASK_FILE", "LoadedModel", "TaskRecord", "check_max_length", "label_names_of", "load_for_inference"]

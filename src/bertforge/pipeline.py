@@ -132,7 +132,7 @@ class Pipeline:
         self.config = model.config
         self.labels = label_names_of(model)
         self.spec = spec if spec is not None else default_task_for(task, self.labels, self.config)
-        limit = min(self.config.max_position_embeddings, tokenizer.model_max_length)
+        limit = min(self.config.max_tokens, tokenizer.model_max_length)
         # without a saved length: the model's limit, except for QA's windows (384 pieces, as fine-tuned)
         default = self.spec.default_max_length if task == "question-answering" and self.spec else limit
         self.max_length = min(_positive(max_length or default, "max_length"), limit)

@@ -196,9 +196,9 @@ def model_config(recipe: Recipe, tokenizer_facts: dict[str, Any], max_seq_length
         raise ValueError(f"the recipe's vocab_size {section['vocab_size']} differs from the data's tokenizer ({vocab})")
     section.update(vocab_size=vocab, pad_token_id=tokenizer_facts["pad_id"])
     config = _model_config(section)
-    if config.max_position_embeddings < max_seq_length:
+    if config.max_tokens < max_seq_length:
         raise ValueError(f"the data has sequences of {max_seq_length} tokens but the model only "
-                         f"{config.max_position_embeddings} positions (max_position_embeddings)")
+                         f"{config.max_tokens} positions (max_position_embeddings)")
     return config
 
 

@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------------------------------
 # Limits. Characters are counted before tokenisation (a cheap bound on work per request); token
-# limits come from the model (max_position_embeddings) and are checked after tokenisation.
+# limits come from the model (config.max_tokens) and are checked after tokenisation.
 # --------------------------------------------------------------------------------------------------
 MAX_TEXT_CHARS = 5_000  # one text (fill-mask, classify, ner, embed, attention, a QA question)
 MAX_CONTEXT_CHARS = 20_000  # one QA passage: long passages are read in overlapping windows
@@ -364,7 +364,7 @@ class ModelService:
         self.kind = type(model).__name__
         self.backbone = model.base_model  # the BertModel inside
         self.config = model.config
-        self.max_tokens = min(self.config.max_position_embeddings, tokenizer.model_max_length)
+        self.max_tokens = min(self.config.max_tokens, tokenizer.model_max_length)
         self.job = getattr(model, "job", None)
         self.tasks = [t for t in TASKS if t not in TASK_MODELS or self.job in TASK_MODELS[t]]
         self.long_text = long_text  # /classify: truncate, or read long texts in windows (bertforge.pipeline)
