@@ -86,5 +86,6 @@ def test_finetune_predict_pipeline_and_serve_a_toy_family(toy: dict[str, Path]) 
         answer = client.post("/classify", json={"text": "the film was lovely fine"})
         assert answer.status_code == 200 and answer.json()["label"] == "pos"
         assert client.post("/embed", json={"text": "the film"}).status_code == 200
+        assert client.get("/health").json()["family"] == "toy"  # the page shows it beside the class
         refused = client.post("/fill-mask", json={"text": "the [MASK] was good"})
         assert refused.status_code == 400 and "has no" in refused.json()["message"]

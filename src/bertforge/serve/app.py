@@ -683,6 +683,7 @@ def create_app(
         return {
             "status": "ok",
             "model": service.kind,
+            "family": config.model_type,  # config.json's model_type: bert, roberta, modernbert, ...
             "precision": service.precision,
             **cpu_description(),
             "tasks": service.tasks,
