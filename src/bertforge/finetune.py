@@ -62,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from bertforge.finetuned import TASK_FILE, TaskRecord, check_max_length, load_for_inference
+from bertforge.finetuned import TASK_FILE, TaskRecord, check_max_length, check_tokenizer_fits, load_for_inference
 from bertforge.recipe import RUN_CONFIG_FILE, resolve, setting
 from bertforge.recipe import override as recipe_override
 from bertforge.recipe import save as save_recipe
@@ -308,6 +308,7 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
     loop, optim = recipe.train, recipe.optim
     model_dir, data_dir = Path(recipe.model), None if recipe.data is None else Path(recipe.data)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
+    check_tokenizer_fits(tokenizer, model_dir)
 
     train_examples = subsample(spec.read(data_dir, spec.train_split), loop.max_train_examples)
     labels = spec.label_names(train_examples)

@@ -135,11 +135,27 @@ def load_for_inference(directory: str | os.PathLike[str], precision: str = "fp32
     if job is not None and report is not None and report.new_heads:
         raise CheckpointError(f"{directory} has no trained {job} output layer "
                               f"({', '.join(report.new_heads)} would be random); fine-tune it first")
+    tokenizer = BertTokenizer.from_pretrained(directory)
+    check_tokenizer_fits(tokenizer, directory, model.config)
     if device:
         model.to(device)
     model.eval()
     model, used = apply_precision(model, precision)
-    return LoadedModel(model, BertTokenizer.from_pretrained(directory), TaskRecord.read(directory), used, directory)
+    return LoadedModel(model, tokenizer, TaskRecord.read(directory), used, directory)
+
+
+def check_tokenizer_fits(tokenizer: Any, directory: str | os.PathLike[str], config: Any = None) -> None:
+    """Refuse a tokenizer whose ids run past the model's embedding table (an id >= vocab_size has no
+    embedding: an index error deep in the model, or a silently wrong row on some devices)."""
+    from bertforge.checkpoint import CheckpointError
+
+    if config is None:
+        from bertforge.model.registry import read_config_file
+
+        config = read_config_file(Path(directory) / "config.json")
+    if tokenizer.vocab_size > config.vocab_size:
+        raise CheckpointError(f"{directory}: its tokenizer has {tokenizer.vocab_size} pieces but config.json's "
+                              f"vocab_size is {config.vocab_size}: the tokenizer files do not belong to this model")
 
 
 def check_max_length(directory: str | os.PathLike[str], max_length: int) -> None:
@@ -154,4 +170,4 @@ def check_max_length(directory: str | os.PathLike[str], max_length: int) -> None
                          f"{path} (max_position_embeddings); use --max-length {config.max_tokens} or less")
 
 
-__all__ = ["TASK_FILE", "LoadedModel", "TaskRecord", "check_max_length", "label_names_of", "load_for_inference"]
+__all__ = ["TASK_FILE", "LoadedModel", "TaskRecord", "check_max_length", "check_tokenizer_fits", "label_names_of", "load_for_inference"]
