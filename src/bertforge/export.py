@@ -59,7 +59,7 @@ def outputs_of(model: nn.Module) -> tuple[tuple[str, str, bool], ...]:
     job = getattr(model, "job", None)
     if job not in OUTPUTS:
         raise ValueError(f"cannot export {type(model).__name__}: exportable jobs are {', '.join(OUTPUTS)}")
-    rows = OUTPUTS[job]
+    rows = getattr(model, "onnx_outputs", None) or OUTPUTS[job]  # the rows its class declares, if any
     if job == "embeddings" and getattr(model, "pooler", None) is None:
         rows = tuple(row for row in rows if row[1] != "pooled_output")
     return rows
