@@ -32,6 +32,7 @@ BUILTIN_FAMILIES: tuple[str, ...] = (
     "bertforge.model.modernbert",
     "bertforge.model.distilbert",
     "bertforge.model.roberta",
+    "bertforge.model.electra",
 )
 
 # The jobs a model class can do, as transformers' auto classes name them.
