@@ -158,6 +158,12 @@ def serve_command(
         "--long-text", help="/classify of texts longer than the model's length: truncate (the default; the "
                             "answer says truncated) or windows (overlapping windows, their logits averaged).")]
         = "truncate",
+    max_body_bytes: Annotated[int, typer.Option(
+        help="Largest request body, however it is sent (413 beyond).")] = 1_000_000,
+    body_timeout: Annotated[float, typer.Option(
+        help="Seconds a request body may pause before the server answers 408.")] = 10.0,
+    max_connections: Annotated[int, typer.Option(
+        help="Open connections served at once; more are answered 503 at once.")] = 512,
 ) -> None:
     """Serve a checkpoint over HTTP: JSON API (/fill-mask /classify /qa /ner /embed /attention) and a demo page at /.
 
@@ -170,6 +176,8 @@ def serve_command(
         raise fail(f"--port must be 1..65535, got {port}")
     if max_batch_size < 1 or max_wait_ms < 0:
         raise fail("--max-batch-size must be at least 1 and --max-wait-ms at least 0")
+    if max_body_bytes < 1 or body_timeout <= 0 or max_connections < 1:
+        raise fail("--max-body-bytes and --max-connections must be at least 1, --body-timeout more than 0")
     try:
         import uvicorn
 
@@ -179,13 +187,16 @@ def serve_command(
     bound_kernel_cache()  # memory stays flat however many batch shapes arrive
     try:
         api = create_app(model, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, device=device,
-                         precision=precision, long_text=long_text)
+                         precision=precision, long_text=long_text, max_body_bytes=max_body_bytes,
+                         body_timeout_s=body_timeout)
     except (CheckpointError, FileNotFoundError, ValueError) as exc:
         raise fail(str(exc)) from exc
     typer.echo(f"serving {api.state.service.kind} from {model} at {api.state.service.precision} "
                f"on http://{host}:{port}/ "
                f"(tasks: {', '.join(api.state.service.tasks)})")
-    uvicorn.run(api, host=host, port=port, log_level="info")
+    # idle keep-alive connections close after 5 s, and at most max_connections are held at once
+    uvicorn.run(api, host=host, port=port, log_level="info", limit_concurrency=max_connections,
+                timeout_keep_alive=5)
 
 
 def quantize_command(

@@ -55,7 +55,8 @@ MAX_ITEMS = 32  # inputs in one request
 MAX_MASKS = 10  # [MASK] tokens in one fill-mask text
 MAX_TOP_K = 50
 MAX_ATTENTION_TOKENS = 128  # the attention map is T x T numbers in JSON
-MAX_BODY_BYTES = 1_000_000  # refused with 413 before the JSON is parsed
+MAX_BODY_BYTES = 1_000_000  # refused with 413 as soon as more arrives, whatever the transfer encoding
+BODY_TIMEOUT_S = 10.0  # a request whose body stops arriving for this long is answered 408
 
 TASKS = ("fill-mask", "classify", "qa", "ner", "embed", "attention")
 # which model jobs have the head each task needs (embed and attention need only the encoder)
@@ -197,6 +198,13 @@ class AttentionRequest(_Request):
     text_pair: Text | None = None
     layer: int = Field(default=0, ge=0)
     head: int | None = Field(default=None, ge=0, description="None: the mean over the layer's heads")
+
+
+# each endpoint's request model, for messages that list the accepted fields
+REQUEST_MODELS: dict[str, type[BaseModel]] = {
+    "/fill-mask": FillMaskRequest, "/classify": ClassifyRequest, "/qa": QARequest, "/ner": NerRequest,
+    "/embed": EmbedRequest, "/attention": AttentionRequest,
+}
 
 
 class _Response(BaseModel):
@@ -571,6 +579,60 @@ class ModelService:
 # --------------------------------------------------------------------------------------------------
 # The app
 # --------------------------------------------------------------------------------------------------
+class BodyGuard:
+    """ASGI middleware that reads each request body itself, bounded in size and in time, before the app
+    sees it: at most `max_bytes` (413 as soon as more arrives, with a Content-Length or chunked alike)
+    and no wait longer than `timeout_s` for the next part of a body (408), so a client can neither
+    make the server hold a large body in memory nor hold a connection open with a half-sent one. The
+    app then gets the body as one message."""
+
+    def __init__(self, app: Any, max_bytes: int = MAX_BODY_BYTES, timeout_s: float = BODY_TIMEOUT_S) -> None:
+        self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(send, 413, "too_large", f"the request body is {int(declared):,} bytes; "
+                               f"at most {self.max_bytes:,}")
+            return
+        body, more = bytearray(), True
+        while more:
+            try:
+                message = await asyncio.wait_for(receive(), self.timeout_s)
+            except TimeoutError:
+                await self._refuse(send, 408, "body_timeout", f"the request body stopped arriving for "
+                                   f"{self.timeout_s:g} s; send it whole")
+                return
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.max_bytes:
+                await self._refuse(send, 413, "too_large", f"the request body is over {self.max_bytes:,} bytes")
+                return
+        delivered = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return await receive()  # after the body: the disconnect, when it comes
+
+        await self.app(scope, replay, send)
+
+    @staticmethod
+    async def _refuse(send: Any, status: int, code: str, message: str) -> None:
+        response = _error(status, code, message)
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"connection", b"close"),
+                                (b"content-length", str(len(response.body)).encode())]})
+        await send({"type": "http.response.body", "body": response.body})
+
+
 def _error(status: int, code: str, message: str, details: list[dict[str, Any]] | None = None) -> JSONResponse:
     body: dict[str, Any] = {"error": code, "message": message}
     if details is not None:
@@ -578,18 +640,31 @@ def _error(status: int, code: str, message: str, details: list[dict[str, Any]] |
     return JSONResponse(status_code=status, content=body)
 
 
-def _validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:
-    # without the offending input (it may be 100k characters) and without pydantic's internals
+def _validation_details(exc: RequestValidationError, accepted: Sequence[str] = (),
+                        content_type: str = "") -> list[dict[str, Any]]:
+    """One entry per error, saying what was wrong and what is accepted; without the offending input (it
+    may be 100k characters) and without pydantic's internals."""
     details = []
     for err in exc.errors():
-        loc = [str(part) for part in err.get("loc", ()) if part != "body"]
-        details.append({"field": ".".join(loc) or "body", "message": str(err.get("msg", "")),
-                        "type": str(err.get("type", ""))})
+        kind, loc = str(err.get("type", "")), list(err.get("loc", ()))
+        field = ".".join(str(part) for part in loc if part != "body") or "body"
+        message = str(err.get("msg", ""))
+        if kind == "json_invalid":  # loc is ("body", character offset)
+            position = loc[-1] if loc and isinstance(loc[-1], int) else None
+            error = (err.get("ctx") or {}).get("error", "not valid JSON")
+            field, message = "body", f"not valid JSON ({error}" + (f" at character {position})" if position is not None else ")")
+        elif kind == "extra_forbidden":
+            message = f"unknown field; this endpoint accepts {', '.join(accepted)}"
+        elif field == "body" and "json" not in content_type:
+            message = (f"the body must be a JSON object sent with Content-Type: application/json (got "
+                       f"{content_type or 'no Content-Type'}); fields: {', '.join(accepted)}")
+        details.append({"field": field, "message": message, "type": kind})
     return details
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "this model has no head for the task"},
+    408: {"model": ErrorBody, "description": "the request body stopped arriving"},
     413: {"model": ErrorBody, "description": "request body too large"},
     422: {"model": ErrorBody, "description": "invalid input: types, unknown fields, limits, no [MASK], ..."},
 }
@@ -604,6 +679,8 @@ def create_app(
     precision: str = "fp32",
     long_text: str = "truncate",
     service: ModelService | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    body_timeout_s: float = BODY_TIMEOUT_S,
 ) -> FastAPI:
     """The API and demo page for the checkpoint in `model_dir` (any bertforge / Hugging Face BERT dir).
 
@@ -611,7 +688,8 @@ def create_app(
     arrives; `max_batch_size=1` turns dynamic batching off. `precision` is fp32, bf16, int8 or auto
     (`bertforge.precision`). `long_text="windows"` classifies texts longer than the model's length by
     overlapping windows (`bertforge.pipeline`). `service` replaces `model_dir` when the caller has
-    already loaded a model.
+    already loaded a model. A request body is read whole before the app sees it, at most
+    `max_body_bytes` (413 beyond) with no pause longer than `body_timeout_s` (408).
 
     Example:
         uvicorn.run(create_app("runs/squad/final"), host="127.0.0.1", port=8000)
@@ -637,12 +715,7 @@ def create_app(
     )
     app.state.service = service
 
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next: Any) -> Any:
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-            return _error(413, "too_large", f"the request body is {int(length):,} bytes; at most {MAX_BODY_BYTES:,}")
-        return await call_next(request)
+    app.add_middleware(BodyGuard, max_bytes=max_body_bytes, timeout_s=body_timeout_s)
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -650,7 +723,9 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        details = _validation_details(exc)
+        model = REQUEST_MODELS.get(request.url.path)
+        accepted = list(model.model_fields) if model is not None else []
+        details = _validation_details(exc, accepted, request.headers.get("content-type", ""))
         message = "; ".join(f"{d['field']}: {d['message']}" for d in details) or "invalid request"
         return _error(422, "invalid_request", message, details)
 
@@ -694,7 +769,8 @@ def create_app(
             "mask_token": service.tokenizer.mask_token,
             "limits": {"max_text_chars": MAX_TEXT_CHARS, "max_context_chars": MAX_CONTEXT_CHARS,
                        "max_items": MAX_ITEMS, "max_masks": MAX_MASKS, "max_top_k": MAX_TOP_K,
-                       "max_attention_tokens": MAX_ATTENTION_TOKENS, "max_body_bytes": MAX_BODY_BYTES},
+                       "max_attention_tokens": MAX_ATTENTION_TOKENS, "max_body_bytes": max_body_bytes,
+                       "body_timeout_s": body_timeout_s},
             "batching": {"max_batch_size": max_batch_size, "max_wait_ms": max_wait_ms,
                          "model_calls": service.model_calls,
                          "tasks": {t: b.stats.as_dict() for t, b in service.batchers.items()}},
