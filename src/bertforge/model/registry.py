@@ -33,6 +33,7 @@ BUILTIN_FAMILIES: tuple[str, ...] = (
     "bertforge.model.distilbert",
     "bertforge.model.roberta",
     "bertforge.model.electra",
+    "bertforge.model.deberta",
 )
 
 # The jobs a model class can do, as transformers' auto classes name them.

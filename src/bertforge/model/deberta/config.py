@@ -129,9 +129,12 @@ class DebertaV2Config(ModelConfig):
                              f"{self.pos_att_type!r}")
         if self.relative_attention and self.position_buckets > 0 and self.position_buckets < 2:
             raise ValueError(f"position_buckets must be at least 2 (or <= 0 for none), got {self.position_buckets}")
-        if self.relative_attention and self.position_buckets > 0 and self.relative_span - 1 <= self.position_buckets // 2:
+        middle = self.position_buckets // 2
+        if (self.relative_attention and self.position_buckets > 0
+                and self.relative_span - 1 <= middle < self.max_position_embeddings - 1):
+            # distances past `middle` go to log buckets scaled by log((span - 1) / middle): none if that is <= 0
             raise ValueError(f"max_relative_positions ({self.relative_span}) must exceed position_buckets / 2 + 1 "
-                             f"({self.position_buckets // 2 + 1}): the log buckets need room beyond the exact ones")
+                             f"({middle + 1}) when inputs may be longer than that")
         if not isinstance(self.norm_rel_ebd, str):
             raise ValueError(f"norm_rel_ebd must be a string such as 'layer_norm' or 'none', got {self.norm_rel_ebd!r}")
 

@@ -3,6 +3,8 @@ DebertaV2For* keys."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from bertforge.checkpoint import KeyLayout
 
 # Backbone keys, relative to the encoder (ours: `deberta.` inside a model with heads, nothing in a bare
@@ -38,8 +40,9 @@ DEBERTA_HEAD_KEY_MAP: list[tuple[str, str]] = [
     ("legacy_head.bias", "cls.predictions.bias"),
 ]
 
-# A file in the other layout than its config.json says still fills the head: the Hub's DeBERTaV3
-# files carry `lm_predictions.lm_head.*` with no `legacy` key (so legacy, by transformers' default).
+# A file in the other layout than its config.json says still fills the masked LM's head (MLM_LAYOUT):
+# the Hub's DeBERTaV3 files carry `lm_predictions.lm_head.*` with no `legacy` key (so legacy, by
+# transformers' default).
 _MLM_TENSORS = ("dense.weight", "dense.bias", "layer_norm.weight", "layer_norm.bias", "bias")
 _THEIRS = {"lm_head": "lm_predictions.lm_head.", "legacy_head": "cls.predictions.transform."}
 
@@ -62,6 +65,7 @@ LAYOUT = KeyLayout(
     backbone_roots=("embeddings.", "encoder.", "layers.", "rel_embeddings.", "rel_norm.", "conv."),
     layers_root="layers.",
     fused_qkv=DEBERTA_FUSED_QKV,
-    fallbacks=MLM_FALLBACKS,
     qkv_names=("query_proj", "key_proj", "value_proj"),
 )
+# The masked LM's: the same, reading its head from either layout.
+MLM_LAYOUT = dataclasses.replace(LAYOUT, fallbacks=MLM_FALLBACKS)
