@@ -179,12 +179,16 @@ class EncoderLayer(nn.Module):
     """One Transformer block as in BERT: post-LN, x = LN(x + Dropout(Sublayer(x))) twice.
 
     `dropout_after_attention=False` leaves the attention output undropped (DistilBERT drops only
-    the attention probabilities and the feed-forward output); the same at inference either way.
+    the attention probabilities and the feed-forward output), `dropout_after_ffn=False` the
+    feed-forward output (ALBERT drops only the attention probabilities and the attention output);
+    the same at inference either way.
     """
 
-    def __init__(self, config: Any, *, dropout_after_attention: bool = True) -> None:
+    def __init__(self, config: Any, *, dropout_after_attention: bool = True,
+                 dropout_after_ffn: bool = True) -> None:
         super().__init__()
         self.dropout_after_attention = dropout_after_attention
+        self.dropout_after_ffn = dropout_after_ffn
         self.attention = SelfAttention(config)
         self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.ffn = FeedForward(config)
@@ -202,7 +206,10 @@ class EncoderLayer(nn.Module):
         if self.dropout_after_attention:
             attended = self.dropout(attended)
         hidden = self.attention_norm(hidden + attended)
-        hidden = self.ffn_norm(hidden + self.dropout(self.ffn(hidden)))
+        transformed = self.ffn(hidden)
+        if self.dropout_after_ffn:
+            transformed = self.dropout(transformed)
+        hidden = self.ffn_norm(hidden + transformed)
         return hidden, probs
 
 
