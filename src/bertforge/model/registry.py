@@ -33,6 +33,7 @@ BUILTIN_FAMILIES: tuple[str, ...] = (
     "bertforge.model.distilbert",
     "bertforge.model.roberta",
     "bertforge.model.electra",
+    "bertforge.model.albert",
     "bertforge.model.deberta",
 )
 
