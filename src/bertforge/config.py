@@ -117,6 +117,31 @@ class ModelConfig:
         return cls.from_json_file(Path(directory) / "config.json")
 
 
+def check_values(config_class: type, data: dict[str, Any], source: str) -> None:
+    """Refuse, in one line naming the field, a config.json value of the wrong kind that a family's own
+    checks would trip over or let through: a string where a number belongs ("hidden_size": "128"), a
+    NaN or infinity, an epsilon that is not above 0, a dropout rate outside [0, 1)."""
+    import dataclasses
+    import math
+
+    for field_ in dataclasses.fields(config_class):
+        name, kind = field_.name, str(field_.type)
+        if name not in data or data[name] is None:
+            continue
+        value = data[name]
+        if kind == "int" and not is_int(value):
+            raise ValueError(f"{source}: {name} must be an integer, got {value!r}")
+        if kind.startswith("float") or kind == "int":
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ValueError(f"{source}: {name} must be a finite number, got {value!r}")
+            if name.endswith("eps") and not value > 0:
+                raise ValueError(f"{source}: {name} must be a finite number above 0, got {value!r}")
+            if (name.endswith("dropout") or name.endswith("dropout_prob")) and not 0 <= value < 1:
+                raise ValueError(f"{source}: {name} must be a number in [0, 1), got {value!r}")
+            if name == "initializer_range" and not value > 0:
+                raise ValueError(f"{source}: {name} must be above 0, got {value!r}")
+
+
 def is_int(value: Any) -> bool:
     """An int that is not a bool (JSON's true would otherwise pass as 1)."""
     return isinstance(value, int) and not isinstance(value, bool)

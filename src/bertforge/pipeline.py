@@ -240,6 +240,17 @@ def read_task_file(model_dir: str | Path) -> dict[str, Any]:
     return record.to_dict() if record is not None else {}
 
 
+def _predicts_tokens(model: Any) -> bool:
+    """Whether the model has a masked-LM head (ELECTRA's pre-training model is a discriminator instead)."""
+    return hasattr(model, "masked_lm_logits")
+
+
+def _task_of(model: Any) -> str | None:
+    """The pipeline task of a checkpoint without task.json, from its class's job."""
+    task = JOB_TASKS.get(getattr(model, "job", None))
+    return "embeddings" if task == "fill-mask" and not _predicts_tokens(model) else task
+
+
 def _class_names(config: Any, jobs: Sequence[str]) -> list[str]:
     """The classes of `config`'s family that do these jobs, for messages."""
     from bertforge.model.registry import class_names
@@ -263,12 +274,12 @@ def pipeline(model: str | Path, task: str | None = None, *, batch_size: int = 32
     loaded, saved = found.model, found.record or TaskRecord()
     kind = type(loaded).__name__
     family = saved.family
-    chosen = canonical_task(task) if task else (inference_task_of(family) or JOB_TASKS.get(loaded.job))
+    chosen = canonical_task(task) if task else (inference_task_of(family) or _task_of(loaded))
     if chosen is None:
         raise ValueError(f"{model_dir}: cannot tell the task of a {kind} (task.json family {family!r}); "
                          f"pass task=")
     needed = TASK_JOBS.get(chosen)
-    if needed and loaded.job not in needed:
+    if needed and (loaded.job not in needed or (chosen == "fill-mask" and not _predicts_tokens(loaded))):
         raise ValueError(f"{model_dir} holds a {kind}; the {chosen} task needs a "
                          f"{' or '.join(_class_names(loaded.config, needed))}")
     report = getattr(loaded, "load_report", None)

@@ -135,6 +135,12 @@ def _text_lines(path: Path) -> Iterator[tuple[int, str]]:
             yield number, text.rstrip("\n").removesuffix("\r")
 
 
+# csv's default refuses a cell over 128 KiB ("field larger than field limit"); a long document in one
+# cell is a normal input, which the task then truncates or reads in windows.
+MAX_CELL_CHARS = 2**31 - 1
+csv.field_size_limit(MAX_CELL_CHARS)
+
+
 def _delimited_rows(path: Path, delimiter: str) -> Iterator[Row]:
     lines = _text_lines(path)
     numbers: list[int] = []  # the line number of each line handed to the csv reader, in order
@@ -149,8 +155,10 @@ def _delimited_rows(path: Path, delimiter: str) -> Iterator[Row]:
         header = next(reader)
     except StopIteration:
         return
+    except csv.Error as exc:
+        raise DataFormatError(path, numbers[-1] if numbers else 1, None, f"not a readable header ({exc})") from None
     header = [name.strip() for name in header]
-    for fields in reader:
+    for fields in _located(reader, path, numbers):
         # reader.line_num counts the lines consumed so far: the record began after the previous one ended
         start = numbers[-1] - _record_lines(fields) + 1 if numbers else 0
         if not fields or (len(fields) == 1 and not fields[0] and len(header) > 1):
@@ -159,6 +167,18 @@ def _delimited_rows(path: Path, delimiter: str) -> Iterator[Row]:
             raise DataFormatError(path, start, None, f"{len(fields)} fields where the header has "
                                                      f"{len(header)} ({', '.join(header)})")
         yield Row(start, dict(zip(header, fields, strict=True)))
+
+
+def _located(reader: Iterator[list[str]], path: Path, numbers: list[int]) -> Iterator[list[str]]:
+    """The csv reader's records, its errors (an unclosed quote, a cell past the size limit) as
+    `DataFormatError`s naming the line."""
+    while True:
+        try:
+            yield next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise DataFormatError(path, numbers[-1] if numbers else None, None, f"not readable CSV ({exc})") from None
 
 
 def _record_lines(fields: Sequence[str]) -> int:
@@ -175,6 +195,8 @@ def _jsonl_rows(path: Path) -> Iterator[Row]:
         except json.JSONDecodeError as exc:
             raise DataFormatError(path, number, None, f"not a JSON record ({exc.msg} at column {exc.colno})") \
                 from None
+        except RecursionError:
+            raise DataFormatError(path, number, None, "a JSON record nested too deeply to read") from None
         if not isinstance(record, dict):
             raise DataFormatError(path, number, None,
                                   f"a JSONL row must be a JSON object, not {type(record).__name__}")
@@ -215,9 +237,19 @@ def write_rows(path: str | Path) -> Iterator[Callable[[dict[str, Any]], None]]:
         raise ValueError(f"{path}: predictions are written as .jsonl, .csv or .tsv")
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as handle:
         if fmt == "jsonl":
-            yield lambda row: handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+            yield lambda row: handle.write(_json_row(row, path) + "\n")
         else:
             yield _csv_writer(handle, "," if fmt == "csv" else "\t")
+
+
+def _json_row(row: dict[str, Any], path: Path) -> str:
+    """A row as JSON; a NaN or infinity (a model whose weights or config went wrong) is refused rather
+    than written as JSON no reader accepts."""
+    try:
+        return json.dumps(row, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        raise ValueError(f"{path}: a prediction is not a finite number ({row}); the model's outputs are NaN or "
+                         "infinite: check its config.json (layer_norm_eps, ...) and weights") from None
 
 
 def _csv_writer(handle: io.TextIOBase, delimiter: str) -> Callable[[dict[str, Any]], None]:
@@ -228,6 +260,7 @@ def _csv_writer(handle: io.TextIOBase, delimiter: str) -> Callable[[dict[str, An
         if not header:
             header.extend(row)
             writer.writerow(header)
+        _json_row(row, Path(getattr(handle, "name", "<rows>")))  # the same check: no NaN in a file
         writer.writerow([_cell(row.get(name)) for name in header])
 
     return write

@@ -25,7 +25,8 @@ def library_errors() -> tuple[type[BaseException], ...]:
     from bertforge.data.corpus import DataError
     from bertforge.tasks.base import DataFormatError
 
-    return (CheckpointError, DataError, DataFormatError, FileNotFoundError, FileExistsError, ValueError)
+    # OSError: a missing file, a read-only or full disk, a permission: one line naming the path
+    return (CheckpointError, DataError, DataFormatError, OSError, ValueError)
 
 
 def flag(name: str, help_text: str) -> pyinspect.Parameter:

@@ -23,7 +23,7 @@ def inspect_command(
 
     try:
         model, report = load_any(model_dir)
-    except (CheckpointError, FileNotFoundError, ValueError) as exc:
+    except (CheckpointError, OSError, ValueError) as exc:
         raise fail(str(exc)) from exc
     config = model.config
     n_params = sum(p.numel() for p in model.parameters())
@@ -125,7 +125,7 @@ def attention_command(
         encoder = load_for_job(model, "embeddings")
         tokens, maps = attention_maps(encoder, BertTokenizer.from_pretrained(model), text, pair, max_length=max_length)
         path = plot_attention(tokens, maps, png, layer=layer, head=head)
-    except (CheckpointError, FileNotFoundError, ValueError) as exc:
+    except (CheckpointError, OSError, ValueError) as exc:
         raise fail(str(exc)) from exc
     typer.echo(f"{len(tokens)} tokens, {maps.shape[0]} layers x {maps.shape[1]} heads -> {path}")
 
@@ -172,7 +172,7 @@ def attention_stats_command(
         with tqdm(total=len(texts), unit="text", disable=quiet) as bar:
             stats = attention_stats(encoder, tokenizer, texts, batch_size=batch_size, max_length=max_length,
                                     progress=bar)
-    except (CheckpointError, FileNotFoundError, ValueError) as exc:
+    except (CheckpointError, OSError, ValueError) as exc:
         raise fail(str(exc)) from exc
     png = png or (table.with_suffix(".png") if table is not None else Path("attention_stats.png"))
     plot_head_stats(stats, png, title=f"{title or model.name}: per-head attention over {stats.texts} texts")
@@ -235,7 +235,7 @@ def ablate_features_command(
     try:
         results = ablate(model, data, out, strategies=tuple(strategy) if strategy else STRATEGIES,
                          train_sentences=train_sentences, config=config, finetune_f1=finetune_f1, model_name=name)
-    except (CheckpointError, DataFormatError, FileNotFoundError, ValueError) as exc:
+    except (CheckpointError, DataFormatError, OSError, ValueError) as exc:
         raise fail(str(exc)) from exc
     for row in results:
         typer.echo(f"{row['strategy']:>17}: hidden states {row['layers']} ({row['combine']}) -> dev F1 "

@@ -107,7 +107,7 @@ def _predict_file(model: Path, input_file: Path, out: Path, *, task: str | None,
                         precision=precision, pooling=pooling, normalize=normalize, top_k=top_k,
                         all_scores=all_scores, long_text=long_text, window_stride=window_stride)
         done = predict_file(pipe, input_file, out, **file_options)
-    except (CheckpointError, DataFormatError, FileNotFoundError, ValueError) as exc:
+    except (CheckpointError, DataFormatError, OSError, ValueError) as exc:
         raise fail(str(exc)) from exc
     typer.echo(f"{pipe.task} ({pipe.precision}): {done['rows']} rows -> {out} "
                f"({done['rows_per_second']:.1f} rows/s)")
@@ -137,7 +137,7 @@ def _predict_leaderboard(family: str, model: Path, data: Path, out: Path, *, tas
     try:
         done = predict(family, task, model, data, out, splits=split or None, batch_size=batch_size,
                        precision=precision)
-    except (CheckpointError, DataFormatError, FileNotFoundError, ValueError) as exc:
+    except (CheckpointError, DataFormatError, OSError, ValueError) as exc:
         raise fail(str(exc)) from exc
     for name, result in done.items():
         scores = "  ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
@@ -189,7 +189,7 @@ def serve_command(
         api = create_app(model, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, device=device,
                          precision=precision, long_text=long_text, max_body_bytes=max_body_bytes,
                          body_timeout_s=body_timeout)
-    except (CheckpointError, FileNotFoundError, ValueError) as exc:
+    except (CheckpointError, OSError, ValueError) as exc:
         raise fail(str(exc)) from exc
     typer.echo(f"serving {api.state.service.kind} from {model} at {api.state.service.precision} "
                f"on http://{host}:{port}/ "
@@ -220,7 +220,7 @@ def quantize_command(
         tokenizer = BertTokenizer.from_pretrained(model) if (model / "vocab.txt").exists() else None
         quantized, _ = apply_precision(loaded, "int8")
         save_quantized(quantized, out, tokenizer=tokenizer)
-    except (CheckpointError, FileNotFoundError, ValueError) as exc:
+    except (CheckpointError, OSError, ValueError) as exc:
         raise fail(str(exc)) from exc
     files = {p.name: p.stat().st_size for p in out.iterdir() if p.is_file()}
     typer.echo(f"wrote {out}: {', '.join(f'{name} ({size / 1e6:.1f} MB)' for name, size in sorted(files.items()))}")
@@ -248,7 +248,7 @@ def export_onnx_command(
         raise fail(f"--out should name a .onnx file, got {out}")
     try:
         result = export_onnx(model, out, opset=opset, check=check, int8=int8)
-    except (CheckpointError, FileNotFoundError, ValueError) as exc:
+    except (CheckpointError, OSError, ValueError) as exc:
         raise fail(str(exc)) from exc
     except ImportError as exc:
         raise fail(f"checking the export needs onnxruntime (or pass --no-check): {exc}") from exc
@@ -321,7 +321,7 @@ def extract_command(
             model, strategy=strategy, layers=chosen, combine=combine if chosen is not None else None,
             align=None if align == "token" else align, pool=pool, batch_size=batch_size, max_length=max_length,
             dtype="float16" if fp16 else "float32", device=device, precision=precision)
-    except (CheckpointError, FileNotFoundError, ValueError) as exc:
+    except (CheckpointError, OSError, ValueError) as exc:
         raise fail(str(exc)) from exc
     inputs = text_lines(input_file, pairs)
     try:

@@ -126,6 +126,9 @@ def _iter_jsonl(rng: InputRange, field: str) -> Iterator[tuple[str | None, str, 
             except json.JSONDecodeError as exc:
                 yield None, f"invalid JSON ({exc.msg} at column {exc.colno})", line_no, offset, len(raw)
                 continue
+            except RecursionError:
+                yield None, "a JSON record nested too deeply to read", line_no, offset, len(raw)
+                continue
             yield (*_field_text(record, field), line_no, offset, len(raw))
 
 

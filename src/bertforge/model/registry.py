@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertforge.config import ModelConfig, read_json_object
+from bertforge.config import ModelConfig, check_values, read_json_object
 
 # The built-in families: one line each (the package that defines `FAMILY`).
 BUILTIN_FAMILIES: tuple[str, ...] = (
@@ -194,6 +194,7 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<dict>") -> ModelCo
         found = family(model_type)
     except UnknownFamilyError as exc:
         raise ValueError(f"{source}: {exc}") from None
+    check_values(found.config_class, data, source)
     return found.config_class.from_dict(data, source=source)
 
 

@@ -375,6 +375,8 @@ class ModelService:
         self.max_tokens = min(self.config.max_tokens, tokenizer.model_max_length)
         self.job = getattr(model, "job", None)
         self.tasks = [t for t in TASKS if t not in TASK_MODELS or self.job in TASK_MODELS[t]]
+        if not hasattr(model, "masked_lm_logits") and "fill-mask" in self.tasks:  # a discriminator, not an MLM
+            self.tasks.remove("fill-mask")
         self.long_text = long_text  # /classify: truncate, or read long texts in windows (bertforge.pipeline)
         self.pipelines = {task: self._pipeline(task, task_info or {}, max_batch_size) for task in self.tasks
                           if task in PIPELINE_TASKS}

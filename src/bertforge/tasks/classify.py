@@ -419,7 +419,7 @@ def _json_list(value: str) -> list[Any] | None:
         return None
     try:
         parsed = json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # not a list of labels: the cell is one label's text
         return None
     return parsed if isinstance(parsed, list) else None
 

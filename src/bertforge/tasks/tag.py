@@ -191,6 +191,8 @@ def read_tag_names(spec: str, tag_column: str = "tags") -> list[str]:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise DataFormatError(path, exc.lineno, "json", exc.msg) from None
+    except RecursionError:
+        raise DataFormatError(path, None, "json", "nested too deeply to read") from None
     names = value if isinstance(value, list) else _class_label_names(value, tag_column)
     if not names or not all(isinstance(n, str) for n in names):
         raise DataFormatError(path, None, tag_column, "expected a list of tag names, or a dataset_info.json "

@@ -1,0 +1,67 @@
+"""Inputs that used to end in a traceback: each gets one line naming the file (and line or field), exit 2,
+and nothing half-written; and a NaN never reaches an output file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bertforge.cli import app
+from bertforge.fileio import DataFormatError
+from bertforge.model import BertConfig, BertForSequenceClassification, registry, set_labels
+from bertforge.tables import iter_rows, write_all
+from bertforge.tokenizer import BertTokenizer
+
+
+def test_a_long_csv_cell_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "long.csv"
+    path.write_text('text,label\n"' + "word " * 300_000 + '",pos\n', encoding="utf-8")  # 1.5 MB in one cell
+    (row,) = iter_rows(path, ["text", "label"])
+    assert len(row.values["text"]) == 1_500_000 and row.values["label"] == "pos"
+
+
+def test_a_deeply_nested_jsonl_record_is_one_located_error(tmp_path: Path) -> None:
+    path = tmp_path / "deep.jsonl"
+    path.write_text('{"text": "fine"}\n{"text": ' + "[" * 100_000 + "]" * 100_000 + "}\n", encoding="utf-8")
+    with pytest.raises(DataFormatError, match=r"deep\.jsonl:2: .*nested too deeply"):
+        list(iter_rows(path, ["text"]))
+
+
+def test_nan_is_never_written(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not a finite number"):
+        write_all(tmp_path / "out.jsonl", [{"label": "0", "score": 0.5}, {"label": "1", "score": float("nan")}])
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+@pytest.mark.parametrize(("field", "value", "expected"), [
+    ("layer_norm_eps", float("nan"), "layer_norm_eps must be a finite number"),
+    ("layer_norm_eps", -1e-12, "layer_norm_eps must be a finite number above 0"),
+    ("hidden_dropout_prob", 1.5, r"hidden_dropout_prob must be a number in \[0, 1\)"),
+    ("hidden_size", "128", "hidden_size must be an integer"),
+])
+def test_a_config_json_value_of_the_wrong_kind_is_named(field: str, value: object, expected: str) -> None:
+    data = {**BertConfig.from_preset("tiny").to_dict(), field: value}
+    with pytest.raises(ValueError, match=expected):
+        registry.config_from_dict(data, source="config.json")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_a_read_only_out_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "corpus.txt").write_text("a gripping film\n" * 20, encoding="utf-8")
+    tokenizer = BertTokenizer.train([tmp_path / "corpus.txt"], vocab_size=60, min_frequency=1, show_progress=False)
+    config = set_labels(BertConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size), ["neg", "pos"])
+    BertForSequenceClassification(config).save_pretrained(tmp_path / "model", tokenizer=tokenizer)
+    (tmp_path / "texts.txt").write_text("a gripping film\n", encoding="utf-8")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        result = CliRunner().invoke(app, ["predict", "--model", str(tmp_path / "model"), "--input",
+                                          str(tmp_path / "texts.txt"), "--out", str(locked / "p.jsonl"),
+                                          "--no-progress"])
+    finally:
+        locked.chmod(0o700)
+    assert result.exit_code == 2 and "locked" in result.output and "Traceback" not in result.output
