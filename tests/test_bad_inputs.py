@@ -61,3 +61,20 @@ def test_an_unwritable_out_is_one_line(tmp_path: Path) -> None:
                                       str(tmp_path / "texts.txt"), "--out", str(blocker / "p.jsonl"), "--no-progress"])
     assert result.exit_code == 2 and "not-a-directory" in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_written_files_get_the_permissions_of_the_umask(tmp_path: Path, umask: int, mode: int) -> None:
+    import os
+    import stat
+
+    from bertforge.fileio import write_text_atomic
+
+    previous = os.umask(umask)
+    try:
+        write_text_atomic(tmp_path / "results.json", "{}\n")
+        BertForSequenceClassification(BertConfig.from_preset("tiny", vocab_size=50)).save_pretrained(tmp_path / "m")
+    finally:
+        os.umask(previous)
+    for path in (tmp_path / "results.json", tmp_path / "m" / "model.safetensors", tmp_path / "m" / "config.json"):
+        assert stat.S_IMODE(path.stat().st_mode) == mode, path

@@ -1,16 +1,24 @@
 """Small file helpers shared by every module: atomic writes, so a crash never leaves half a file; UTF-8
 decoding whose error names the file, the line and the byte, which every reader turns into its own error type;
-`DataFormatError`, the located error of every reader of users' files; and streaming decompression by suffix.
+`DataFormatError`, the located error of every reader of users' files; streaming decompression by suffix;
+the exclusive lock a run holds on its directory (`run_lock`); and file fingerprints (`file_fingerprint`),
+by which a resumed run checks that its inputs are the ones it started with.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import hashlib
+import json
 import os
+import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -18,9 +26,24 @@ def write_text_atomic(path: Path, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
+def file_mode() -> int:
+    """The permissions a new file gets from the user's umask (mkstemp's are always 0600, which would
+    shut the other users of a shared model or run directory out)."""
+    try:  # Linux says it without changing it
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: read it by setting it, and put it back at once
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.chmod(tmp, file_mode())
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -42,6 +65,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
+    os.chmod(tmp, file_mode())
     try:
         yield Path(tmp)
         with open(tmp, "rb+") as handle:
@@ -143,3 +167,126 @@ def open_binary(path: str | os.PathLike[str]) -> BinaryIO:
         # zstandard's reader has no readline: buffer it as the standard library's readers are
         return io.BufferedReader(zstandard.open(path, "rb"), 1 << 16)  # type: ignore[arg-type]
     return open(path, "rb")
+
+
+# ------------------------------------------------------------------------------------------------
+# the lock a run holds on its directory
+# ------------------------------------------------------------------------------------------------
+LOCK_FILE = ".bertforge.lock"
+
+
+class RunLockedError(FileExistsError):
+    """Another live process holds the run directory's lock; `holder` is what its lock file says
+    (pid, host, started, command), as far as it could be read."""
+
+    def __init__(self, message: str, holder: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
+@contextmanager
+def run_lock(directory: str | os.PathLike[str], *, what: str = "run") -> Iterator[Path]:
+    """Hold an exclusive lock on `directory` (created if need be) for the life of the block.
+
+    The lock is `fcntl.flock` on `directory/.bertforge.lock`, which records the holder's pid, host,
+    start time and command line. The kernel releases a flock when its process dies however it dies
+    (SIGKILL, OOM), so a lock file left by a killed run is stale: its flock is not held, and the next
+    run takes it over without a word. A live holder makes this raise `RunLockedError` naming its pid
+    and host. The file is removed on a clean exit, and the directory too if this made it and the run
+    left nothing in it (a run that failed on its input). Locks are per open file, so a second `run_lock` of
+    the same directory in the same process is refused too. On a filesystem without flock (some
+    network mounts) the run goes on unlocked.
+    """
+    import fcntl
+
+    directory = Path(directory)
+    created = not directory.exists()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / LOCK_FILE
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _lock_holder(fd)
+            os.close(fd)
+            who = f"pid {holder.get('pid', '?')}" + (f" on {holder['host']}" if holder.get("host") else "")
+            since = f", since {holder['started']}" if holder.get("started") else ""
+            raise RunLockedError(f"{directory} is in use by another {what} ({who}{since}); wait for it to end, "
+                                 f"stop it, or use another output directory", holder) from None
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+            fd = -1  # flock not supported here: better an unlocked run than none
+            break
+        # the file may have been removed (by its holder's clean exit) between our open and our flock:
+        # then we hold the lock of a file nobody else will open, so start again
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    if fd < 0:
+        yield path
+        return
+    try:
+        record = {"pid": os.getpid(), "host": socket.gethostname(),
+                  "started": time.strftime("%Y-%m-%d %H:%M:%S"), "command": _command_line()}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(record) + "\n").encode("utf-8"), 0)
+        yield path
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # while still holding it (see the inode check above)
+        os.close(fd)  # releases the flock
+        if created:
+            with contextlib.suppress(OSError):  # not empty: the run's output stays
+                directory.rmdir()
+
+
+def _lock_holder(fd: int) -> dict[str, Any]:
+    try:
+        data = json.loads(os.pread(fd, 65536, 0).decode("utf-8") or "{}")
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _command_line() -> str:
+    import sys
+
+    return " ".join(sys.argv)[:500]
+
+
+# ------------------------------------------------------------------------------------------------
+# file fingerprints
+# ------------------------------------------------------------------------------------------------
+def file_fingerprint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """What identifies a file's contents: its size, its modification time and the SHA-256 of its bytes."""
+    path = Path(path)
+    stat = path.stat()
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest.hexdigest()}
+
+
+def same_file_contents(recorded: dict[str, Any], path: str | os.PathLike[str]) -> bool:
+    """Whether the file at `path` still holds what `recorded` (a `file_fingerprint`) describes.
+
+    Another size differs; the same size and modification time is taken as the same file without
+    reading it; otherwise (a copy, a `touch`) the SHA-256 decides.
+    """
+    try:
+        stat = Path(path).stat()
+    except OSError:
+        return False
+    if stat.st_size != recorded.get("size"):
+        return False
+    if stat.st_mtime_ns == recorded.get("mtime_ns"):
+        return True
+    return file_fingerprint(path)["sha256"] == recorded.get("sha256")
