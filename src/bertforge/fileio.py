@@ -65,9 +65,9 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
-    os.chmod(tmp, file_mode())
     try:
         yield Path(tmp)
+        os.chmod(tmp, file_mode())  # after the writer: some (safetensors) create the file anew
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
