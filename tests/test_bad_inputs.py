@@ -78,3 +78,24 @@ def test_written_files_get_the_permissions_of_the_umask(tmp_path: Path, umask: i
         os.umask(previous)
     for path in (tmp_path / "results.json", tmp_path / "m" / "model.safetensors", tmp_path / "m" / "config.json"):
         assert stat.S_IMODE(path.stat().st_mode) == mode, path
+
+
+def test_a_numeric_text_column_is_refused_alike_by_finetune_and_predict(tmp_path: Path) -> None:
+    """No silent skew: a Parquet column of integers named as the text is refused by both, naming it."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from bertforge.pipeline import predict_file, pipeline
+    from bertforge.tasks import make_task
+
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"text": [1, 2, 3, 4], "label": ["a", "b", "a", "b"]}), path)
+    task = make_task("classify", None, {"train": str(path), "dev": str(path)})
+    with pytest.raises(DataFormatError, match=r"rows\.parquet:1: text: not text \(int\)"):
+        task.read(None, "train")
+    (tmp_path / "corpus.txt").write_text("a gripping film\n" * 20, encoding="utf-8")
+    tokenizer = BertTokenizer.train([tmp_path / "corpus.txt"], vocab_size=60, min_frequency=1, show_progress=False)
+    config = set_labels(BertConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size), ["a", "b"])
+    BertForSequenceClassification(config).save_pretrained(tmp_path / "model", tokenizer=tokenizer)
+    with pytest.raises(DataFormatError, match=r"rows\.parquet:1: text: not text \(int\)"):
+        predict_file(pipeline(tmp_path / "model"), path, tmp_path / "out.jsonl", progress=False)

@@ -840,7 +840,8 @@ def _row_input(path: Path, row: Any, columns: dict[str, str]) -> dict[str, Any]:
     for name, column in columns.items():
         value = row.values.get(column)
         if not isinstance(value, str):
-            what = "empty" if value is None else f"not text ({type(value).__name__})"
+            what = "empty" if value is None else (f"not text ({type(value).__name__}); name the column that "
+                                                  "holds the text")
             raise DataFormatError(path, row.number, column, what)
         if not value.strip():
             raise DataFormatError(path, row.number, column, "empty text")

@@ -380,9 +380,12 @@ class Classify(Task):
 # reading values
 # ------------------------------------------------------------------------------------------------
 def _text(value: Any, path: str | Path, row: int, column: str) -> str:
-    if isinstance(value, list | dict):
-        raise DataFormatError(path, row, column, f"expected text, found a {type(value).__name__}")
-    text = "" if value is None else str(value)
+    """A text cell. A number (JSONL, Parquet) is refused as predict refuses it, rather than trained on as
+    its digits: a numeric column named as the text is a wrong column far more often than text."""
+    if value is not None and not isinstance(value, str):
+        raise DataFormatError(path, row, column, f"not text ({type(value).__name__}); name the column that "
+                                                 "holds the text")
+    text = "" if value is None else value
     if not text.strip():
         raise DataFormatError(path, row, column, "empty text")
     return text
