@@ -145,6 +145,9 @@ class PreTrainedModel(nn.Module):
     key_layout: ClassVar[KeyLayout]
     # Whether `output_attentions=True` returns attention probabilities (attention maps, analysis).
     supports_attention_maps: ClassVar[bool] = False
+    # Whether attention itself runs on the packed (unpadded) tokens, one sequence at a time; False where
+    # the family's attention needs the padded (B, T) layout (DeBERTa's relative positions).
+    packed_attention: ClassVar[bool] = True
 
     # What loading a checkpoint needs to know of a class (see bertforge.checkpoint.Checkpointable).
     # The attribute holding the backbone, which is also our key prefix of the backbone's weights.

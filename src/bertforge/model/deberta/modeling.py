@@ -277,6 +277,7 @@ class DebertaV2PreTrainedModel(PreTrainedModel):
     config_class: ClassVar[type[DebertaV2Config]] = DebertaV2Config
     key_layout: ClassVar[KeyLayout] = LAYOUT
     supports_attention_maps: ClassVar[bool] = True
+    packed_attention: ClassVar[bool] = False  # relative positions need the (B, T) layout; dense layers pack
     base_model_prefix: ClassVar[str] = "deberta"
     # transformers' position-id buffer, and older files' copy of the tied legacy decoder.
     keys_redundant_on_load: ClassVar[tuple[str, ...]] = (r"(^|\.)embeddings\.position_ids$",
