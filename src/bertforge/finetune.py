@@ -36,12 +36,17 @@ Files, per run directory `out_dir`:
                             also their --test file's, predicted by the final model (`Task.final_splits`)
     seed-N/best/            the model of the best evaluation, laid out like seed-N/ (its task.json
                             says the step, epoch, metric and score it was selected at)
-    seed-N/run/             the loop's metrics.jsonl (train loss, lr, dev metrics per evaluation)
+    seed-N/run/             the loop's metrics.jsonl (train loss, lr, dev metrics per evaluation) and,
+                            while the seed trains, its newest checkpoints (`keep_last`)
+    fingerprint.json        the settings and inputs (model files, data) the run was started with
     results.json            hyper-parameters, per-seed metrics, and mean / std / median across seeds
                             (`test_summary`: the same for a labelled --test file)
 
-A seed whose `task.json` already holds metrics for the same settings is reused, not retrained, so an
-interrupted multi-seed run can be started again with the same command. `predict` loads a fine-tuned
+A seed whose `task.json` already holds metrics for the same settings is reused, not retrained, and a
+seed interrupted mid-run continues from its newest checkpoint (`save_every_steps`, and every
+`save_every_minutes` of training), so an interrupted run is finished by the same command. A rerun
+with other settings or inputs than `OUT/fingerprint.json` records is refused, naming them, unless
+`overwrite`; and one run at a time holds `OUT` (docs/guarantees.md). `predict` loads a fine-tuned
 `seed-N` directory and writes the task's submission files for its test splits (GLUE leaderboard .tsv
 files, SQuAD predictions.json and null_odds.json, CoNLL word/gold/predicted lines, SWAG csv).
 """
@@ -49,6 +54,7 @@ files, SQuAD predictions.json and null_odds.json, CoNLL word/gold/predicted line
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import shutil
@@ -62,7 +68,14 @@ from typing import Any
 
 import numpy as np
 
-from bertforge.finetuned import TASK_FILE, TaskRecord, check_max_length, check_tokenizer_fits, load_for_inference
+from bertforge.fileio import run_lock
+from bertforge.finetuned import (
+    TASK_FILE,
+    TaskRecord,
+    check_max_length,
+    check_tokenizer_fits,
+    load_for_inference,
+)
 from bertforge.recipe import RUN_CONFIG_FILE, resolve, setting
 from bertforge.recipe import override as recipe_override
 from bertforge.recipe import save as save_recipe
@@ -70,6 +83,20 @@ from bertforge.recipe import settings_of as recipe_settings
 from bertforge.tasks import FAMILIES, make_task
 from bertforge.tasks.base import Task, TaskBatches, run_model, subsample, task_title
 from bertforge.train.config import OptimConfig, TrainConfig
+from bertforge.train.rundir import (
+    RECORD_FILE,
+    RunInput,
+    check_run_record,
+    clear_run,
+    digest_input,
+    directory_input,
+    file_input,
+    flat_settings,
+    mismatch_error,
+    read_run_record,
+    setting_differences,
+    write_run_record,
+)
 
 BEST_DIR = "best"
 RESULTS_FILE = "results.json"
@@ -169,6 +196,13 @@ class FinetuneLoop:
     precision: str = setting(TrainConfig.precision, help="fp32, bf16 (CPU or GPU) or fp16 (GPU).")
     max_grad_norm: float = setting(TrainConfig.max_grad_norm, help="Gradient clipping norm (0: no clipping).")
     device: str | None = setting(None, help="torch device (default: cuda if visible, else cpu).")
+    save_every_steps: int = setting(0, help="Write a resumable checkpoint every N optimiser steps (0: by time "
+                                            "only, see save_every_minutes); a rerun of the same command "
+                                            "continues a seed from its newest checkpoint.")
+    save_every_minutes: float = setting(10.0, help="Also write one when this many minutes of training passed "
+                                                   "since the last (0: off).")
+    keep_last: int = setting(2, help="Checkpoints kept per seed while it trains (older ones are deleted; "
+                                     "0: all).")
     keep_checkpoints: bool = setting(False, help="Keep the loop's resumable checkpoints after each seed.")
 
     def __post_init__(self) -> None:
@@ -179,6 +213,9 @@ class FinetuneLoop:
         if self.eval_every_steps < 0 or (self.patience is not None and self.patience < 0):
             raise ValueError(f"eval_every_steps and patience must be 0 or more, got {self.eval_every_steps}, "
                              f"{self.patience}")
+        if self.save_every_steps < 0 or self.save_every_minutes < 0 or self.keep_last < 0:
+            raise ValueError(f"save_every_steps, save_every_minutes and keep_last must be 0 or more, got "
+                             f"{self.save_every_steps}, {self.save_every_minutes}, {self.keep_last}")
 
 
 @dataclass
@@ -237,8 +274,12 @@ def build_recipe(family: str, config: Any = None, options: Mapping[str, Any] = (
     return recipe
 
 
-# settings that change where or how visibly a run happens, not what it computes
-_NOT_RESULT_SETTINGS = ("seeds", "device", "keep_checkpoints", "eval_batch_size", "save_best")
+# settings that change where or how visibly a run happens, not what it computes (checkpoints resume
+# bit-exactly, so their cadence is one of them)
+_NOT_RESULT_SETTINGS = ("seeds", "device", "keep_checkpoints", "eval_batch_size", "save_best", "save_every_steps",
+                        "save_every_minutes", "keep_last")
+# what --overwrite clears in a run directory before starting again
+_RUN_STATE = ("seed-*", RESULTS_FILE, RUN_CONFIG_FILE, RECORD_FILE)
 
 
 def hyperparameters(recipe: FinetuneRecipe) -> dict[str, Any]:
@@ -267,6 +308,7 @@ def finetune(
     *,
     progress: bool = True,
     verbose: bool = True,
+    overwrite: bool = False,
     **settings: Any,
 ) -> dict[str, Any]:
     """Fine-tune a checkpoint on a task once per seed; returns (and writes) `out_dir/results.json`'s content.
@@ -275,7 +317,8 @@ def finetune(
     within it ("SST-2", "MNLI", "conll2003", "v1.1", "v2.0", "swag"), the model and data paths, and
     any recipe settings by name (`lr=3e-5`, `epochs=2`, `seeds=(1, 2)`, `task_settings={...}`: see
     `FinetuneRecipe`, `FinetuneOptim`, `FinetuneLoop`). Empty settings take the task's defaults.
-    `progress` and `verbose` change what is shown, not what is computed.
+    `progress` and `verbose` change what is shown, not what is computed. `overwrite` clears what an
+    earlier run left in `out_dir` first (see `run_finetune`).
     """
     if isinstance(task_family, FinetuneRecipe):
         recipe = recipe_override(task_family, settings, source="finetune()") if settings else task_family
@@ -286,12 +329,25 @@ def finetune(
         recipe = recipe_override(base, settings, source="finetune()")
     if out_dir is None:
         raise ValueError("finetune needs an output directory (out_dir)")
-    return run_finetune(recipe, Path(out_dir), progress=progress, verbose=verbose)
+    return run_finetune(recipe, Path(out_dir), progress=progress, verbose=verbose, overwrite=overwrite)
 
 
-def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True,
-                 verbose: bool = True) -> dict[str, Any]:
-    """Run a fine-tuning recipe into `out_dir` (see the module docstring for the files)."""
+def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True, verbose: bool = True,
+                 overwrite: bool = False) -> dict[str, Any]:
+    """Run a fine-tuning recipe into `out_dir` (see the module docstring for the files).
+
+    The run holds `out_dir`'s lock throughout (`bertforge.fileio.run_lock`: a second run on it is
+    refused, naming the holder's pid). What `out_dir` already holds is continued (finished seeds
+    reused, an interrupted seed resumed from its newest checkpoint) only if it was started with the
+    same settings and inputs (`OUT/fingerprint.json`); otherwise a `RunMismatchError` names the
+    differences, unless `overwrite`, which clears the earlier run's seeds and records first.
+    """
+    with run_lock(out_dir, what="fine-tuning run"):
+        return _run_finetune(recipe, out_dir, progress=progress, verbose=verbose, overwrite=overwrite)
+
+
+def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verbose: bool,
+                  overwrite: bool) -> dict[str, Any]:
     from bertforge.model import label_maps
     from bertforge.tokenizer import BertTokenizer
     from bertforge.train import ModelSelection, train
@@ -331,6 +387,20 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
 
     recipe = dataclasses.replace(recipe, task_settings=dict(spec.settings))  # as the reader completed them
     hyper = hyperparameters(recipe)
+    inputs = _run_inputs(spec, model_dir, data_dir, [train_examples, *(e for e, _ in eval_sets.values()),
+                                                     *(e for e, _ in final_sets.values())])
+    if overwrite:
+        clear_run(out_dir, _RUN_STATE)
+    else:
+        check_run_record(out_dir, hyper, inputs, what="fine-tuning run")
+        for seed in recipe.seeds:  # a finished seed is reused with the same settings, and never retrained over
+            saved = TaskRecord.read(out_dir / f"seed-{seed}")
+            if saved is not None and saved.metrics and saved.hyperparameters != hyper:
+                # (a directory from before fingerprint.json: its seeds' task.json still say their settings)
+                differ = setting_differences(flat_settings(saved.hyperparameters or {}), flat_settings(hyper))
+                raise mismatch_error(out_dir / f"seed-{seed}", differ, "fine-tuned seed")
+    if read_run_record(out_dir) is None:
+        write_run_record(out_dir, hyper, inputs)
     out_dir.mkdir(parents=True, exist_ok=True)
     save_recipe(recipe, out_dir / RUN_CONFIG_FILE,
                 header=f"bertforge finetune {spec.family} --config {out_dir / RUN_CONFIG_FILE} repeats this run")
@@ -360,8 +430,10 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
         evaluator = _Evaluator(spec, eval_sets, label_list, loop.eval_batch_size, tokenizer.pad_token_id)
         eval_every = loop.eval_every_steps or (steps_per_epoch if loop.eval_every_epoch else 0)
         loop_config = TrainConfig(max_steps=max_steps, seed=seed, precision=loop.precision, device=loop.device,
-                                  max_grad_norm=loop.max_grad_norm, eval_every=eval_every, save_every=0,
-                                  keep_last=1, log_every=max(1, min(50, steps_per_epoch // 5)), progress=progress)
+                                  max_grad_norm=loop.max_grad_norm, eval_every=eval_every,
+                                  save_every=loop.save_every_steps, save_every_minutes=loop.save_every_minutes,
+                                  keep_last=loop.keep_last, log_every=max(1, min(50, steps_per_epoch // 5)),
+                                  progress=progress)
         best = _BestModel(seed_dir / BEST_DIR, selection_metric, spec, evaluator, tokenizer, steps_per_epoch,
                           TaskRecord(spec.family, spec.name, seed=seed, max_length=loop.max_length, labels=label_list,
                                      hyperparameters=hyper, source_model=str(model_dir)))
@@ -414,6 +486,30 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
     }
     _write_json(out_dir / RESULTS_FILE, results)
     return results
+
+
+def _run_inputs(task: Task, model_dir: Path, data_dir: Path | None, read: list[list[Any]]) -> list[RunInput]:
+    """What a fine-tuning run's results depend on besides its settings: the model directory's files,
+    and the task's files (own-data families: --train/--dev/--test), or, for a task that reads a data
+    directory, a digest of the examples it read there."""
+    inputs = [directory_input("model", model_dir)]
+    if not task.reads_data_dir:
+        inputs += [file_input(f"{split} file", task.settings[split]) for split in ("train", "dev", "test")
+                   if task.settings.get(split) and Path(task.settings[split]).is_file()]
+    elif data_dir is not None:
+        inputs.append(digest_input("data", data_dir, examples_digest(read)))
+    return inputs
+
+
+def examples_digest(splits: Iterable[Sequence[Any]]) -> str:
+    """SHA-256 of examples (each split's, in order) as their reprs: the data a task read, whatever its files."""
+    digest = hashlib.sha256()
+    for examples in splits:
+        digest.update(f"{len(examples)}\n".encode())
+        for example in examples:
+            digest.update(repr(example).encode("utf-8", "backslashreplace"))
+            digest.update(b"\n")
+    return digest.hexdigest()
 
 
 def _predict_final(task: Task, model: Any, final_sets: dict[str, tuple[list[Any], list[Any]]],

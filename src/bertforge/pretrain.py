@@ -22,13 +22,14 @@ come from the data's tokenizer.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
 import os
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import yaml
 
 from bertforge.config import IGNORE_INDEX, ModelConfig
-from bertforge.fileio import write_text_atomic
+from bertforge.fileio import run_lock, write_text_atomic
 from bertforge.model.registry import config_from_dict, model_class, resolve_config
 from bertforge.recipe import (
     RUN_CONFIG_FILE,
@@ -48,6 +49,15 @@ from bertforge.recipe import (
     setting_names,
 )
 from bertforge.train.config import OptimConfig, TrainConfig
+from bertforge.train.rundir import (
+    RECORD_FILE,
+    RunInput,
+    check_run_record,
+    clear_run,
+    directory_input,
+    read_run_record,
+    write_run_record,
+)
 
 if TYPE_CHECKING:  # torch is imported where it is used: the command line builds its options from Recipe
     import torch
@@ -414,6 +424,7 @@ def pretrain(
     max_steps: int | None = None,
     resume: bool = False,
     init_from: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
     **overrides: Any,
 ) -> PretrainResult:
     """Pre-train a BERT on prepared shards; the run directory gets checkpoints, metrics and `final/`.
@@ -424,6 +435,12 @@ def pretrain(
     pre-training, on new data say): the recipe still sets the architecture, and the checkpoint must fit
     it and share the data's vocabulary. The optimiser, schedule and data position start afresh;
     `resume` continues this run's own checkpoints and takes precedence.
+
+    The run holds `out_dir`'s lock throughout (`bertforge.fileio.run_lock`, on rank 0): a second run
+    on it is refused, naming the holder's pid. A directory that holds checkpoints is refused without
+    `resume`; with it, the run must have the settings and data it was started with
+    (`RUN/fingerprint.json`, `bertforge.train.rundir`), else a `RunMismatchError` names what differs.
+    `overwrite` clears the directory's checkpoints, metrics and records first, to start again.
     """
     settings = {name: value for name, value in {"max_steps": max_steps, **overrides}.items() if value is not None}
     recipe = resolve(Recipe, config, settings, given_as="pretrain(): {name}")
@@ -438,22 +455,34 @@ def pretrain(
         raise ValueError(f"the data has a sentence objective ({options['objective']}) but the model has no head "
                          "for it (next_sentence_head: false); prepare the data with objective 'none'")
 
+    from bertforge.train import distributed
+
+    ctx = distributed.init_distributed(recipe.train.device, recipe.train.dist_timeout_s)
+    with contextlib.ExitStack() as held:  # rank 0 holds the run directory's lock till the end
+        def open_run() -> None:
+            held.enter_context(run_lock(out_dir, what="pre-training run"))
+            _open_run_dir(out_dir, recipe, bert_config, data_dir, init_from, resume=resume, overwrite=overwrite)
+            record = {**recipe.to_dict(), "model": bert_config.to_dict(), "data_dir": str(data_dir.resolve()),
+                      "dataset_options": options, "world_size": ctx.world_size}
+            if init_from is not None:
+                record["init_from"] = str(Path(init_from).resolve())
+            header = (f"bertforge pretrain --config {out_dir / RUN_CONFIG_FILE} --data {data_dir} --out DIR repeats "
+                      "this run\n(data_dir, dataset_options, world_size and init_from are records, not settings)")
+            write_text_atomic(out_dir / RUN_CONFIG_FILE, "".join(f"# {line}\n" for line in header.splitlines())
+                              + yaml.safe_dump(record, sort_keys=False))
+
+        _main_first(ctx, open_run)
+        return _pretrain(recipe, bert_config, data_dir, out_dir, info, init_from, resume, ctx)
+
+
+def _pretrain(recipe: Recipe, bert_config: ModelConfig, data_dir: Path, out_dir: Path, info: dict[str, Any],
+              init_from: str | os.PathLike[str] | None, resume: bool, ctx: DistContext) -> PretrainResult:
+    """The run itself, once rank 0 holds the run directory and has checked it."""
     import torch
 
     from bertforge.train import distributed, fsdp, train
 
-    ctx = distributed.init_distributed(recipe.train.device, recipe.train.dist_timeout_s)
-    if ctx.is_main:
-        record = {**recipe.to_dict(), "model": bert_config.to_dict(), "data_dir": str(data_dir.resolve()),
-                  "dataset_options": options, "world_size": ctx.world_size}
-        if init_from is not None:
-            record["init_from"] = str(Path(init_from).resolve())
-        out_dir.mkdir(parents=True, exist_ok=True)
-        header = (f"bertforge pretrain --config {out_dir / RUN_CONFIG_FILE} --data {data_dir} --out DIR repeats "
-                  "this run\n(data_dir, dataset_options, world_size and init_from are records, not settings)")
-        write_text_atomic(out_dir / RUN_CONFIG_FILE, "".join(f"# {line}\n" for line in header.splitlines())
-                          + yaml.safe_dump(record, sort_keys=False))
-
+    options = info["options"]
     torch.manual_seed(recipe.train.seed)  # the same initial weights on every rank (DDP also broadcasts)
     # objective "none" (RoBERTa): the MLM model, which carries the span-boundary head when the config asks;
     # a family without sentence-pair pre-training heads gives its masked-LM model for "pretraining"
@@ -476,6 +505,102 @@ def pretrain(
         final = export_final(trained, out_dir / "final", tokenizer)
     distributed.barrier("exporting the final model")
     return PretrainResult(final=final, train=result)
+
+
+# settings a resumed pre-training run may change: how it runs, logs and checkpoints, not what it computes
+# (checkpoints move between DDP and FSDP and to another number of processes; world_size is no setting)
+RESUMABLE_CHANGES = ("device", "dist_timeout_s", "progress", "log_every", "save_every", "save_every_minutes",
+                     "keep_last", "eval_every", "num_workers", "eval_batch_size", "eval_max_batches", "parallel",
+                     "ddp_find_unused", "compile", "max_nonfinite", "tokenizer")
+# what --overwrite clears in a run directory before starting again
+RUN_STATE = ("checkpoints", "metrics.jsonl", "tensorboard", "final", "curves.png", RUN_CONFIG_FILE, RECORD_FILE)
+
+
+def run_settings(recipe: Recipe, config: ModelConfig) -> dict[str, Any]:
+    """The settings a pre-training run's results depend on, flat by name (the model's config fields
+    too): a resume with others is refused."""
+    flat = dict(config.to_dict())
+    for section in (recipe.data, recipe.optim, recipe.train):
+        flat.update(dataclasses.asdict(section))
+    return {name: value for name, value in flat.items() if name not in RESUMABLE_CHANGES}
+
+
+def run_inputs(recipe: Recipe, data_dir: Path, init_from: str | os.PathLike[str] | None) -> list[RunInput]:
+    """The inputs a pre-training run depends on: the data's dataset.json (which records its inputs, options
+    and shards), the long phase's too, and the --init-from checkpoint's files."""
+    inputs = [directory_input("data", data_dir, ("dataset.json",))]
+    if recipe.data.long_data and recipe.data.long_fraction > 0:
+        inputs.append(directory_input("long_data", _beside(data_dir, recipe.data.long_data), ("dataset.json",)))
+    if init_from is not None:
+        inputs.append(directory_input("init_from", Path(init_from)))
+    return inputs
+
+
+def _open_run_dir(out_dir: Path, recipe: Recipe, config: ModelConfig, data_dir: Path,
+                  init_from: str | os.PathLike[str] | None, *, resume: bool, overwrite: bool) -> None:
+    """Rank 0, holding the lock: clear (`overwrite`), refuse (checkpoints without `resume`, or a resume
+    with other settings or data), and record what a fresh start starts with."""
+    from bertforge.train.state import list_checkpoints
+
+    if overwrite:
+        clear_run(out_dir, RUN_STATE)
+    checkpoints = list_checkpoints(out_dir)
+    settings, inputs = run_settings(recipe, config), run_inputs(recipe, data_dir, init_from)
+    if checkpoints and not resume:
+        raise FileExistsError(f"{out_dir} already holds checkpoints ({checkpoints[-1].name}): continue them with "
+                              "--resume (resume=True), or start again with --overwrite (overwrite=True) or in a "
+                              "new --out")
+    if checkpoints:
+        check_run_record(out_dir, settings, inputs, what="pre-training run", may_omit=("init_from",))
+    if not checkpoints or read_run_record(out_dir) is None:
+        write_run_record(out_dir, settings, inputs)
+
+
+def _main_first(ctx: DistContext, action: Callable[[], None]) -> None:
+    """Run `action` on rank 0 while the other ranks wait; an error there is raised on every rank."""
+    from bertforge.train import distributed
+
+    error: Exception | None = None
+    if ctx.is_main:
+        try:
+            action()
+        except Exception as exc:
+            error = exc
+    if ctx.distributed:
+        told = distributed.broadcast_object(None if error is None else (isinstance(error, FileExistsError),
+                                                                         isinstance(error, ValueError), str(error)))
+        if error is None and told is not None:
+            exists, value, message = told
+            raise (FileExistsError if exists else ValueError if value else RuntimeError)(message)
+    if error is not None:
+        raise error
+
+
+def pretraining_model(options: DataOptions, config: ModelConfig, data_objective: str) -> Callable[[], nn.Module]:
+    """What builds the model a run trains, for the data's objective and the recipe's `objective`.
+
+    nsp / sop: the family's pre-training model; none (RoBERTa): its masked-LM model, which carries the
+    span-boundary head when the config asks (a family without sentence-pair heads gives its masked-LM
+    model for "pretraining" too); rtd: the family's pre-training model (a replaced-token detector) with a
+    generator beside it (`with_generator`), which only a family with such a discriminator has.
+    """
+    objective = options.objective or data_objective
+    if objective == "rtd":
+        if data_objective != "none":
+            raise ValueError(f"objective rtd trains on masked-LM data, but the data has a sentence objective "
+                             f"({data_objective}); prepare it with objective 'none'")
+        joint = getattr(model_class(config.model_type, "pretraining"), "with_generator", None)
+        if joint is None:
+            raise ValueError(f"objective rtd needs a replaced-token detector with a generator beside it, which the "
+                             f"{config.model_type!r} family does not have (use an ELECTRA model: preset "
+                             "electra-small-discriminator, say)")
+        return lambda: joint(config, generator_size=options.generator_size,
+                             discriminator_weight=options.discriminator_weight)
+    if objective != data_objective:
+        raise ValueError(f"objective {objective!r} is not the data's ({data_objective}): a sentence objective is "
+                         "chosen when the data is prepared (bertforge prepare --objective)")
+    cls = model_class(config.model_type, "masked-lm" if objective == "none" else "pretraining")
+    return lambda: cls(config)
 
 
 def initialise_from(model: nn.Module, checkpoint: Path, info: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from bertforge.cli.common import fail, library_errors
+from bertforge.cli.common import fail, flag, library_errors
 from bertforge.cli.options import recipe_command, task_setting_parameters
 from bertforge.finetune import FinetuneRecipe
 
@@ -30,6 +30,11 @@ _OUT = pyinspect.Parameter(
     "out", pyinspect.Parameter.KEYWORD_ONLY,
     annotation=Annotated[Path, typer.Option("--out", help="Run directory: seed-N/ models, results.json and "
                                                           "run_config.yaml (the resolved recipe).")])
+
+_OVERWRITE = flag("overwrite", "Clear what an earlier run left in --out (its seeds, checkpoints and records) "
+                              "and start again. Without it, a rerun continues --out: finished seeds are "
+                              "reused and an interrupted one resumes, if the settings and inputs are the same "
+                              "(else the run is refused, naming what differs).")
 
 # `finetune ner --frozen`: the paper's feature-based tagger instead, which bertforge.ablation builds on
 # the CoNLL-2003 reader of that one family
@@ -74,20 +79,20 @@ def family_command(name: str, family: type) -> Any:
     doc = family.command_help or pyinspect.getdoc(family) or f"Fine-tune on the {name} task family."
 
     def body(*, given: dict[str, Any], config: Path | None, assignments: list[str], out: Path,
-             frozen: bool = False, strategy: str = "") -> None:
+             overwrite: bool = False, frozen: bool = False, strategy: str = "") -> None:
         from bertforge.finetune import build_recipe, run_finetune
 
         try:
             recipe = build_recipe(name, config, given, assignments)
             if frozen:
                 return _frozen_ner(recipe, out, strategy)
-            results = run_finetune(recipe, out)
+            results = run_finetune(recipe, out, overwrite=overwrite)
         except library_errors() as exc:
             raise fail(str(exc)) from exc
         _report(results, out)
 
     return recipe_command(name, FinetuneRecipe, body, doc=doc, skip=skip,
-                          leading=[_OUT, *task_params, *(_NER_FROZEN if name == _FROZEN_FAMILY else [])],
+                          leading=[_OUT, _OVERWRITE, *task_params, *(_NER_FROZEN if name == _FROZEN_FAMILY else [])],
                           leading_settings=[p.name for p in task_params])
 
 

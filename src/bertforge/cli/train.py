@@ -155,7 +155,7 @@ def prepare_merge(
 # pre-training
 # ---------------------------------------------------------------------------------------------------
 def _pretrain(*, given: dict[str, Any], config: Path | None, assignments: list[str], data: Path, out: Path,
-              resume: bool, init_from: Path | None, quiet: bool) -> None:
+              resume: bool, overwrite: bool, init_from: Path | None, quiet: bool) -> None:
     from bertforge.pretrain import pretrain
     from bertforge.recipe import resolve
     from bertforge.train import NonFiniteLossError
@@ -163,7 +163,7 @@ def _pretrain(*, given: dict[str, Any], config: Path | None, assignments: list[s
 
     try:
         recipe = resolve(PretrainRecipe, config, {**given, **({"progress": False} if quiet else {})}, assignments)
-        result = pretrain(recipe, data, out, resume=resume, init_from=init_from)
+        result = pretrain(recipe, data, out, resume=resume, init_from=init_from, overwrite=overwrite)
     except library_errors() as exc:
         raise fail(str(exc)) from exc
     except (NonFiniteLossError, DistributedTimeout) as exc:
@@ -179,7 +179,9 @@ pretrain = recipe_command(
     "pretrain", PretrainRecipe, _pretrain, skip=("source", "progress"),
     leading=[required_path("data", "Shards made by `bertforge prepare`."),
              required_path("out", "Run directory: checkpoints, metrics.jsonl, run_config.yaml, final/."),
-             flag("resume", "Continue from the newest checkpoint in --out."),
+             flag("resume", "Continue from the newest checkpoint in --out that loads (same settings and data "
+                            "only: a difference is refused, naming it)."),
+             flag("overwrite", "Clear --out's checkpoints, metrics and records and start again."),
              pyinspect.Parameter("init_from", pyinspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
                  Path | None, typer.Option("--init-from", help="Start from this checkpoint directory's weights "
                                                                "(continued pre-training; same vocabulary as --data).")]),

@@ -67,7 +67,7 @@ from bertforge.data.masking import IGNORE_INDEX, Masker
 from bertforge.data.records import BAD_RECORDS_POLICIES, parquet_layout
 from bertforge.data.shards import ShardWriter, read_json, shard_name, token_dtype
 from bertforge.data.sources import cut_ranges, expand_inputs, input_bodies, read_blocks
-from bertforge.fileio import atomic_path, write_text_atomic
+from bertforge.fileio import LOCK_FILE, atomic_path, run_lock, write_text_atomic
 from bertforge.recipe import RUN_CONFIG_FILE, resolve, setting
 from bertforge.recipe import save as save_recipe
 
@@ -215,44 +215,45 @@ def prepare(
         "inputs": [{"path": str(f), "bytes": f.stat().st_size, "mtime_ns": f.stat().st_mtime_ns} for f in files],
         "shards": [[r.to_json() for r in shard] for shard in plan],
     }
-    _start_output(out, dataset, overwrite)
-    save_recipe(recipe, out / RUN_CONFIG_FILE, header=f"bertforge prepare --config {out / RUN_CONFIG_FILE} "
-                                                       "--out DIR makes the same shards")
-    continuation = np.zeros(tokenizer.vocab_size, dtype=bool)
-    for token, index in tokenizer.vocab.items():
-        continuation[index] = token.startswith("##")
-    with atomic_path(out / "continuation.npy") as tmp, open(tmp, "wb") as handle:
-        np.save(handle, continuation)
-    # The shards are ids of this vocabulary: keep a copy beside them, so the data directory is
-    # self-contained and pre-training exports a final model with the right vocab.txt.
-    tokenizer.save_pretrained(out / "tokenizer")
+    with run_lock(out, what="prepare run"):  # held till the end: a second prepare on `out` is refused
+        _start_output(out, dataset, overwrite)
+        save_recipe(recipe, out / RUN_CONFIG_FILE, header=f"bertforge prepare --config {out / RUN_CONFIG_FILE} "
+                                                           "--out DIR makes the same shards")
+        continuation = np.zeros(tokenizer.vocab_size, dtype=bool)
+        for token, index in tokenizer.vocab.items():
+            continuation[index] = token.startswith("##")
+        with atomic_path(out / "continuation.npy") as tmp, open(tmp, "wb") as handle:
+            np.save(handle, continuation)
+        # The shards are ids of this vocabulary: keep a copy beside them, so the data directory is
+        # self-contained and pre-training exports a final model with the right vocab.txt.
+        tokenizer.save_pretrained(out / "tokenizer")
 
-    todo = [i for i in range(len(plan)) if not (out / "done" / f"{shard_name(i)}.json").exists()]
-    todo_bytes = sum(r.weight for i in todo for r in plan[i])
-    # the random streams of a shard: (seed, shard), and the part too when there are parts
-    stream = [] if recipe.part is None else list(parse_part(recipe.part))
-    jobs = [{"shard": i, "ranges": dataset["shards"][i], "options": options, "out_dir": str(out),
-             "tokenizer_dir": str(tokenizer_dir), "stream": [i, *stream]} for i in todo]
-    # the bar counts text bytes read: known in advance only when no input is compressed or Parquet
-    exact = all(r.weight == r.end - r.start for i in todo for r in plan[i])
-    _run_jobs(jobs, workers, todo_bytes if exact else None, progress)
+        todo = [i for i in range(len(plan)) if not (out / "done" / f"{shard_name(i)}.json").exists()]
+        todo_bytes = sum(r.weight for i in todo for r in plan[i])
+        # the random streams of a shard: (seed, shard), and the part too when there are parts
+        stream = [] if recipe.part is None else list(parse_part(recipe.part))
+        jobs = [{"shard": i, "ranges": dataset["shards"][i], "options": options, "out_dir": str(out),
+                 "tokenizer_dir": str(tokenizer_dir), "stream": [i, *stream]} for i in todo]
+        # the bar counts text bytes read: known in advance only when no input is compressed or Parquet
+        exact = all(r.weight == r.end - r.start for i in todo for r in plan[i])
+        _run_jobs(jobs, workers, todo_bytes if exact else None, progress)
 
-    stats = _collect_stats(out, dataset, plan_warnings)
-    stats["run"] = {"wall_s": round(time.time() - started, 3), "shards_made": len(todo), "bytes_read": todo_bytes,
-                    "workers": workers}
-    elapsed = max(time.time() - started, 1e-9)
-    stats["run"]["mb_per_s"] = round(todo_bytes / 1e6 / elapsed, 3)
-    stats["run"]["docs_per_s"] = round(sum(stats["per_shard"][i]["documents"] for i in todo) / elapsed, 1)
-    write_text_atomic(out / "stats.json", json.dumps(stats, indent=1) + "\n")
-    for message in stats["warnings"]:
-        warnings.warn(message, DataWarning, stacklevel=2)
-    if stats["instances"] == 0:
-        raise DataError(
-            f"no training instances were made from {len(files)} file(s): {stats['documents']} documents, "
-            f"{stats['sentences']} sentences, {stats['skipped']['one_sentence_documents']} one-sentence documents "
-            f"skipped{' (is the input plain text? pass plain_text=True)' if not plain_text else ''}"
-        )
-    return stats
+        stats = _collect_stats(out, dataset, plan_warnings)
+        stats["run"] = {"wall_s": round(time.time() - started, 3), "shards_made": len(todo), "bytes_read": todo_bytes,
+                        "workers": workers}
+        elapsed = max(time.time() - started, 1e-9)
+        stats["run"]["mb_per_s"] = round(todo_bytes / 1e6 / elapsed, 3)
+        stats["run"]["docs_per_s"] = round(sum(stats["per_shard"][i]["documents"] for i in todo) / elapsed, 1)
+        write_text_atomic(out / "stats.json", json.dumps(stats, indent=1) + "\n")
+        for message in stats["warnings"]:
+            warnings.warn(message, DataWarning, stacklevel=2)
+        if stats["instances"] == 0:
+            raise DataError(
+                f"no training instances were made from {len(files)} file(s): {stats['documents']} documents, "
+                f"{stats['sentences']} sentences, {stats['skipped']['one_sentence_documents']} one-sentence documents "
+                f"skipped{' (is the input plain text? pass plain_text=True)' if not plain_text else ''}"
+            )
+        return stats
 
 
 def merge_parts(data_dir: str | os.PathLike[str]) -> dict[str, Any]:
@@ -431,7 +432,7 @@ def _start_output(out: Path, dataset: dict[str, Any], overwrite: bool) -> None:
                 "the same arguments. Use a new output directory or overwrite=True (--overwrite)"
             )
         return
-    if not record.exists() and out.exists() and any(out.iterdir()) and not overwrite:
+    if not record.exists() and out.exists() and any(p.name != LOCK_FILE for p in out.iterdir()) and not overwrite:
         raise DataError(f"{out} exists and is not a prepared-data directory; use an empty or new directory")
     if overwrite and out.exists():
         for sub in ("train", "valid", "done"):

@@ -55,6 +55,8 @@ class TrainConfig:
     seed: int = setting(0, help="Seed; rank r seeds its RNGs with seed + r.")
     eval_every: int = setting(0, help="Steps between evaluations (0: only at the end).")
     save_every: int = setting(0, help="Steps between checkpoints (0: only at the end).")
+    save_every_minutes: float = setting(0.0, help="Also write a checkpoint when this many minutes of training "
+                                                  "passed since the last one (0: by steps only).")
     keep_last: int = setting(3, help="Checkpoints kept (older ones are deleted).")
     log_every: int = setting(10, help="Steps between metrics.jsonl records (0: only at the end).")
     max_nonfinite: int = setting(5, help="Stop after this many skipped (non-finite) steps in a row.")
@@ -73,6 +75,8 @@ class TrainConfig:
             raise ValueError(f"parallel {self.parallel!r} is not one of {PARALLEL_MODES}")
         if self.max_steps < 1 or self.grad_accum < 1 or self.max_nonfinite < 1:
             raise ValueError("max_steps, grad_accum and max_nonfinite must be at least 1")
+        if self.save_every < 0 or self.save_every_minutes < 0 or self.keep_last < 0:
+            raise ValueError("save_every, save_every_minutes and keep_last must be 0 or more")
 
 
 __all__ = ["DEFAULT_TIMEOUT_S", "OPTIMIZERS", "PARALLEL_MODES", "PRECISIONS", "SCHEDULES", "OptimConfig",

@@ -127,6 +127,16 @@ def broadcast_object(obj: T, src: int = 0) -> T:
     return box[0]
 
 
+def all_gather_object(obj: T) -> list[T]:
+    """Every rank's small Python object, in rank order, on every rank ([obj] alone)."""
+    if not dist.is_initialized():
+        return [obj]
+    found: list[T] = [obj] * dist.get_world_size()
+    with raise_timeout(f"rank {rank()}: all-gather", _timeout_s()):
+        dist.all_gather_object(found, obj)
+    return found
+
+
 def wrap_ddp(model: nn.Module, ctx: DistContext, find_unused: bool = False) -> nn.Module:
     """DDP over the model (a no-op alone). DDP broadcasts rank 0's parameters, so every rank starts equal."""
     if not ctx.distributed:

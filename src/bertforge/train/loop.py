@@ -46,7 +46,7 @@ from bertforge.train.state import (
     ResumableBatches,
     TrainState,
     capture_rng,
-    latest_checkpoint,
+    checkpoint_problem,
     list_checkpoints,
     restore_rng,
     seed_everything,
@@ -93,7 +93,10 @@ def train(
 
     `evaluate(model)` (called on rank 0 in eval mode, without gradients, under the run's autocast)
     returns metrics to log. With `resume=True` the run continues from the newest complete checkpoint
-    in `run_dir`, bit-exactly on CPU; without it, a `run_dir` that already holds checkpoints is refused.
+    in `run_dir`, bit-exactly on CPU; a newest checkpoint whose files do not load (truncated, missing)
+    is skipped for the one before it, with a line saying which and why. Without `resume`, a `run_dir`
+    that already holds checkpoints is refused. Checkpoints are written every `config.save_every`
+    steps and every `config.save_every_minutes` of training, and at the end.
     Under torchrun every rank calls this with its own part of the data; `ctx` is the caller's
     `distributed.init_distributed(config.device, config.dist_timeout_s)` where it has joined the process
     group already (by default the loop joins it). With `parallel="fsdp"` on several ranks the model is
@@ -106,13 +109,15 @@ def train(
     ctx = ctx if ctx is not None else distributed.init_distributed(config.device, config.dist_timeout_s)
     if selection is not None and selection.on_improvement is not None and config.parallel == "fsdp":
         raise ValueError("keeping the best model needs the whole model on rank 0; not available with fsdp")
-    state = _start(model, batches, run_dir, config, optim, ctx, resume, selection)
+    state, skipped = _start(model, batches, run_dir, config, optim, ctx, resume, selection)
     start_step = state.step
     runner = model if fsdp.is_sharded(model) else distributed.wrap_ddp(model, ctx, find_unused=config.ddp_find_unused)
     if config.compile:
         runner = torch.compile(runner)
     logger = RunLogger(run_dir, total_steps=config.max_steps, start_step=start_step, enabled=ctx.is_main,
                        progress=config.progress)
+    for line in skipped:
+        logger.info(line)
     if resume:
         logger.info(f"resumed from {state.checkpoint}" if state.checkpoint else
                     f"nothing to resume in {run_dir}; starting")
@@ -120,11 +125,15 @@ def train(
     data = _forever(batches)
     result = TrainResult(step=state.step, checkpoint=state.checkpoint)
     window = _Window()
+    save_interval_s = config.save_every_minutes * 60
+    last_save = time.monotonic()
     model.train()
     try:
         while state.step < config.max_steps and not (selection is not None and selection.stopped):
             micro_batches = [next(data) for _ in range(config.grad_accum)]
-            outcome = stepper.step(micro_batches)
+            # rank 0's clock decides, and the step's all-reduce tells every rank (they save together)
+            time_is_up = ctx.is_main and save_interval_s > 0 and time.monotonic() - last_save >= save_interval_s
+            outcome = stepper.step(micro_batches, time_is_up)
             state.step += 1
             state.counters.add(outcome.tokens, outcome.skipped, outcome.scaler_skip)
             window.add(outcome)
@@ -146,8 +155,10 @@ def train(
                     logger.info(f"step {step}: " + "  ".join(f"{k} {v:.4g}" for k, v in result.metrics.items()))
                     if selection is not None:
                         _select(selection, model, step, result.metrics, logger, ctx)
-            if _due(config.save_every, step, config.max_steps) or (selection is not None and selection.stopped):
+            if (_due(config.save_every, step, config.max_steps) or outcome.save_due
+                    or (selection is not None and selection.stopped)):
                 state.save(run_dir, config.keep_last)
+                last_save = time.monotonic()
     finally:
         logger.close()
     result.step, result.checkpoint, result.skipped_steps = state.step, state.checkpoint, state.counters.skipped_steps
@@ -170,8 +181,10 @@ def _select(selection: ModelSelection, model: nn.Module, step: int, metrics: dic
 
 
 def _start(model: nn.Module, batches: ResumableBatches, run_dir: Path, config: TrainConfig, optim: OptimConfig,
-           ctx: distributed.DistContext, resume: bool, selection: ModelSelection | None = None) -> TrainState:
-    """The state at the first step of this process: fresh, or the newest checkpoint's with `resume`."""
+           ctx: distributed.DistContext, resume: bool,
+           selection: ModelSelection | None = None) -> tuple[TrainState, list[str]]:
+    """The state at the first step of this process: fresh, or the newest loadable checkpoint's with
+    `resume`; and a line for each newer checkpoint that was skipped because it does not load."""
     if config.precision == "fp16" and ctx.device.type != "cuda":
         raise ValueError("precision fp16 needs a GPU (its loss scaler is CUDA-only); use bf16 on CPU")
     _seed(config, ctx, step=0)
@@ -184,13 +197,32 @@ def _start(model: nn.Module, batches: ResumableBatches, run_dir: Path, config: T
     state = TrainState(model, optimizer, scheduler=build_scheduler(optimizer, optim, config.max_steps),
                        scaler=torch.amp.GradScaler("cuda") if config.precision == "fp16" else None,
                        batches=batches, selection=selection)
-    checkpoint = latest_checkpoint(run_dir)
-    if checkpoint is not None and not resume:
-        raise FileExistsError(f"{run_dir} already holds checkpoints ({checkpoint.name}); resume it "
+    checkpoints = list_checkpoints(run_dir)
+    if checkpoints and not resume:
+        raise FileExistsError(f"{run_dir} already holds checkpoints ({checkpoints[-1].name}); resume it "
                               f"(resume=True, --resume) or choose a new run directory")
-    if resume and checkpoint is not None and not state.resume_from(checkpoint):
-        _seed(config, ctx, step=state.step)  # another world size: fresh, distinct streams per rank
-    return state
+    skipped: list[str] = []
+    for checkpoint in reversed(checkpoints if resume else []):
+        # every rank looks at the files first and all agree, so that no rank loads a checkpoint another skips
+        problem = checkpoint_problem(checkpoint)
+        problems = [p for p in distributed.all_gather_object(problem) if p] if ctx.distributed else [problem]
+        problem = problems[0] if problems else None
+        if problem is None:
+            try:
+                restored = state.resume_from(checkpoint)
+            except Exception as exc:  # the files looked whole but do not load; alone, try the one before
+                if ctx.distributed:
+                    raise
+                problem = " ".join(f"{type(exc).__name__}: {exc}".split())
+            else:
+                if not restored:
+                    _seed(config, ctx, step=state.step)  # another world size: fresh, distinct streams per rank
+                return state, skipped
+        skipped.append(f"skipped checkpoint {checkpoint} ({problem}); trying the one before it")
+    if skipped:
+        raise ValueError(f"{run_dir}: no checkpoint loads ({'; '.join(skipped)}); start afresh in a new run "
+                         "directory (or with --overwrite)")
+    return state, skipped
 
 
 def _seed(config: TrainConfig, ctx: distributed.DistContext, step: int) -> None:
@@ -211,6 +243,7 @@ class StepOutcome:
     tokens: int  # non-padding tokens over micro-batches and ranks
     skipped: bool  # the update was not applied because loss or gradients were not finite
     scaler_skip: bool = False  # fp16: the scaler found inf gradients and lowered its scale (expected, rare)
+    save_due: bool = False  # rank 0's save_every_minutes ran out: every rank checkpoints after this step
 
 
 class _Stepper:
@@ -221,7 +254,8 @@ class _Stepper:
         self.config, self.ctx = config, ctx
         self.params = [p for group in self.optimizer.param_groups for p in group["params"]]
 
-    def step(self, micro_batches: list[Batch]) -> StepOutcome:
+    def step(self, micro_batches: list[Batch], save_due: bool = False) -> StepOutcome:
+        """One step; `save_due` (this rank's wish to checkpoint after it) is summed over ranks with the loss."""
         self.optimizer.zero_grad(set_to_none=True)
         accum = len(micro_batches)
         loss_sum = torch.zeros((), device=self.ctx.device)
@@ -238,12 +272,13 @@ class _Stepper:
             loss_sum += loss.detach().float()
         # one collective for both numbers; a NaN on any rank makes the sum NaN on all, so every rank
         # takes the same skip decision
-        totals = torch.stack([loss_sum, torch.tensor(float(tokens), device=loss_sum.device)])
-        loss_total, token_total = distributed.all_reduce_sum(totals, "averaging the loss").tolist()  # one sync
+        totals = torch.stack([loss_sum, torch.tensor(float(tokens), device=loss_sum.device),
+                              torch.tensor(float(save_due), device=loss_sum.device)])
+        loss_total, token_total, save_votes = distributed.all_reduce_sum(totals, "averaging the loss").tolist()  # one sync
         mean_loss = loss_total / (accum * self.ctx.world_size)
         lr = self.optimizer.param_groups[0]["lr"]
         outcome = StepOutcome(loss=mean_loss, lr=lr, grad_norm=math.nan, tokens=int(token_total),
-                              skipped=not math.isfinite(mean_loss))
+                              skipped=not math.isfinite(mean_loss), save_due=save_votes > 0)
         if not outcome.skipped:
             self._update(outcome)
         self.optimizer.zero_grad(set_to_none=True)

@@ -144,6 +144,48 @@ def latest_checkpoint(run_dir: str | os.PathLike[str]) -> Path | None:
     return found[-1] if found else None
 
 
+def checkpoint_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why checkpoint `path` cannot be resumed from, found without loading it; None when its files look whole.
+
+    Reads trainer.json, the safetensors header of model.safetensors (which also checks that the file
+    is as long as the header says) and the zip directory at the end of optimizer.pt and of this rank's
+    file, so that a truncated or missing file (a full disk, a copy cut short) is found before any of
+    the run's state is touched.
+    """
+    import zipfile
+
+    from safetensors import safe_open
+
+    path = Path(path)
+    try:
+        trainer = json.loads((path / "trainer.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return f"trainer.json: {exc}"
+    if not isinstance(trainer, dict) or trainer.get("format") != FORMAT_VERSION:
+        return f"trainer.json: checkpoint format {trainer.get('format') if isinstance(trainer, dict) else None!r}, " \
+               f"expected {FORMAT_VERSION}"
+    try:
+        with safe_open(str(path / "model.safetensors"), "pt") as handle:
+            handle.keys()
+    except Exception as exc:  # safetensors raises its own SafetensorError, or OSError for a missing file
+        return f"model.safetensors: {_one_line(exc)}"
+    rank_file = f"rank-{distributed.rank():05d}.pt"
+    for name in ("optimizer.pt", rank_file):
+        if name == rank_file and not (path / name).exists():
+            continue  # written by a run on fewer ranks: load_checkpoint copes
+        try:
+            with zipfile.ZipFile(path / name):
+                pass
+        except (OSError, zipfile.BadZipFile) as exc:
+            return f"{name}: {_one_line(exc)}"
+    return None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text.removeprefix("Error while deserializing header: ")
+
+
 # ------------------------------------------------------------------------------------------------
 # RNG states
 # ------------------------------------------------------------------------------------------------
