@@ -32,14 +32,27 @@ CORPUS = [
     "a gripping , beautifully acted film with a terrible ending . not bad at all .",
     "what is the largest city ? when did the station open ? who gave their name ?",
 ]
-FAMILIES = sorted(registry.families())
+
+
+
+def _architectures() -> list[str]:
+    """One model_type per architecture: a family whose config class derives from another family's
+    (XLM-R's and CamemBERT's from RoBERTa's) runs the same code, tested in its own folder's tests."""
+    known = registry.families()
+    return sorted(name for name, family in known.items()
+                  if not any(other is not family and issubclass(family.config_class, other.config_class)
+                             for other in known.values()))
+
+
+FAMILIES = _architectures()
 
 
 def smallest_config(model_type: str, tokenizer: BertTokenizer) -> Any:
-    """The family's smallest preset (by parameters), with this tokenizer's vocabulary and padding id."""
+    """The family's smallest preset (by parameters) cut to two layers, with this tokenizer's vocabulary
+    and padding id."""
     names = list(registry.family(model_type).presets)
-    configs = [registry.from_preset(name, vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_token_id)
-               for name in names]
+    configs = [registry.from_preset(name, vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_token_id,
+                                    num_hidden_layers=2) for name in names]
     return min(configs, key=lambda config: config.estimated_parameter_count())
 
 
