@@ -190,6 +190,9 @@ def test_a_finetune_resume_under_other_settings_or_files_is_refused_in_one_line(
     # the same settings resume (nothing left to train), and --overwrite starts again under the new ones
     result = runner.invoke(app, _finetune_args(sst, out))
     assert result.exit_code == 0 and "resumed from" in result.output, result.output
+    # best/ was written before the kill: the resumed run's records point at it
+    assert (out / "seed-1" / "best" / "task.json").exists()
+    assert json.loads((out / "results.json").read_text())["seeds"][0]["best"]["dir"] == "best"
     result = runner.invoke(app, _finetune_args(sst, out, "--lr", "3e-4", "--overwrite"))
     assert result.exit_code == 0 and "resumed" not in result.output, result.output
     saved = json.loads((out / "seed-1" / "task.json").read_text())

@@ -595,10 +595,12 @@ class _BestModel:
         """What the final task.json says of the best evaluation (None when there was none)."""
         if selection.best_step is None:
             return None
+        on_disk = TaskRecord.read(self.directory)  # best/ of this run, saved before a resume or in this process
+        saved_here = on_disk is not None and on_disk.step == selection.best_step
         if self.metrics is None:  # the best came before a resume: its metrics are in best/task.json
-            saved = TaskRecord.read(self.directory)
-            self.metrics = saved.metrics if saved is not None and saved.step == selection.best_step else None
-        return {"dir": BEST_DIR if self.saved else None, "metric": selection.metric, "score": selection.best_score,
+            self.metrics = on_disk.metrics if saved_here and on_disk is not None else None
+        return {"dir": BEST_DIR if self.saved or saved_here else None, "metric": selection.metric,
+                "score": selection.best_score,
                 "step": selection.best_step, "epoch": round(selection.best_step / self.steps_per_epoch, 3),
                 "metrics": self.metrics}
 
