@@ -99,3 +99,19 @@ def test_a_numeric_text_column_is_refused_alike_by_finetune_and_predict(tmp_path
     BertForSequenceClassification(config).save_pretrained(tmp_path / "model", tokenizer=tokenizer)
     with pytest.raises(DataFormatError, match=r"rows\.parquet:1: text: not text \(int\)"):
         predict_file(pipeline(tmp_path / "model"), path, tmp_path / "out.jsonl", progress=False)
+
+
+def test_a_full_disk_is_named_as_such(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.save and safetensors fail on a full disk with their own messages; the write says what it is."""
+    import errno
+    import shutil
+    from collections import namedtuple
+
+    import bertforge.fileio as fileio
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9, 0))
+    with pytest.raises(OSError, match="no space left on the device writing .*optimizer.pt") as caught:
+        with fileio.atomic_path(tmp_path / "optimizer.pt"):
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
+    assert caught.value.errno == errno.ENOSPC and not list(tmp_path.iterdir())  # no temporary file left

@@ -71,9 +71,27 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except Exception as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if not isinstance(exc, OSError) and _disk_full(path.parent):
+            # torch.save and safetensors report a full disk in their own words ("unexpected pos",
+            # "SafetensorError"): say it as what it is, naming the file
+            raise OSError(errno.ENOSPC, f"no space left on the device writing {path} "
+                                        f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from exc
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _disk_full(directory: Path) -> bool:
+    """Whether the file system of `directory` has (almost) no space left."""
+    import shutil
+
+    try:
+        return shutil.disk_usage(directory).free < 1 << 20
+    except OSError:
+        return False
 
 
 class DataFormatError(ValueError):
