@@ -1,7 +1,7 @@
-"""BERT's WordPiece tokenizer on the `tokenizers` library: load, train, encode, save.
+"""The tokenizer of any checkpoint on the `tokenizers` library: load, train (WordPiece), encode, save.
 
-The heavy lifting (normalisation, pre-tokenisation, WordPiece, offsets) runs in the Rust `tokenizers`
-library. This module adds what BERT needs around it and keeps it in one readable place:
+The heavy lifting (normalisation, pre-tokenisation, the subword model, offsets) runs in the Rust
+`tokenizers` library. This module adds what the models need around it and keeps it in one readable place:
 
 - the vocabulary is checked when it is loaded (special tokens present, no duplicate lines);
 - special tokens and truncation follow the original BERT code, not the library's defaults: for a pair
@@ -10,27 +10,33 @@ library. This module adds what BERT needs around it and keeps it in one readable
   to the second segment instead, so we truncate here and never configure truncation on the backend;
 - an input that does not fit raises a ValueError at encode time instead of an index error deep
   inside the model;
-- `save_pretrained` writes the Hugging Face layout, so `transformers.BertTokenizer(Fast)` loads our
-  files and tokenizes identically.
+- `save_pretrained` writes the Hugging Face layout, so transformers loads our files and tokenizes
+  identically.
 
-A checkpoint whose tokenizer is not WordPiece (ModernBERT's byte-level BPE, say) ships only a
-`tokenizer.json`: `from_pretrained` then wraps that file as it is (`from_tokenizer_json`), with the
-special tokens its `tokenizer_config.json` names and its own post-processor placing them, so the
-same encode / encode_batch / tasks work with it. `vocab.txt` directories load as before.
+`from_pretrained` reads every layout the families' checkpoints ship. `vocab.txt` is BERT's WordPiece,
+built here. Any other `tokenizer.json` (ModernBERT's byte-level BPE, a Unigram model) is wrapped as it
+is (`from_tokenizer_json`), with the special tokens its `tokenizer_config.json` names and its own
+post-processor placing them. RoBERTa's `vocab.json` + `merges.txt` and the SentencePiece models of
+XLM-RoBERTa, CamemBERT (`sentencepiece.bpe.model`), ALBERT (`spiece.model`) and DeBERTa-v2
+(`spm.model`) are converted to a `tokenizers` pipeline exactly as transformers' fast tokenizer class
+for them converts them (`layouts.py`), and then wrapped the same way. Whatever the layout, the same
+encode / encode_batch / offsets / tasks work with it. `Tokenizer` is the same class under a name that
+does not say WordPiece.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
 from tokenizers import (
     AddedToken,
-    Tokenizer,
     decoders,
     models,
     normalizers,
@@ -38,12 +44,27 @@ from tokenizers import (
     processors,
     trainers,
 )
+from tokenizers import Tokenizer as BackendTokenizer
 
-from bertforge.fileio import write_text_atomic
+from bertforge.fileio import write_bytes_atomic, write_text_atomic
+from bertforge.tokenizer.layouts import (
+    EXPECTED,
+    FLAVOURS,
+    SPECIAL_KEYS,
+    TokenizerFileError,
+    TokenizerFilesMissing,
+    flavour_for,
+    flavour_named,
+    load_layout,
+    model_type_of,
+    original_files,
+)
 
 # The reserved ids of a vocabulary trained by `BertTokenizer.train` (Google's vocabs use 0, 100-103).
 _TRAINED_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 _SPECIAL_KEYS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+# tokenizer_config.json flags of the classes in layouts.FLAVOURS, kept when a tokenizer.json is wrapped
+_FLAGS = sorted({key for flavour in FLAVOURS.values() for key in flavour.options})
 
 
 @dataclass
@@ -113,6 +134,36 @@ def _read_vocab_file(path: Path) -> dict[str, int]:
     return vocab
 
 
+def _read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON object from a tokenizer file, {} when the file is absent; anything else is one line
+    naming the file."""
+    if not path.is_file():
+        return {}
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise TokenizerFileError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise TokenizerFileError(f"{path}: not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+    if not isinstance(value, dict):
+        raise TokenizerFileError(f"{path}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _read_backend(path: Path) -> BackendTokenizer:
+    try:
+        return BackendTokenizer.from_file(str(path))
+    except Exception as exc:  # the library's errors carry no type of their own
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise TokenizerFileError(f"{path}: not a tokenizers tokenizer.json ({first})") from None
+
+
+def _model_max_length(config: dict[str, Any]) -> int:
+    limit = config.get("model_max_length")
+    # transformers writes a huge sentinel when the limit is unknown: keep BERT's 512 then
+    return int(limit) if isinstance(limit, int) and 0 < limit < 1_000_000 else 512
+
+
 def _to_json(obj: dict[str, Any]) -> str:
     return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
 
@@ -174,7 +225,7 @@ class BertTokenizer:
         for token, index in vocab.items():
             self._id_to_token[index] = token
 
-        backend = Tokenizer(models.WordPiece(vocab, unk_token=unk_token,
+        backend = BackendTokenizer(models.WordPiece(vocab, unk_token=unk_token,
                                              max_input_chars_per_word=max_input_chars_per_word))
         backend.normalizer = normalizers.BertNormalizer(
             clean_text=True,  # drop NUL, U+FFFD and control chars; every whitespace becomes a space
@@ -201,31 +252,42 @@ class BertTokenizer:
         # The backend's own post-processor places the special tokens (a loaded tokenizer.json);
         # False: BERT's template, assembled here (see `_assemble`).
         self._backend_template = False
+        self.bos_token = self.eos_token = None  # WordPiece BERT has neither
+        self._saved: dict[str, Any] = {}
+        self._files: dict[str, bytes] = {}
 
     @classmethod
     def from_tokenizer_json(cls, path: str | Path, *, model_max_length: int = 512,
                             **special_tokens: str | None) -> BertTokenizer:
         """Any `tokenizers` tokenizer.json (byte-level BPE, Unigram, WordPiece), used as it is.
 
-        `special_tokens`: cls_token, sep_token, pad_token, mask_token, unk_token, as
-        tokenizer_config.json names them; each must be in the vocabulary (unk_token may be None: a
-        byte-level vocabulary has no unknown piece). Inputs are encoded without specials, truncated
-        BERT's way (`_pair_lengths`), and then the file's post-processor adds the specials, so the
-        layout is the file's ([CLS] A [SEP] B [SEP] for ModernBERT).
+        `special_tokens`: cls_token, sep_token, pad_token, mask_token, unk_token (and bos_token,
+        eos_token, kept for save_pretrained), as tokenizer_config.json names them; each must be in the
+        vocabulary (unk_token may be None: a byte-level vocabulary has no unknown piece). Inputs are
+        encoded without specials, truncated BERT's way (`_pair_lengths`), and then the file's
+        post-processor adds the specials, so the layout is the file's ([CLS] A [SEP] B [SEP] for
+        ModernBERT, <s> A </s></s> B </s> for RoBERTa).
         """
         path = Path(path)
-        try:
-            backend = Tokenizer.from_file(str(path))
-        except Exception as exc:  # the library's errors carry no type of their own
-            raise ValueError(f"{path}: not a tokenizers tokenizer.json ({exc})") from exc
+        return cls._wrap(_read_backend(path), path, model_max_length, special_tokens)
+
+    @classmethod
+    def _wrap(cls, backend: BackendTokenizer, source: Path, model_max_length: int,
+              special_tokens: dict[str, str | None], saved: dict[str, Any] | None = None,
+              files: dict[str, bytes] | None = None) -> BertTokenizer:
+        """A tokenizer around a ready backend whose own post-processor places the special tokens.
+
+        `saved`: tokenizer_config.json entries to write back (the transformers class and its flags);
+        `files`: original files (vocab.json, a SentencePiece model) to write back beside tokenizer.json.
+        """
         backend.no_truncation()  # truncation and padding are ours, as for vocab.txt tokenizers
         backend.no_padding()
         vocab = backend.get_vocab(with_added_tokens=True)
         names = {"unk_token": None, "cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]",
-                 "mask_token": "[MASK]", **special_tokens}
+                 "mask_token": "[MASK]", "bos_token": None, "eos_token": None, **special_tokens}
         for key, token in names.items():
             if token is not None and token not in vocab:
-                raise ValueError(f"{path}: special token {token!r} ({key}) is not in the vocabulary")
+                raise TokenizerFileError(f"{source}: special token {token!r} ({key}) is not in the vocabulary")
         if not _is_positive_int(model_max_length):
             raise ValueError(f"model_max_length must be a positive int, got {model_max_length!r}")
         tokenizer = cls.__new__(cls)
@@ -241,12 +303,14 @@ class BertTokenizer:
             tokenizer._id_to_token[index] = token
         tokenizer._backend = backend
         tokenizer._backend_template = True
+        tokenizer._saved = dict(saved or {"tokenizer_class": "PreTrainedTokenizerFast"})
+        tokenizer._files = dict(files or {})
         return tokenizer
 
     # ----------------------------------------------------------------------------- vocabulary
 
     @property
-    def backend(self) -> Tokenizer:
+    def backend(self) -> BackendTokenizer:
         """The underlying `tokenizers.Tokenizer`; treat it as read-only (it is shared by every call)."""
         return self._backend
 
@@ -310,6 +374,9 @@ class BertTokenizer:
         return [int(i) for i in ids]
 
     def __repr__(self) -> str:
+        if self._backend_template:
+            return (f"BertTokenizer({self._saved.get('tokenizer_class')}, vocab_size={self.vocab_size}, "
+                    f"model_max_length={self.model_max_length})")
         return (f"BertTokenizer(vocab_size={self.vocab_size}, lowercase={self.lowercase}, "
                 f"strip_accents={self.strip_accents}, model_max_length={self.model_max_length})")
 
@@ -319,6 +386,24 @@ class BertTokenizer:
         """WordPiece pieces of `text`, without special tokens and without any length limit."""
         _check_text(text, "text")
         return self._encode_segments([text])[0].tokens
+
+    def words(self, text: str) -> list[tuple[str, tuple[int, int]]]:
+        """The words of `text` as this tokenizer's pre-tokenizer splits it, each as it stands in the
+        text with its (start, end) characters, without the spaces the pre-tokenizer may attach to
+        them (byte-level BPE's leading space, SentencePiece's "▁") and never containing whitespace.
+
+        For word-level tasks: encoding these words with `backend.encode_batch(..., is_pretokenized=True)`
+        gives each word its own pieces. BERT's pre-tokenizer gives its words and punctuation unchanged.
+        """
+        _check_text(text, "text")
+        out = []
+        pre_tokenizer = self._backend.pre_tokenizer
+        spans = ([span for _, span in pre_tokenizer.pre_tokenize_str(text)] if pre_tokenizer is not None
+                 else [(0, len(text))])
+        for start, end in spans:
+            for match in re.finditer(r"\S+", text[start:end]):
+                out.append((match.group(), (start + match.start(), start + match.end())))
+        return out
 
     def encode(
         self,
@@ -478,17 +563,20 @@ class BertTokenizer:
         a.truncate(len_a)
         if b is not None:
             b.truncate(len_b)
+        # Each segment was encoded alone, so the post-processor has already been over it once (the
+        # library runs it on every encode, specials or not) and any offset trimming is done; a second
+        # pass would trim again (RobertaProcessing moves a piece's start past its "Ġ" each time).
+        # The offsets therefore come from the segments, the rest from the post-processed pair.
+        offsets = iter(a.offsets if b is None else a.offsets + b.offsets)
         done = self._backend.post_process(a, b, add_special_tokens=add_special_tokens)
         # Segments from the order of the pieces (the library drops the first segment's ids when it
         # post-processes a pair): every template puts $A before $B. Specials: no segment, no word.
-        sequence_ids: list[int | None] = []
-        pieces = 0
-        for special in done.special_tokens_mask:
-            sequence_ids.append(None if special else int(pieces >= len_a))
-            pieces += not special
+        mask = done.special_tokens_mask
+        pieces_so_far = accumulate(not special for special in mask)  # pieces up to and including each token
+        sequence_ids = [None if special else int(n > len_a) for special, n in zip(mask, pieces_so_far, strict=True)]
         word_ids = [None if seq is None else word for seq, word in zip(sequence_ids, done.word_ids, strict=True)]
-        return Encoding(list(done.ids), list(done.type_ids), list(done.attention_mask), list(done.tokens),
-                        list(done.offsets), word_ids, sequence_ids)
+        return Encoding(done.ids, done.type_ids, done.attention_mask, done.tokens,
+                        [(0, 0) if special else next(offsets) for special in mask], word_ids, sequence_ids)
 
     def _push_special(self, enc: Encoding, token: str, type_id: int, attention: int = 1) -> None:
         enc.input_ids.append(self._vocab[token])
@@ -522,32 +610,40 @@ class BertTokenizer:
 
     @classmethod
     def from_pretrained(cls, directory: str | Path) -> BertTokenizer:
-        """Load vocab.txt + tokenizer_config.json (Hugging Face keys) from a directory.
+        """Load a checkpoint's tokenizer from its directory, whichever files it ships.
 
-        A folder with only vocab.txt gets the defaults. A folder saved by transformers 5 may have no
-        vocab.txt; then the vocab and any missing flags come from tokenizer.json's WordPiece model.
+        - `vocab.txt` (BERT, DistilBERT, ELECTRA): WordPiece with tokenizer_config.json's flags; a
+          folder with only vocab.txt gets the defaults. A folder saved by transformers 5 may have no
+          vocab.txt; then the vocab and any missing flags come from tokenizer.json's WordPiece model.
+        - `tokenizer.json` of any other model (byte-level BPE, Unigram): the file as it is, with the
+          special tokens tokenizer_config.json names (or its tokenizer class's defaults).
+        - `vocab.json` + `merges.txt` (RoBERTa), `sentencepiece.bpe.model` (XLM-RoBERTa, CamemBERT),
+          `spiece.model` (ALBERT), `spm.model` (DeBERTa-v2/v3): converted as transformers' fast
+          tokenizer class for them converts them (`layouts.py`), ids and offsets included.
+
+        Missing or unreadable files raise a `TokenizerFileError` (a ValueError; a FileNotFoundError
+        too when files are missing) naming the file.
         """
         directory = Path(directory)
         if not directory.is_dir():
-            raise FileNotFoundError(f"no tokenizer directory at {directory}")
+            raise TokenizerFilesMissing(f"no tokenizer directory at {directory}")
         config: dict[str, Any] = {}
         for name in ("special_tokens_map.json", "tokenizer_config.json"):  # the second wins
-            if (directory / name).is_file():
-                config.update(json.loads((directory / name).read_text(encoding="utf-8")))
-        backend_json: dict[str, Any] = {}
-        if (directory / "tokenizer.json").is_file():
-            backend_json = json.loads((directory / "tokenizer.json").read_text(encoding="utf-8"))
+            config.update(_read_json_object(directory / name))
+        model_type = model_type_of(directory)
 
         vocab: dict[str, int] | Path = directory / "vocab.txt"
+        backend_json: dict[str, Any] = {}
         if not vocab.is_file():
-            model = backend_json.get("model", {})
+            backend_json = _read_json_object(directory / "tokenizer.json")
+            model = backend_json.get("model") or {}
             if backend_json and model.get("type") != "WordPiece":  # BPE, Unigram: the file as it is
-                return cls._from_backend_file(directory, config)
-            if model.get("type") != "WordPiece":
-                raise FileNotFoundError(
-                    f"{directory}: no vocab.txt, and no tokenizer.json to take the vocab from"
-                )
+                return cls._from_backend_file(directory, config, model_type)
+            if not backend_json:
+                return cls._from_layout(directory, config, model_type)
             vocab = model["vocab"]
+        elif (directory / "tokenizer.json").is_file():
+            backend_json = _read_json_object(directory / "tokenizer.json")
         normalizer = backend_json.get("normalizer") or {}
         if normalizer.get("type") != "BertNormalizer":
             normalizer = {}
@@ -568,36 +664,63 @@ class BertTokenizer:
         return cls(vocab, **kwargs)
 
     @classmethod
-    def _from_backend_file(cls, directory: Path, config: dict[str, Any]) -> BertTokenizer:
-        specials = {key: _special_token_value(config[key]) if config.get(key) is not None else None
-                    for key in _SPECIAL_KEYS}
+    def _from_layout(cls, directory: Path, config: dict[str, Any], model_type: str | None) -> BertTokenizer:
+        """vocab.json + merges.txt or a SentencePiece model, converted as transformers converts them."""
+        flavour = flavour_for(directory, config, model_type)
+        if flavour is None:
+            for have, need in (("vocab.json", "merges.txt"), ("merges.txt", "vocab.json")):
+                if (directory / have).is_file():
+                    raise TokenizerFilesMissing(f"{directory / need}: missing; a byte-level BPE tokenizer needs "
+                                                f"it beside {have}")
+            raise TokenizerFilesMissing(f"{directory}: no tokenizer files; expected {EXPECTED}")
+        loaded = load_layout(directory, flavour, config)
+        return cls._wrap(loaded.backend, directory, _model_max_length(config), dict(loaded.specials),
+                         saved={"tokenizer_class": loaded.tokenizer_class, **loaded.options}, files=loaded.files)
+
+    @classmethod
+    def _from_backend_file(cls, directory: Path, config: dict[str, Any], model_type: str | None) -> BertTokenizer:
+        """tokenizer.json as it is; special tokens the configs do not name come from the tokenizer
+        class they (or config.json's model_type) name, when it is one of `layouts.FLAVOURS`."""
+        path = directory / "tokenizer.json"
+        backend = _read_backend(path)  # a broken file is reported as such before anything it lacks
+        flavour = flavour_named(config, model_type) or flavour_for(directory, config, model_type)
+        defaults = flavour.specials if flavour is not None else {}
+        specials = {key: _special_token_value(config[key]) if config.get(key) is not None else defaults.get(key)
+                    for key in SPECIAL_KEYS}
         missing = [key for key in ("cls_token", "sep_token", "pad_token", "mask_token") if specials[key] is None]
         if missing:
-            raise ValueError(f"{directory / 'tokenizer_config.json'}: names no {', '.join(missing)} "
-                             "(needed to encode inputs and batches for the model)")
-        limit = config.get("model_max_length")
-        # transformers writes a huge sentinel when the limit is unknown: keep BERT's 512 then
-        length = int(limit) if isinstance(limit, int) and 0 < limit < 1_000_000 else 512
-        return cls.from_tokenizer_json(directory / "tokenizer.json", model_max_length=length, **specials)
+            raise TokenizerFileError(f"{directory / 'tokenizer_config.json'}: names no {', '.join(missing)} "
+                                     "(needed to encode inputs and batches for the model)")
+        saved = {"tokenizer_class": config.get("tokenizer_class") or "PreTrainedTokenizerFast",
+                 **{key: config[key] for key in _FLAGS if key in config}}
+        return cls._wrap(backend, path, _model_max_length(config), specials, saved=saved,
+                         files=original_files(directory, flavour))
 
     def save_pretrained(self, directory: str | Path) -> None:
         """Write vocab.txt, tokenizer_config.json, special_tokens_map.json and tokenizer.json.
 
         Each file is replaced atomically, so a crash never leaves a torn vocab next to a new config.
-        A tokenizer loaded from a tokenizer.json alone writes that file and the special tokens (no
-        vocab.txt: its pieces are not WordPiece).
+        Any other tokenizer (not WordPiece) writes its tokenizer.json, with tokenizer_config.json
+        naming its transformers class, its flags, its special tokens and every added token's
+        matching rules (`added_tokens_decoder`), and the original files it came with (vocab.json and
+        merges.txt, a SentencePiece model), so that transformers loads the folder to the same ids.
         """
         directory = Path(directory)
         os.makedirs(directory, exist_ok=True)
-        specials = {key: getattr(self, key) for key in _SPECIAL_KEYS}
         if self._backend_template:
-            config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": self.model_max_length,
-                      **{key: value for key, value in specials.items() if value is not None}}
+            specials = {key: getattr(self, key) for key in SPECIAL_KEYS if getattr(self, key) is not None}
+            added = {str(index): {"content": token.content, "lstrip": token.lstrip, "normalized": token.normalized,
+                                  "rstrip": token.rstrip, "single_word": token.single_word, "special": token.special}
+                     for index, token in sorted(self._backend.get_added_tokens_decoder().items())}
+            config = {**self._saved, "model_max_length": self.model_max_length, **specials,
+                      "added_tokens_decoder": added}
+            for name, data in self._files.items():
+                write_bytes_atomic(directory / name, data)
             write_text_atomic(directory / "tokenizer_config.json", _to_json(config))
-            write_text_atomic(directory / "special_tokens_map.json",
-                              _to_json({k: v for k, v in specials.items() if v is not None}))
+            write_text_atomic(directory / "special_tokens_map.json", _to_json(specials))
             write_text_atomic(directory / "tokenizer.json", self._backend.to_str(pretty=True))
             return
+        specials = {key: getattr(self, key) for key in _SPECIAL_KEYS}
         config = {
             "tokenizer_class": "BertTokenizer",
             "do_lower_case": self.lowercase,
@@ -648,7 +771,7 @@ class BertTokenizer:
             )
 
         # Train with the exact normaliser and pre-tokeniser the result will use.
-        probe = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        probe = BackendTokenizer(models.WordPiece(unk_token="[UNK]"))
         probe.normalizer = normalizers.BertNormalizer(
             clean_text=True, handle_chinese_chars=tokenize_chinese_chars,
             strip_accents=lowercase if strip_accents is None else strip_accents, lowercase=lowercase,
@@ -669,3 +792,9 @@ class BertTokenizer:
                 raise RuntimeError(f"the trainer put {token} at id {vocab.get(token)}, expected {index}")
         return cls(vocab, lowercase=lowercase, strip_accents=strip_accents,
                    tokenize_chinese_chars=tokenize_chinese_chars)
+
+
+# The same class under a name that does not suggest WordPiece: it loads every layout above.
+Tokenizer = BertTokenizer
+
+__all__ = ["BertTokenizer", "Encoding", "Tokenizer", "TokenizerFileError", "TokenizerFilesMissing"]
