@@ -6,8 +6,9 @@ pass through unchanged: the two pre-training halves and the fine-tuning heads.
 - the generator (`ElectraForMaskedLM`): a masked LM whose output projection is the word-embedding
   matrix (of width E), so a narrow generator still predicts over the shared vocabulary table.
 
-The joint objective (the generator's samples become the discriminator's input) is built on these two:
-`masked_lm_logits`, `replaced_token_logits` and `replaced_token_detection_loss` are its pieces.
+and the joint pre-training model built on the two (`ElectraForJointPreTraining`, no job of its own:
+`ElectraForPreTraining.with_generator` makes it): the generator's samples replace the masked tokens,
+and the discriminator tells the replaced tokens from the original ones.
 
 Losses are computed here when labels are given (`loss = model(**batch).loss`), with Hugging Face's
 label conventions (-100 where a position is not scored).
@@ -15,25 +16,39 @@ label conventions (-100 where a position is not scored).
 
 from __future__ import annotations
 
-from typing import ClassVar
+import copy
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertforge.checkpoint import load_weights_into
 from bertforge.config import IGNORE_INDEX
 from bertforge.model.base import (
     EncoderOutput,
     PreTrainingOutput,
     SpanOutput,
     TaskOutput,
+    WeightedClassifier,
     num_labels,
     problem_type_of,
-    sequence_classification_loss,
 )
 from bertforge.model.electra.config import ElectraConfig
 from bertforge.model.electra.modeling import ElectraModel, ElectraPreTrainedModel
 from bertforge.model.layers import activation
+
+if TYPE_CHECKING:
+    from bertforge.tokenizer import BertTokenizer
+
+# Joint pre-training (Clark et al., 2020)
+GENERATOR_SIZE = 0.25  # the paper's generator: a quarter of the discriminator's width
+DISCRIMINATOR_WEIGHT = 50.0  # lambda in L_MLM + lambda L_Disc
+GENERATOR_DIR = "generator"  # where the generator is saved, beside the discriminator's files
 
 
 def head_dropout(config: ElectraConfig) -> nn.Dropout:
@@ -105,6 +120,14 @@ class ElectraForPreTraining(ElectraPreTrainedModel):
     def replaced_token_logits(self, vectors: torch.Tensor) -> torch.Tensor:  # (..., H) -> (...)
         """The discriminator head on final token vectors."""
         return self.discriminator_predictions(vectors)
+
+    @classmethod
+    def with_generator(cls, config: ElectraConfig, *, generator_size: float = GENERATOR_SIZE,
+                       discriminator_weight: float = DISCRIMINATOR_WEIGHT) -> ElectraForJointPreTraining:
+        """This discriminator and a generator `generator_size` as wide sharing its embeddings: ELECTRA's
+        joint pre-training model (`bertforge pretrain` with objective rtd asks for it here)."""
+        return ElectraForJointPreTraining(config, generator_size=generator_size,
+                                          discriminator_weight=discriminator_weight)
 
     def forward(
         self,
@@ -204,6 +227,149 @@ class ElectraForMaskedLM(ElectraPreTrainedModel):
 
 
 # ------------------------------------------------------------------------------------------------
+# Joint pre-training: the generator's samples, the discriminator's verdicts (Clark et al., 2020)
+# ------------------------------------------------------------------------------------------------
+
+
+def generator_config(config: ElectraConfig, size: float = GENERATOR_SIZE) -> ElectraConfig:
+    """The generator's config for a discriminator's: hidden and feed-forward sizes times `size`, the
+    heads too (at least one, and a divisor of the new hidden size); depth, embedding width, vocabulary,
+    positions and token types as the discriminator's, whose embedding tables it shares."""
+    if isinstance(size, bool) or not isinstance(size, int | float) or not 0 < size <= 1:
+        raise ValueError(f"generator_size must be a fraction in (0, 1], got {size!r}")
+    hidden = max(1, round(config.hidden_size * size))
+    heads = max(1, min(hidden, round(config.num_attention_heads * size)))
+    while hidden % heads:
+        heads -= 1
+    inner = max(1, round(config.intermediate_size * size))
+    return dataclasses.replace(config, hidden_size=hidden, num_attention_heads=heads, intermediate_size=inner,
+                               extra=dict(config.extra))
+
+
+def sample_tokens(logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token id per row drawn from softmax(logits), by the Gumbel-max trick (as the ELECTRA code
+    samples); no gradient flows through the draw. (N, V) -> (N,)."""
+    with torch.no_grad():
+        uniform = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=torch.float32)
+        gumbel = -torch.log(-torch.log(uniform + 1e-9) + 1e-9)
+        return (logits.detach().float() + gumbel).argmax(-1)
+
+
+def replace_masked(
+    input_ids: torch.Tensor,  # (B, T): the generator's input ([MASK] and the other corruptions)
+    labels: torch.Tensor,  # (B, T): the original id where a token was masked, -100 elsewhere
+    sampled: torch.Tensor,  # (N,): a token per masked position, in row-major order of `labels != -100`
+    attention_mask: torch.Tensor | None = None,  # (B, T): 1 real token, 0 padding
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The discriminator's input and labels: `input_ids` with each masked position holding its sample,
+    and per token 1 where that differs from the original token, 0 at every other real token (a sample
+    equal to the original counts as original, as in the paper), -100 at padding."""
+    masked = labels != IGNORE_INDEX
+    corrupted = input_ids.masked_scatter(masked, sampled.to(input_ids.dtype))
+    originals = torch.where(masked, labels, input_ids)
+    replaced = (corrupted != originals).long()
+    if attention_mask is not None:
+        replaced = replaced.masked_fill(attention_mask == 0, IGNORE_INDEX)
+    return corrupted, replaced
+
+
+@dataclass
+class JointPreTrainingOutput:
+    loss: torch.Tensor  # mlm_loss + discriminator_weight x rtd_loss
+    mlm_loss: torch.Tensor  # the generator's masked-LM loss
+    rtd_loss: torch.Tensor  # the discriminator's binary cross-entropy over the real tokens
+    mlm_logits: torch.Tensor  # (N, V): the generator's, at the masked positions (row-major order)
+    rtd_logits: torch.Tensor  # (B, T): the discriminator's "replaced" logit per token
+    rtd_labels: torch.Tensor  # (B, T): 1 replaced, 0 original, -100 padding
+    nsp_logits: None = None  # no sentence objective (read by code that serves every pre-training model)
+
+
+class ElectraForJointPreTraining(nn.Module):
+    """ELECTRA's pre-training pair (Clark et al., 2020): a generator (a masked LM, `generator_size` of
+    the discriminator's width) fills the masked positions with tokens drawn from its softmax, and the
+    discriminator says for every real token whether it was replaced.
+
+        loss = MLM loss of the generator + discriminator_weight x replaced-token detection loss
+
+    The two share one embedding module (word, position and token-type tables and their LayerNorm): it
+    is registered under the discriminator only, so the state dict and the optimiser hold it once and
+    both losses reach it; the generator projects it to its own width (`embeddings_project`). No job:
+    `bertforge pretrain` builds it (objective rtd), trains it as any model, and `save_pretrained`
+    writes the discriminator (the model fine-tuning starts from) with the generator beside it.
+    Sampling draws from torch's global RNG in training (a checkpoint's RNG states make a resume
+    bit-exact) and from a fixed seed in eval mode, so that every evaluation sees the same corruption.
+    """
+
+    def __init__(self, config: ElectraConfig, *, generator_size: float = GENERATOR_SIZE,
+                 discriminator_weight: float = DISCRIMINATOR_WEIGHT) -> None:
+        super().__init__()
+        if isinstance(discriminator_weight, bool) or not isinstance(discriminator_weight, int | float) \
+                or not discriminator_weight >= 0:
+            raise ValueError(f"discriminator_weight must be a number >= 0, got {discriminator_weight!r}")
+        self.config = config
+        self.generator_size, self.discriminator_weight = generator_size, float(discriminator_weight)
+        self.eval_seed = 0
+        self.discriminator = ElectraForPreTraining(config)
+        self.generator = ElectraForMaskedLM(generator_config(config, generator_size))
+        # one embedding module: the generator's own (freshly made) goes, and it reads the discriminator's
+        # through a plain attribute, which state_dict, parameters() and the optimiser do not visit
+        backbone = self.generator.electra
+        del backbone.embeddings
+        object.__setattr__(backbone, "embeddings", self.discriminator.electra.embeddings)
+
+    @property
+    def embeddings(self) -> nn.Module:
+        """The embedding module both halves read."""
+        return self.discriminator.electra.embeddings
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # (B, T): masked input, as for BERT's masked LM
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,  # (B, T): the original ids at the masked positions, -100 elsewhere
+    ) -> JointPreTrainingOutput:
+        if labels is None:
+            raise ValueError("joint pre-training needs labels: the original ids of the masked positions")
+        generated = self.generator(input_ids, attention_mask, token_type_ids, position_ids, labels=labels)
+        seed = None if self.training else torch.Generator(device=input_ids.device).manual_seed(self.eval_seed)
+        sampled = sample_tokens(generated.mlm_logits, seed)  # (N,)
+        corrupted, replaced = replace_masked(input_ids, labels, sampled, attention_mask)
+        judged = self.discriminator(corrupted, attention_mask, token_type_ids, position_ids, labels=replaced)
+        assert generated.loss is not None and judged.loss is not None
+        return JointPreTrainingOutput(loss=generated.loss + self.discriminator_weight * judged.loss,
+                                      mlm_loss=generated.loss, rtd_loss=judged.loss, mlm_logits=generated.mlm_logits,
+                                      rtd_logits=judged.logits, rtd_labels=replaced)
+
+    def standalone_generator(self) -> ElectraForMaskedLM:
+        """A copy of the generator holding a copy of the shared embeddings as its own (to save or serve)."""
+        copied = copy.deepcopy(self.generator)
+        embeddings = copied.electra.__dict__.pop("embeddings")
+        copied.electra.embeddings = embeddings  # registered again: saved with the rest
+        return copied
+
+    def save_pretrained(self, directory: str | os.PathLike[str], tokenizer: BertTokenizer | None = None) -> None:
+        """The discriminator in `directory` (transformers' ElectraForPreTraining), the generator in
+        `directory/generator` (ElectraForMaskedLM); each with the tokenizer's files when given."""
+        self.discriminator.save_pretrained(directory, tokenizer=tokenizer)
+        self.standalone_generator().save_pretrained(Path(directory) / GENERATOR_DIR, tokenizer=tokenizer)
+
+    def load_weights(self, directory: str | os.PathLike[str]) -> None:
+        """Start from a checkpoint's weights: the discriminator's from `directory`, and the generator's
+        from `directory/generator` where there is one (a run's final/); else the generator keeps its own,
+        on the checkpoint's embeddings."""
+        load_weights_into(self.discriminator, directory)
+        saved = Path(directory) / GENERATOR_DIR
+        if (saved / "config.json").is_file():
+            generator = self.standalone_generator()
+            load_weights_into(generator, saved)
+            state = {key: value for key, value in generator.state_dict().items()
+                     if not key.startswith("electra.embeddings.")}
+            self.generator.load_state_dict(state, strict=True)
+
+
+# ------------------------------------------------------------------------------------------------
 # Fine-tuning heads
 # ------------------------------------------------------------------------------------------------
 class ElectraClassificationHead(nn.Module):
@@ -221,7 +387,7 @@ class ElectraClassificationHead(nn.Module):
         return self.out_proj(self.dropout(F.gelu(self.dense(first))))
 
 
-class ElectraForSequenceClassification(ElectraPreTrainedModel):
+class ElectraForSequenceClassification(WeightedClassifier, ElectraPreTrainedModel):
     """A sentence or sentence-pair label (or a score, with one output) from the final [CLS] vector.
 
     The loss follows config.json's `problem_type`, as in `transformers`: "regression" (mean squared
@@ -243,13 +409,6 @@ class ElectraForSequenceClassification(ElectraPreTrainedModel):
         self.register_buffer("label_weights", None, persistent=False)
         self.init_modules(self.classifier)
 
-    def set_label_weights(self, weights: torch.Tensor | None) -> None:
-        """Weigh the loss per class (or per label's positives); None removes the weights."""
-        if weights is not None and tuple(weights.shape) != (self.num_labels,):
-            raise ValueError(f"label weights of shape {tuple(weights.shape)} for {self.num_labels} outputs")
-        device = self.classifier.out_proj.weight.device
-        self.label_weights = None if weights is None else weights.to(device=device, dtype=torch.float32)
-
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -267,9 +426,6 @@ class ElectraForSequenceClassification(ElectraPreTrainedModel):
         loss = None if labels is None else self.loss(logits, labels)
         return TaskOutput(loss, logits, encoded.hidden_states, encoded.attentions)
 
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """The loss of `problem_type` (inferred from the labels as `transformers` does when unset)."""
-        return sequence_classification_loss(logits, labels, self.problem_type, self.label_weights)
 
 
 class ElectraForTokenClassification(ElectraPreTrainedModel):
@@ -406,7 +562,9 @@ class ElectraForMultipleChoice(ElectraPreTrainedModel):
         return TaskOutput(loss, logits, encoded.hidden_states, encoded.attentions)
 
 
-__all__ = ["DiscriminatorPredictions", "ElectraClassificationHead", "ElectraForMaskedLM",
+__all__ = ["DISCRIMINATOR_WEIGHT", "GENERATOR_DIR", "GENERATOR_SIZE", "DiscriminatorPredictions",
+           "ElectraClassificationHead", "ElectraForJointPreTraining", "ElectraForMaskedLM",
            "ElectraForMultipleChoice", "ElectraForPreTraining", "ElectraForQuestionAnswering",
            "ElectraForSequenceClassification", "ElectraForTokenClassification", "GeneratorPredictions",
-           "SequenceSummary", "TiedVocabularyProjection", "replaced_token_detection_loss"]
+           "JointPreTrainingOutput", "SequenceSummary", "TiedVocabularyProjection", "generator_config",
+           "replace_masked", "replaced_token_detection_loss", "sample_tokens"]
