@@ -132,6 +132,27 @@ def sequence_classification_loss(
 
 
 
+class WeightedClassifier:
+    """What every family's sequence classifier shares (mixed in before the family's base class): loss
+    weights per class, a training setting that is not saved with the model, and the loss of config.json's
+    `problem_type`. The class sets `num_labels`, `problem_type` and a `label_weights` buffer."""
+
+    num_labels: int
+    problem_type: str | None
+    label_weights: torch.Tensor | None
+
+    def set_label_weights(self, weights: torch.Tensor | None) -> None:
+        """Weigh the loss per class (or per label's positives); None removes the weights."""
+        if weights is not None and tuple(weights.shape) != (self.num_labels,):
+            raise ValueError(f"label weights of shape {tuple(weights.shape)} for {self.num_labels} outputs")
+        device = next(self.parameters()).device  # type: ignore[attr-defined]
+        self.label_weights = None if weights is None else weights.to(device=device, dtype=torch.float32)
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The loss of `problem_type` (inferred from the labels as transformers does when unset)."""
+        return sequence_classification_loss(logits, labels, self.problem_type, self.label_weights)
+
+
 class PreTrainedModel(nn.Module):
     """Shared by every model of every family: config, initialisation, checkpoint save/load, and the
     facts generic code reads instead of asking for a class by name."""

@@ -24,9 +24,9 @@ from bertforge.model.base import (
     PreTrainingOutput,
     SpanOutput,
     TaskOutput,
+    WeightedClassifier,
     num_labels,
     problem_type_of,
-    sequence_classification_loss,
 )
 from bertforge.model.layers import activation
 
@@ -163,7 +163,7 @@ class AlbertForMaskedLM(AlbertPreTrainedModel):
                                  hidden_states=encoded.hidden_states, attentions=encoded.attentions)
 
 
-class AlbertForSequenceClassification(AlbertPreTrainedModel):
+class AlbertForSequenceClassification(WeightedClassifier, AlbertPreTrainedModel):
     """A sentence or sentence-pair label (or a score, with one output) from the pooled [CLS] vector,
     after dropout at `classifier_dropout_prob`.
 
@@ -187,13 +187,6 @@ class AlbertForSequenceClassification(AlbertPreTrainedModel):
         self.register_buffer("label_weights", None, persistent=False)
         self.init_modules(self.classifier)
 
-    def set_label_weights(self, weights: torch.Tensor | None) -> None:
-        """Weigh the loss per class (or per label's positives); None removes the weights."""
-        if weights is not None and tuple(weights.shape) != (self.num_labels,):
-            raise ValueError(f"label weights of shape {tuple(weights.shape)} for {self.num_labels} outputs")
-        device = self.classifier.weight.device
-        self.label_weights = None if weights is None else weights.to(device=device, dtype=torch.float32)
-
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -211,9 +204,6 @@ class AlbertForSequenceClassification(AlbertPreTrainedModel):
         loss = None if labels is None else self.loss(logits, labels)
         return TaskOutput(loss, logits, encoded.hidden_states, encoded.attentions)
 
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """The loss of `problem_type` (inferred from the labels as transformers does when unset)."""
-        return sequence_classification_loss(logits, labels, self.problem_type, self.label_weights)
 
 
 class AlbertForTokenClassification(AlbertPreTrainedModel):

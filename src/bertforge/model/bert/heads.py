@@ -21,9 +21,9 @@ from bertforge.model.base import (
     PreTrainingOutput,
     SpanOutput,
     TaskOutput,
+    WeightedClassifier,
     num_labels,
     problem_type_of,
-    sequence_classification_loss,
 )
 from bertforge.model.bert.config import BertConfig
 from bertforge.model.bert.modeling import POOLER_KEYS, BertModel, BertPreTrainedModel
@@ -278,7 +278,7 @@ def _classifier_dropout(config: BertConfig) -> nn.Dropout:
     return nn.Dropout(config.hidden_dropout_prob if rate is None else rate)
 
 
-class BertForSequenceClassification(BertPreTrainedModel):
+class BertForSequenceClassification(WeightedClassifier, BertPreTrainedModel):
     """A sentence or sentence-pair label (or a score, with one output) from the pooled [CLS] vector.
 
     The loss follows config.json's `problem_type`, as in `transformers`: "regression" (mean squared
@@ -303,13 +303,6 @@ class BertForSequenceClassification(BertPreTrainedModel):
         self.register_buffer("label_weights", None, persistent=False)
         self.init_modules(self.classifier)
 
-    def set_label_weights(self, weights: torch.Tensor | None) -> None:
-        """Weigh the loss per class (or per label's positives); None removes the weights."""
-        if weights is not None and tuple(weights.shape) != (self.num_labels,):
-            raise ValueError(f"label weights of shape {tuple(weights.shape)} for {self.num_labels} outputs")
-        device = self.classifier.weight.device
-        self.label_weights = None if weights is None else weights.to(device=device, dtype=torch.float32)
-
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -327,9 +320,6 @@ class BertForSequenceClassification(BertPreTrainedModel):
         loss = None if labels is None else self.loss(logits, labels)
         return TaskOutput(loss, logits, encoded.hidden_states, encoded.attentions)
 
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """The loss of `problem_type` (inferred from the labels as `transformers` does when unset)."""
-        return sequence_classification_loss(logits, labels, self.problem_type, self.label_weights)
 
 
 class BertForTokenClassification(BertPreTrainedModel):

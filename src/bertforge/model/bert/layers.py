@@ -9,7 +9,6 @@ ALBERT-factorised).
 
 from __future__ import annotations
 
-
 import torch
 from torch import nn
 

@@ -7,7 +7,6 @@ that a file may lack the pooler, and that attention probabilities are available.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 import torch

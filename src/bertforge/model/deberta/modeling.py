@@ -47,9 +47,9 @@ from bertforge.model.base import (
     PreTrainingOutput,
     SpanOutput,
     TaskOutput,
+    WeightedClassifier,
     num_labels,
     problem_type_of,
-    sequence_classification_loss,
 )
 from bertforge.model.deberta.config import DebertaV2Config
 from bertforge.model.deberta.keys import LAYOUT, MLM_LAYOUT
@@ -479,7 +479,7 @@ class _PooledClassifier(DebertaV2PreTrainedModel):
         return self.classifier(self.dropout(self.pooler(encoded.last_hidden_state)))
 
 
-class DebertaV2ForSequenceClassification(_PooledClassifier):
+class DebertaV2ForSequenceClassification(WeightedClassifier, _PooledClassifier):
     """A sentence or sentence-pair label (or a score, with one output) from the pooled first token.
 
     The loss follows config.json's `problem_type` ("regression", "single_label_classification",
@@ -496,13 +496,6 @@ class DebertaV2ForSequenceClassification(_PooledClassifier):
         self.problem_type = problem_type_of(config)
         super().__init__(config, self.num_labels)
         self.register_buffer("label_weights", None, persistent=False)
-
-    def set_label_weights(self, weights: torch.Tensor | None) -> None:
-        """Weigh the loss per class (or per label's positives); None removes the weights."""
-        if weights is not None and tuple(weights.shape) != (self.num_labels,):
-            raise ValueError(f"label weights of shape {tuple(weights.shape)} for {self.num_labels} outputs")
-        device = self.classifier.weight.device
-        self.label_weights = None if weights is None else weights.to(device=device, dtype=torch.float32)
 
     def forward(
         self,
@@ -521,9 +514,6 @@ class DebertaV2ForSequenceClassification(_PooledClassifier):
         loss = None if labels is None else self.loss(logits, labels)
         return TaskOutput(loss, logits, encoded.hidden_states, encoded.attentions)
 
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """The loss of `problem_type` (inferred from the labels when unset)."""
-        return sequence_classification_loss(logits, labels, self.problem_type, self.label_weights)
 
 
 class DebertaV2ForMultipleChoice(_PooledClassifier):

@@ -30,9 +30,9 @@ from bertforge.model.base import (
     PreTrainingOutput,
     SpanOutput,
     TaskOutput,
+    WeightedClassifier,
     num_labels,
     problem_type_of,
-    sequence_classification_loss,
 )
 from bertforge.model.distilbert.config import DistilBertConfig
 from bertforge.model.distilbert.keys import LAYOUT
@@ -224,7 +224,7 @@ class _FirstTokenClassifier(DistilBertPreTrainedModel):
         return self.classifier(self.dropout(F.relu(self.pre_classifier(first))))
 
 
-class DistilBertForSequenceClassification(_FirstTokenClassifier):
+class DistilBertForSequenceClassification(WeightedClassifier, _FirstTokenClassifier):
     """A sentence or sentence-pair label (or a score, with one output) from the [CLS] vector.
 
     The loss follows config.json's `problem_type` as in transformers ("regression": mean squared
@@ -241,13 +241,6 @@ class DistilBertForSequenceClassification(_FirstTokenClassifier):
         self.problem_type = problem_type_of(config)
         super().__init__(config, self.num_labels)
         self.register_buffer("label_weights", None, persistent=False)
-
-    def set_label_weights(self, weights: torch.Tensor | None) -> None:
-        """Weigh the loss per class (or per label's positives); None removes the weights."""
-        if weights is not None and tuple(weights.shape) != (self.num_labels,):
-            raise ValueError(f"label weights of shape {tuple(weights.shape)} for {self.num_labels} outputs")
-        device = self.classifier.weight.device
-        self.label_weights = None if weights is None else weights.to(device=device, dtype=torch.float32)
 
     def forward(
         self,
@@ -266,9 +259,6 @@ class DistilBertForSequenceClassification(_FirstTokenClassifier):
         loss = None if labels is None else self.loss(logits, labels)
         return TaskOutput(loss, logits, encoded.hidden_states, encoded.attentions)
 
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """The loss of `problem_type` (inferred from the labels as transformers does when unset)."""
-        return sequence_classification_loss(logits, labels, self.problem_type, self.label_weights)
 
 
 class DistilBertForMultipleChoice(_FirstTokenClassifier):

@@ -34,7 +34,14 @@ from torch.utils.checkpoint import checkpoint
 
 from bertforge.checkpoint import KeyLayout
 from bertforge.config import IGNORE_INDEX
-from bertforge.model.base import EncoderOutput, PreTrainedModel, PreTrainingOutput, SpanOutput, TaskOutput, num_labels
+from bertforge.model.base import (
+    EncoderOutput,
+    PreTrainedModel,
+    PreTrainingOutput,
+    SpanOutput,
+    TaskOutput,
+    num_labels,
+)
 from bertforge.model.layers import PackedLayout, activation
 from bertforge.model.modernbert.config import GLOBAL_ATTENTION, ModernBertConfig
 from bertforge.model.modernbert.keys import LAYOUT

@@ -19,9 +19,9 @@ from bertforge.model.base import (
     PreTrainingOutput,
     SpanOutput,
     TaskOutput,
+    WeightedClassifier,
     num_labels,
     problem_type_of,
-    sequence_classification_loss,
 )
 from bertforge.model.roberta.config import RobertaConfig
 from bertforge.model.roberta.modeling import ROBERTA_POOLER_KEYS, RobertaModel, RobertaPreTrainedModel
@@ -118,7 +118,7 @@ class RobertaClassificationHead(nn.Module):
         return self.out_proj(self.dropout(torch.tanh(self.dense(first))))
 
 
-class RobertaForSequenceClassification(RobertaPreTrainedModel):
+class RobertaForSequenceClassification(WeightedClassifier, RobertaPreTrainedModel):
     """A sentence or sentence-pair label (or a score, with one output) from the final <s> vector.
 
     The loss follows config.json's `problem_type`, as in `transformers`: "regression" (mean squared
@@ -141,13 +141,6 @@ class RobertaForSequenceClassification(RobertaPreTrainedModel):
         self.register_buffer("label_weights", None, persistent=False)
         self.init_modules(self.classifier)
 
-    def set_label_weights(self, weights: torch.Tensor | None) -> None:
-        """Weigh the loss per class (or per label's positives); None removes the weights."""
-        if weights is not None and tuple(weights.shape) != (self.num_labels,):
-            raise ValueError(f"label weights of shape {tuple(weights.shape)} for {self.num_labels} outputs")
-        device = self.classifier.out_proj.weight.device
-        self.label_weights = None if weights is None else weights.to(device=device, dtype=torch.float32)
-
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -165,9 +158,6 @@ class RobertaForSequenceClassification(RobertaPreTrainedModel):
         loss = None if labels is None else self.loss(logits, labels)
         return TaskOutput(loss, logits, encoded.hidden_states, encoded.attentions)
 
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """The loss of `problem_type` (inferred from the labels as `transformers` does when unset)."""
-        return sequence_classification_loss(logits, labels, self.problem_type, self.label_weights)
 
 
 class RobertaForTokenClassification(RobertaPreTrainedModel):
