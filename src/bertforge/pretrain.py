@@ -70,9 +70,15 @@ if TYPE_CHECKING:  # torch is imported where it is used: the command line builds
 log = logging.getLogger(__name__)
 
 
+# The pre-training objectives: the one the data was prepared for (nsp, sop: masked LM + a sentence task;
+# none: masked LM alone), or rtd, chosen by the recipe on data prepared with objective none: ELECTRA's
+# replaced-token detection (a generator fills the masked positions, the discriminator spots them).
+OBJECTIVES = ("nsp", "sop", "none", "rtd")
+
+
 @dataclass
 class DataOptions:
-    """How the shards are read; one section of a recipe."""
+    """How the shards are read and what is learnt from them; one section of a recipe."""
 
     batch_size: int = setting(32, help="Sequences per device per micro-batch.")
     eval_batch_size: int = setting(64, help="Sequences per validation batch.")
@@ -88,6 +94,21 @@ class DataOptions:
     tokenizer: str | None = setting(None, help="Tokenizer to ship in final/ (default: the data's).")
     mask_rate: float | None = setting(None, help="Share of tokens masked by dynamic masking (default: the "
                                                  "rate the data was prepared with; ModernBERT used 0.30).")
+    objective: str | None = setting(None, help="rtd: ELECTRA's replaced-token detection (a generator and the "
+                                               "discriminator, trained together) on data prepared with objective "
+                                               "none; default: the data's objective (nsp, sop or none).")
+    generator_size: float = setting(0.25, help="rtd: the generator's hidden and feed-forward sizes (and heads) as a "
+                                               "fraction of the discriminator's; it shares the embeddings.")
+    discriminator_weight: float = setting(50.0, help="rtd: the weight of the discriminator's loss beside the "
+                                                     "generator's masked-LM loss.")
+
+    def __post_init__(self) -> None:
+        if self.objective is not None and self.objective not in OBJECTIVES:
+            raise ValueError(f"objective {self.objective!r} is not one of {', '.join(OBJECTIVES)}")
+        if not 0 < self.generator_size <= 1:
+            raise ValueError(f"generator_size must be in (0, 1], got {self.generator_size}")
+        if not self.discriminator_weight >= 0:
+            raise ValueError(f"discriminator_weight must be 0 or more, got {self.discriminator_weight}")
 
 
 @dataclass
@@ -305,7 +326,10 @@ def _beside(data_dir: Path, other: str) -> Path:
 # ------------------------------------------------------------------------------------------------
 def pretraining_metrics(model: nn.Module, batches: Any, max_batches: int = 0, objective: str = "nsp") -> dict[str, float]:
     """MLM loss and accuracy over all predicted tokens (not a mean of batch means); NSP/SOP loss and accuracy;
-    the span-boundary loss when the model has that head."""
+    the span-boundary loss when the model has that head. With replaced-token detection (objective rtd)
+    the MLM figures are the generator's, and the discriminator's are added over all real tokens: its loss
+    (`rtd_loss`), its accuracy on the replaced and on the original tokens (`rtd_accuracy_replaced`,
+    `rtd_accuracy_original`) and the share of tokens replaced (`replaced_fraction`)."""
     import torch
 
     from bertforge.train.loop import to_device
@@ -314,6 +338,7 @@ def pretraining_metrics(model: nn.Module, batches: Any, max_batches: int = 0, ob
     mlm = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, count
     sentence = torch.zeros(3, dtype=torch.float64)
     sbo = torch.zeros(2, dtype=torch.float64)  # sum of batch losses, batches (a mean of batch means)
+    rtd = torch.zeros(5, dtype=torch.float64)  # loss sum, replaced right, replaced, originals right, originals
     for number, cpu_batch in enumerate(batches):
         if max_batches and number >= max_batches:
             break
@@ -325,13 +350,35 @@ def pretraining_metrics(model: nn.Module, batches: Any, max_batches: int = 0, ob
             sentence += _sums(out.nsp_logits.float(), batch["next_sentence_label"])  # logits (B, 2)
         if getattr(out, "sbo_loss", None) is not None:
             sbo += torch.tensor([out.sbo_loss.item(), 1.0], dtype=torch.float64)
+        if getattr(out, "rtd_logits", None) is not None:
+            rtd += _detection_sums(out.rtd_logits.float(), out.rtd_labels)  # (B, T) each
     metrics = {"mlm_loss": (mlm[0] / mlm[2].clamp(min=1)).item(), "mlm_accuracy": (mlm[1] / mlm[2].clamp(min=1)).item()}
     if sentence[2] > 0:
         metrics[f"{objective}_loss"] = (sentence[0] / sentence[2]).item()
         metrics[f"{objective}_accuracy"] = (sentence[1] / sentence[2]).item()
     if sbo[1] > 0:
         metrics["sbo_loss"] = (sbo[0] / sbo[1]).item()
+    if rtd[2] + rtd[4] > 0:
+        metrics["rtd_loss"] = (rtd[0] / (rtd[2] + rtd[4])).item()
+        if rtd[2] > 0:
+            metrics["rtd_accuracy_replaced"] = (rtd[1] / rtd[2]).item()
+        if rtd[4] > 0:
+            metrics["rtd_accuracy_original"] = (rtd[3] / rtd[4]).item()
+        metrics["replaced_fraction"] = (rtd[2] / (rtd[2] + rtd[4])).item()
     return metrics
+
+
+def _detection_sums(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Replaced-token detection on one batch's scored tokens (labels 1 replaced, 0 original, -100 not
+    scored): (loss sum, replaced called replaced, replaced, originals called original, originals)."""
+    import torch
+    import torch.nn.functional as F
+
+    scored = labels != IGNORE_INDEX
+    said, replaced = logits[scored] > 0, labels[scored] == 1
+    loss = F.binary_cross_entropy_with_logits(logits[scored], replaced.float(), reduction="sum")
+    return torch.tensor([loss.item(), (said & replaced).sum().item(), replaced.sum().item(),
+                         (~said & ~replaced).sum().item(), (~replaced).sum().item()], dtype=torch.float64)
 
 
 def _sums(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -454,6 +501,7 @@ def pretrain(
     if options["objective"] != "none" and not bert_config.next_sentence_head:
         raise ValueError(f"the data has a sentence objective ({options['objective']}) but the model has no head "
                          "for it (next_sentence_head: false); prepare the data with objective 'none'")
+    pretraining_model(recipe.data, bert_config, options["objective"])  # an objective the model cannot train fails here
 
     from bertforge.train import distributed
 
@@ -484,10 +532,8 @@ def _pretrain(recipe: Recipe, bert_config: ModelConfig, data_dir: Path, out_dir:
 
     options = info["options"]
     torch.manual_seed(recipe.train.seed)  # the same initial weights on every rank (DDP also broadcasts)
-    # objective "none" (RoBERTa): the MLM model, which carries the span-boundary head when the config asks;
-    # a family without sentence-pair pre-training heads gives its masked-LM model for "pretraining"
-    job = "masked-lm" if options["objective"] == "none" else "pretraining"
-    model = model_class(bert_config.model_type, job)(bert_config)
+    build = pretraining_model(recipe.data, bert_config, options["objective"])
+    model = build()
     if init_from is not None:
         initialise_from(model, Path(init_from), info)
     batches = training_batches(data_dir, recipe, ctx)
@@ -496,7 +542,7 @@ def _pretrain(recipe: Recipe, bert_config: ModelConfig, data_dir: Path, out_dir:
 
     final = None
     # FSDP leaves the model sharded: every rank helps gather it, and rank 0 exports a plain copy
-    trained = fsdp.unsharded(model, lambda: type(model)(bert_config))
+    trained = fsdp.unsharded(model, build)
     if ctx.is_main and trained is not None:
         tokenizer = find_tokenizer(data_dir, info, recipe.data.tokenizer)
         if tokenizer is None:
@@ -604,14 +650,19 @@ def pretraining_model(options: DataOptions, config: ModelConfig, data_objective:
 
 
 def initialise_from(model: nn.Module, checkpoint: Path, info: dict[str, Any]) -> None:
-    """Load `checkpoint`'s weights into `model`, refusing one whose vocabulary is not the data's."""
+    """Load `checkpoint`'s weights into `model`, refusing one whose vocabulary is not the data's.
+    A model of several parts (rtd's generator and discriminator) loads them itself (`load_weights`)."""
     from bertforge.checkpoint import load_weights_into
 
     recorded = info.get("tokenizer", {}).get("vocab_sha1")
     if recorded and (checkpoint / "vocab.txt").is_file() and _vocab_sha1(checkpoint) != recorded:
         raise ValueError(f"{checkpoint / 'vocab.txt'}: not the vocabulary the pre-training data was made with "
                          "(token ids would mean different pieces)")
-    load_weights_into(model, checkpoint)
+    load = getattr(model, "load_weights", None)
+    if load is not None:
+        load(checkpoint)
+    else:
+        load_weights_into(model, checkpoint)
 
 
 def random_init_like(checkpoint: str | os.PathLike[str], out: str | os.PathLike[str], seed: int = 0) -> Path:
