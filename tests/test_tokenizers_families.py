@@ -544,9 +544,6 @@ def test_ner_tags_the_words_the_tokenizer_finds(tagger: Path) -> None:
     assert [getattr(p, "tags", p) for p in predictions] == [tags for _, tags in SENTENCES]
 
 
-@pytest.mark.xfail(strict=True, reason="pipeline.py's token classification takes its words from "
-                   "backend.pre_tokenizer.pre_tokenize_str, which keeps byte-level BPE's leading space "
-                   "('Ġsmith'); it should take them from tokenizer.words(text)")
 def test_ner_pipeline_entities_are_characters_of_the_text(tagger: Path) -> None:
     from bertforge import pipeline
 

@@ -456,7 +456,7 @@ class _TokenClassification(_Runner):
     token_outputs = ("logits",)
 
     def prepare(self, inputs: list[Any]) -> Prepared:
-        pre_tokenize = self.pipe.tokenizer.backend.pre_tokenizer.pre_tokenize_str
+        pre_tokenize = self.pipe.tokenizer.words  # words with their characters (byte-level BPE's without the space)
         examples, info = [], []
         for i, item in enumerate(inputs):
             text = _text(item.get("text") if isinstance(item, dict) else item, i)

@@ -217,7 +217,10 @@ def quantize_command(
         from bertforge.tokenizer import BertTokenizer
 
         loaded, _ = load_any(model)
-        tokenizer = BertTokenizer.from_pretrained(model) if (model / "vocab.txt").exists() else None
+        try:
+            tokenizer = BertTokenizer.from_pretrained(model)
+        except FileNotFoundError:  # a checkpoint without tokenizer files: the copy has none either
+            tokenizer = None
         quantized, _ = apply_precision(loaded, "int8")
         save_quantized(quantized, out, tokenizer=tokenizer)
     except (CheckpointError, OSError, ValueError) as exc:

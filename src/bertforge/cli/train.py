@@ -70,7 +70,8 @@ def tokenizer_train(
 
 
 def tokenizer_encode(
-    directory: Annotated[Path, typer.Argument(help="A folder with vocab.txt (a tokenizer or a checkpoint).")],
+    directory: Annotated[Path, typer.Argument(help="A tokenizer or checkpoint folder (vocab.txt, tokenizer.json, "
+                                                    "vocab.json + merges.txt or a SentencePiece model).")],
     text: Annotated[str, typer.Argument(help="The text (segment A).")],
     pair: Annotated[str | None, typer.Option(help="Optional segment B.")] = None,
 ) -> None:
@@ -80,11 +81,9 @@ def tokenizer_encode(
     """
     from bertforge.tokenizer import BertTokenizer
 
-    if not (directory / "vocab.txt").exists() and not (directory / "tokenizer.json").exists():
-        raise fail(f"{directory}: no vocab.txt or tokenizer.json")
     try:
         encoding = BertTokenizer.from_pretrained(directory).encode(text, pair, truncation=True)
-    except ValueError as exc:
+    except (OSError, ValueError) as exc:  # no tokenizer files, or files that are not one (named)
         raise fail(str(exc)) from exc
     for token, token_id, segment, (start, end) in zip(
         encoding.tokens, encoding.input_ids, encoding.token_type_ids, encoding.offsets, strict=True
