@@ -115,3 +115,31 @@ def test_a_full_disk_is_named_as_such(tmp_path: Path, monkeypatch: pytest.Monkey
         with fileio.atomic_path(tmp_path / "optimizer.pt"):
             raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
     assert caught.value.errno == errno.ENOSPC and not list(tmp_path.iterdir())  # no temporary file left
+
+
+@pytest.mark.parametrize("damage", ["binary vocab.txt", "tokenizer.json vocab 5", "malformed tokenizer.json"])
+def test_a_damaged_tokenizer_file_is_one_line_naming_it(tmp_path: Path, damage: str) -> None:
+    import json
+
+    from bertforge.tokenizer import TokenizerFileError
+
+    (tmp_path / "corpus.txt").write_text("a gripping film\n" * 20, encoding="utf-8")
+    BertTokenizer.train([tmp_path / "corpus.txt"], vocab_size=60, min_frequency=1,
+                        show_progress=False).save_pretrained(tmp_path / "tok")
+    folder = tmp_path / "tok"
+    if damage == "binary vocab.txt":
+        (folder / "tokenizer.json").unlink()
+        (folder / "vocab.txt").write_bytes(b"[PAD]\n\x9d\xff\n")
+        named = r"vocab\.txt:2: not UTF-8"
+    else:
+        (folder / "vocab.txt").unlink()
+        if damage == "tokenizer.json vocab 5":
+            backend = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+            backend["model"]["vocab"] = 5
+            (folder / "tokenizer.json").write_text(json.dumps(backend), encoding="utf-8")
+            named = r"tokenizer\.json: model\.vocab must be"
+        else:
+            (folder / "tokenizer.json").write_text("{\n,}", encoding="utf-8")
+            named = r"tokenizer\.json: not JSON"
+    with pytest.raises(TokenizerFileError, match=named):
+        BertTokenizer.from_pretrained(folder)

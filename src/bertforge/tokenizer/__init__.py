@@ -121,16 +121,22 @@ def _pair_lengths(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
 
 def _read_vocab_file(path: Path) -> dict[str, int]:
     """vocab.txt: one token per line, the id is the line number (0-based), as Hugging Face reads it."""
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[:exc.start].count(b"\n") + 1
+        raise TokenizerFileError(f"{path}:{line}: not UTF-8 text (byte {exc.object[exc.start]:#04x}); "
+                                 "a vocab.txt holds one token per line") from None
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
     vocab: dict[str, int] = {}
-    with open(path, encoding="utf-8") as handle:
-        for index, line in enumerate(handle):
-            token = line.rstrip("\n")
-            if token in vocab:
-                raise ValueError(
-                    f"{path}:{index + 1}: duplicate token {token!r} (first seen on line {vocab[token] + 1}); "
-                    "every line of a vocab file must be a distinct token"
-                )
-            vocab[token] = index
+    for index, token in enumerate(lines):
+        if token in vocab:
+            raise ValueError(
+                f"{path}:{index + 1}: duplicate token {token!r} (first seen on line {vocab[token] + 1}); "
+                "every line of a vocab file must be a distinct token"
+            )
+        vocab[token] = index
     return vocab
 
 
@@ -641,7 +647,10 @@ class BertTokenizer:
                 return cls._from_backend_file(directory, config, model_type)
             if not backend_json:
                 return cls._from_layout(directory, config, model_type)
-            vocab = model["vocab"]
+            vocab = model.get("vocab")
+            if not isinstance(vocab, dict) or not all(isinstance(i, int) for i in vocab.values()):
+                raise TokenizerFileError(f"{directory / 'tokenizer.json'}: model.vocab must be an object of "
+                                         f"token -> id, got {type(vocab).__name__}")
         elif (directory / "tokenizer.json").is_file():
             backend_json = _read_json_object(directory / "tokenizer.json")
         normalizer = backend_json.get("normalizer") or {}
