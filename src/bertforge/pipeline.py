@@ -401,7 +401,9 @@ class _Classification(_Runner):
     def _truncated(self, pair: tuple[str, str | None], feature: Feature) -> bool:
         if feature.length < self.pipe.max_length:
             return False  # shorter than the limit: nothing was cut
-        return len(self.pipe.tokenizer.encode(*pair, max_length=10**9)) > feature.length
+        # one token more than the row holds is enough to tell, and keeps a 10 MB text from being encoded whole
+        longer = self.pipe.tokenizer.encode(*pair, max_length=feature.length + 1, truncation=True)
+        return len(longer) > feature.length
 
     def finish(self, prepared: Prepared, outputs: list[dict[str, np.ndarray]], **options: Any) -> list[Any]:
         features = prepared.features
