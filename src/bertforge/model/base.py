@@ -21,7 +21,7 @@ from torch import nn
 
 import bertforge.checkpoint as hf_checkpoint
 from bertforge.checkpoint import KeyLayout, LoadReport
-from bertforge.config import ModelConfig
+from bertforge.config import IGNORE_INDEX, ModelConfig
 from bertforge.model import registry
 
 if TYPE_CHECKING:
@@ -130,6 +130,34 @@ def sequence_classification_loss(
     # (B, L) logits against (B, L) 0/1 targets, each label its own yes/no
     return F.binary_cross_entropy_with_logits(logits.float(), labels.float(), pos_weight=label_weights)
 
+
+
+def span_logits_and_loss(
+    logits: torch.Tensor,  # (B, T, 2): the start and end scores of every token
+    attention_mask: torch.Tensor | None,  # (B, T)
+    start_positions: torch.Tensor | None,  # (B,) token index; 0 ([CLS]) = no answer in the window
+    end_positions: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Span QA's start and end logits (B, T) each, padding scored out (a span never starts or ends
+    there), and with positions the mean of the two cross-entropies; positions outside the window are
+    clamped out and ignored, as in transformers."""
+    start_logits, end_logits = (x.squeeze(-1) for x in logits.split(1, dim=-1))  # (B, T) each
+    if attention_mask is not None:
+        padding = attention_mask == 0
+        start_logits = start_logits.masked_fill(padding, torch.finfo(start_logits.dtype).min)
+        end_logits = end_logits.masked_fill(padding, torch.finfo(end_logits.dtype).min)
+    if start_positions is None or end_positions is None:
+        return start_logits, end_logits, None
+    length = start_logits.size(1)
+    start = start_positions.clamp(0, length).masked_fill(start_positions >= length, IGNORE_INDEX)
+    end = end_positions.clamp(0, length).masked_fill(end_positions >= length, IGNORE_INDEX)
+    loss = (F.cross_entropy(start_logits.float(), start) + F.cross_entropy(end_logits.float(), end)) / 2
+    return start_logits, end_logits, loss
+
+
+def token_classification_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy over every labelled token of (B, T, num_labels) logits; labels -100 are not scored."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX)
 
 
 class WeightedClassifier:

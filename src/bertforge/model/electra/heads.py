@@ -37,6 +37,8 @@ from bertforge.model.base import (
     WeightedClassifier,
     num_labels,
     problem_type_of,
+    span_logits_and_loss,
+    token_classification_loss,
 )
 from bertforge.model.electra.config import ElectraConfig
 from bertforge.model.electra.modeling import ElectraModel, ElectraPreTrainedModel
@@ -456,9 +458,7 @@ class ElectraForTokenClassification(ElectraPreTrainedModel):
         encoded = self.electra(input_ids, attention_mask, token_type_ids, position_ids,
                                output_hidden_states=output_hidden_states, output_attentions=output_attentions)
         logits = self.classifier(self.dropout(encoded.last_hidden_state))  # (B, T, H) -> (B, T, num_labels)
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX)
+        loss = None if labels is None else token_classification_loss(logits, labels)
         return TaskOutput(loss, logits, encoded.hidden_states, encoded.attentions)
 
 
@@ -489,17 +489,7 @@ class ElectraForQuestionAnswering(ElectraPreTrainedModel):
         encoded = self.electra(input_ids, attention_mask, token_type_ids, position_ids,
                                output_hidden_states=output_hidden_states, output_attentions=output_attentions)
         logits = self.qa_outputs(encoded.last_hidden_state)  # (B, T, 2)
-        start_logits, end_logits = (x.squeeze(-1) for x in logits.split(1, dim=-1))  # (B, T) each
-        if attention_mask is not None:  # a span never starts or ends on padding (transformers lets it compete)
-            padding = attention_mask == 0
-            start_logits = start_logits.masked_fill(padding, torch.finfo(start_logits.dtype).min)
-            end_logits = end_logits.masked_fill(padding, torch.finfo(end_logits.dtype).min)
-        loss = None
-        if start_positions is not None and end_positions is not None:
-            length = start_logits.size(1)  # positions outside the window are clamped out and ignored
-            start = start_positions.clamp(0, length).masked_fill(start_positions >= length, IGNORE_INDEX)
-            end = end_positions.clamp(0, length).masked_fill(end_positions >= length, IGNORE_INDEX)
-            loss = (F.cross_entropy(start_logits.float(), start) + F.cross_entropy(end_logits.float(), end)) / 2
+        start_logits, end_logits, loss = span_logits_and_loss(logits, attention_mask, start_positions, end_positions)
         return SpanOutput(loss, start_logits, end_logits, encoded.hidden_states, encoded.attentions)
 
 
