@@ -46,6 +46,7 @@ def machine() -> dict[str, Any]:
         "transformers": transformers.__version__,
         "python": platform.python_version(),
         "device": "cpu",
+        "cpu_flags": _cpu_flags(),
         # Other work on the machine skews timings (on 2 cores, badly): say how busy it was.
         "load_average_1min": round(os.getloadavg()[0], 2),
     }
@@ -54,8 +55,18 @@ def machine() -> dict[str, Any]:
     return info
 
 
+def _cpu_flags() -> str:
+    """The CPU's flags that decide the fast paths (bf16, int8): named beside every figure."""
+    from bertforge.precision import RELEVANT_FLAGS, cpu_flags
+
+    flags = [flag for flag in RELEVANT_FLAGS if flag in cpu_flags()]
+    vector = [flag for flag in flags if flag.startswith(("avx512", "amx", "avx_vnni"))]
+    return ", ".join(flags) if vector else "AVX2 only" if "avx2" in flags else "no AVX2"
+
+
 def machine_line(info: dict[str, Any]) -> str:
-    return (f"Machine: {info['cpu']}, {info['cores']} cores, torch threads {info['torch_threads']}, "
+    flags = f" ({info['cpu_flags']})" if info.get("cpu_flags") else ""
+    return (f"Machine: {info['cpu']}{flags}, {info['cores']} cores, torch threads {info['torch_threads']}, "
             f"device {info['device']}; torch {info['torch']}, transformers {info['transformers']}; {info['date']}; "
             f"1-minute load average {info.get('load_average_1min', '?')} when the run ended.")
 

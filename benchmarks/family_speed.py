@@ -146,8 +146,12 @@ def render(payload: dict[str, Any]) -> str:
                      verdict])
     table = markdown_table(["family", "preset (random weights)", "transformers seq/s", "bertforge seq/s",
                             "ratio", "bertforge's path", f"target >= {TARGET}x"], rows)
+    dates = sorted({(r.get("machine") or payload["machine"])["date"] for r in payload["results"]})
+    loads = [str((r.get("machine") or payload["machine"]).get("load_average_1min", "?")) for r in payload["results"]]
     return (f"## Inference speed per model family (CPU)\n\n{machine_line(payload['machine'])} "
-            f"{payload['threads']} thread(s), one run each, the libraries alternating.\n\n"
+            f"{payload['threads']} thread(s), one run each, the libraries alternating; rows measured "
+            f"{', '.join(dates)}, load average when each family's run ended: {', '.join(loads)} (in table order)."
+            "\n\n"
             f"`python benchmarks/family_speed.py --threads {payload['threads']}`: the first {payload['limit']} "
             "SST-2 dev sentences in batches of 32, file order, padded per batch, fp32, a bare encoder of each "
             "family's base-size preset with random weights loaded by both libraries.\n\n" + table)
@@ -177,9 +181,16 @@ def main() -> None:
         results.append({"model_type": model_type, "preset": BASE_PRESETS[model_type], **measured,
                         "fast_path": fast_path(model_type)})
         print(model_type, {k: round(v["sequences_per_s"], 1) for k, v in measured.items()}, flush=True)
-    # the workers ran at --threads, whatever this process has
-    payload = {"results": results, "machine": {**machine(), "torch_threads": args.threads}, "threads": args.threads,
-               "limit": args.limit}
+    # the workers ran at --threads, whatever this process has; a run of some families keeps the others' rows
+    ran = {**machine(), "torch_threads": args.threads}
+    for result in results:
+        result["machine"] = ran
+    saved = ROOT / "benchmarks/results/family_speed.json"
+    kept = [r for r in (json.loads(saved.read_text())["results"] if saved.exists() else [])
+            if r["model_type"] not in args.families.split(",")]
+    order = list(BASE_PRESETS)
+    merged = sorted(kept + results, key=lambda r: order.index(r["model_type"]))
+    payload = {"results": merged, "machine": ran, "threads": args.threads, "limit": args.limit}
     save_results("family_speed", payload)
     update_doc_section("family-speed", render(payload))
 
