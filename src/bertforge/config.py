@@ -9,7 +9,9 @@ knows no family: it holds the base class they derive from and the conventions th
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -97,8 +99,6 @@ class ModelConfig:
 
     def with_overrides(self: _Config, **overrides: Any) -> _Config:
         """A copy with fields replaced (and validated again)."""
-        import dataclasses
-
         return dataclasses.replace(self, **overrides)  # type: ignore[type-var]
 
     # ---- config.json, the same for every family ----
@@ -121,9 +121,6 @@ def check_values(config_class: type, data: dict[str, Any], source: str) -> None:
     """Refuse, in one line naming the field, a config.json value of the wrong kind that a family's own
     checks would trip over or let through: a string where a number belongs ("hidden_size": "128"), a
     NaN or infinity, an epsilon that is not above 0, a dropout rate outside [0, 1)."""
-    import dataclasses
-    import math
-
     for field_ in dataclasses.fields(config_class):
         name, kind = field_.name, str(field_.type)
         if name not in data or data[name] is None:
