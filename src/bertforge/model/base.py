@@ -232,11 +232,6 @@ class PreTrainedModel(nn.Module):
             raise ValueError(f"{cls.__name__} does no job that another family could do")
         return registry.model_class(config.model_type, cls.job)
 
-    @classmethod
-    def for_job(cls, config: ModelConfig, job: str) -> type[PreTrainedModel]:
-        """The class of `config`'s family that does `job`."""
-        return registry.model_class(config.model_type, job)
-
     def init_weights(self) -> None:
         """The family's initialisation of every module (BERT's unless the family overrides `_init_module`)."""
         self.init_modules(self)

@@ -179,11 +179,6 @@ def class_for_architecture(name: str) -> type | None:
     return _by_architecture.get(name)
 
 
-def job_of(model: Any) -> str | None:
-    """The job of a model instance or class (None for a class that declares none)."""
-    return getattr(model, "job", None)
-
-
 # ------------------------------------------------------------------------------------------------
 # Configs
 # ------------------------------------------------------------------------------------------------
@@ -243,7 +238,7 @@ def config_fields(model_types: Iterable[str] | None = None) -> set[str]:
 
 __all__ = ["BUILTIN_FAMILIES", "DEFAULT_MODEL_TYPE", "JOBS", "Family", "UnknownFamilyError", "class_for_architecture",
            "class_names",
-           "config_fields", "config_from_dict", "families", "family", "from_preset", "job_of", "jobs_of",
+           "config_fields", "config_from_dict", "families", "family", "from_preset", "jobs_of",
            "model_class", "preset_names", "presets", "public_name", "read_config_file", "register", "register_model", "unregister",
            "resolve_config"]
 
