@@ -206,7 +206,8 @@ def ablate_features_command(
     finetune_f1: Annotated[float | None, typer.Option(
         help="Dev F1 (%) of the whole model fine-tuned (`bertforge finetune ner`), for the table's last row.")]
     = None,
-    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's choice).")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: a fair share of the cores other "
+                                                     "jobs leave idle).")] = None,
     name: Annotated[str | None, typer.Option(help="The model's name in the table and chart (default: the "
                                                   "folder's name).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars.")] = False,
@@ -227,6 +228,9 @@ def ablate_features_command(
     if threads is not None:
         if threads < 1:
             raise fail(f"--threads must be at least 1, got {threads}")
+        from bertforge import threads as thread_policy
+
+        thread_policy.install(threads)
         torch.set_num_threads(threads)
     if epochs < 1 or batch_size < 1 or lstm_size < 1 or lr <= 0:
         raise fail("--epochs, --batch-size and --lstm-size must be at least 1 and --lr positive")

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from bertforge import threads
 from bertforge.config import IGNORE_INDEX
 from bertforge.fileio import DataFormatError, NotUtf8Error, read_utf8_lines
 
@@ -200,6 +201,7 @@ def run_batches(features: Sequence[Feature], forward: Callable[[dict[str, torch.
     results: list[dict[str, np.ndarray]] = [{} for _ in features]
     with torch.inference_mode():
         for start in range(0, len(order), batch_size):
+            threads.tick()
             indices = order[start:start + batch_size]
             batch = collate([features[i] for i in indices], pad_id, with_labels=False)
             outputs = forward({k: v.to(device) for k, v in batch.items()} if device is not None else batch)

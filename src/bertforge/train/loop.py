@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertforge import threads
 from bertforge.train import distributed, fsdp
 from bertforge.train.config import PRECISIONS, OptimConfig, TrainConfig  # noqa: F401  (re-exported)
 from bertforge.train.log import RunLogger
@@ -133,6 +134,7 @@ def train(
             micro_batches = [next(data) for _ in range(config.grad_accum)]
             # rank 0's clock decides, and the step's all-reduce tells every rank (they save together)
             time_is_up = ctx.is_main and save_interval_s > 0 and time.monotonic() - last_save >= save_interval_s
+            threads.tick()  # a fair share of the cores when other jobs run (if the caller installed it)
             outcome = stepper.step(micro_batches, time_is_up)
             state.step += 1
             state.counters.add(outcome.tokens, outcome.skipped, outcome.scaler_skip)
