@@ -21,7 +21,10 @@ quality difference measured on the full STS-B set over 5 seeds, see docs/researc
 Model selection: every evaluation is scored by the task's main metric (`Task.main_metric`: MRPC F1,
 STS-B Pearson, CoLA Matthews, CoNLL entity F1, SQuAD F1, else accuracy; `selection_metric` picks
 another). The best evaluation's model is kept in `seed-N/best/` beside the final one, and with
-`patience` N the run stops after N evaluations in a row without improvement.
+`patience` N the run stops after N evaluations in a row without improvement. `holdout` N (or a
+fraction) keeps a fixed random part of the training set out of training and scores it beside dev as
+the split `holdout` (metrics `holdout_<name>`): the same part for any settings, so a configuration
+chosen on dev (`bertforge.search`) gets a score that the choosing did not flatter.
 
 Files, per run directory `out_dir`:
 
@@ -100,6 +103,10 @@ from bertforge.train.rundir import (
 
 BEST_DIR = "best"
 RESULTS_FILE = "results.json"
+# the extra eval split of `holdout`, and the fixed seed that picks it: apart from the run seeds, so
+# every configuration of a search holds out the same examples
+HOLDOUT_SPLIT = "holdout"
+HOLDOUT_SEED = 20190524
 # batches per length-sorted group with group_by_length (transformers' LengthGroupedSampler uses 50 too)
 LENGTH_GROUP_BATCHES = 50
 
@@ -148,7 +155,9 @@ class _Evaluator:
             if not self.task.has_labels(examples):
                 continue
             scores = self.task.metric(examples, self.predictions(split))
-            prefix = f"{split}_" if len(self.splits) > 1 else ""
+            # the hold-out split is always prefixed, so the dev metrics keep their names beside it
+            own = [s for s in self.splits if s != HOLDOUT_SPLIT]
+            prefix = f"{split}_" if len(own) > 1 or split == HOLDOUT_SPLIT else ""
             metrics.update({prefix + k: float(v) for k, v in scores.items()})
         return metrics
 
@@ -191,6 +200,9 @@ class FinetuneLoop:
                                                 "plain random draws, as in BERT's own code and the Trainer.")
     max_train_examples: int | None = setting(None, help="Train on a fixed random sub-sample of this many examples.")
     max_eval_examples: int | None = setting(None, help="Score only the first N dev examples.")
+    holdout: float = setting(0.0, help="Hold a fixed random part of the training set out of training and score "
+                                       "it as an extra split, holdout: N examples, or a fraction below 1 (the "
+                                       "same part whatever the other settings; 0: none).")
     reinit_layers: int = setting(0, help="Start the top N encoder layers and the pooler afresh (N = all keeps "
                                          "only the embeddings; Zhang et al. 2021).")
     precision: str = setting(TrainConfig.precision, help="fp32, bf16 (CPU or GPU) or fp16 (GPU).")
@@ -208,6 +220,8 @@ class FinetuneLoop:
     def __post_init__(self) -> None:
         if self.epochs <= 0 or (self.batch_size is not None and self.batch_size < 1):
             raise ValueError(f"epochs must be positive and batch_size at least 1, got {self.epochs}, {self.batch_size}")
+        if self.holdout < 0 or (self.holdout >= 1 and not float(self.holdout).is_integer()):
+            raise ValueError(f"holdout must be a whole number of examples or a fraction below 1, got {self.holdout}")
         if self.reinit_layers < 0:
             raise ValueError(f"reinit_layers must be 0 or more, got {self.reinit_layers}")
         if self.eval_every_steps < 0 or (self.patience is not None and self.patience < 0):
@@ -287,6 +301,8 @@ def hyperparameters(recipe: FinetuneRecipe) -> dict[str, Any]:
     a seed is reused only when they are equal."""
     found = recipe_settings(FinetuneRecipe)
     flat = {name: _get_path(recipe, s.path) for name, s in found.items() if name not in _NOT_RESULT_SETTINGS}
+    if not flat.get("holdout"):
+        flat.pop("holdout", None)  # off: as run directories made before the setting existed recorded it
     return json.loads(json.dumps(flat))  # as it reads back from task.json
 
 
@@ -366,7 +382,8 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     check_tokenizer_fits(tokenizer, model_dir)
 
-    train_examples = subsample(spec.read(data_dir, spec.train_split), loop.max_train_examples)
+    train_examples, held_out = split_holdout(spec.read(data_dir, spec.train_split), loop.holdout)
+    train_examples = subsample(train_examples, loop.max_train_examples)
     labels = spec.label_names(train_examples)
     label_list = labels if isinstance(labels, list) else None
     train_features = spec.featurize(train_examples, tokenizer, loop.max_length, label_names=label_list)
@@ -377,6 +394,9 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
         examples = spec.read(data_dir, split)
         examples = examples[:loop.max_eval_examples] if loop.max_eval_examples else examples
         eval_sets[split] = (examples, spec.featurize(examples, tokenizer, loop.max_length, label_names=label_list))
+    if held_out:
+        eval_sets[HOLDOUT_SPLIT] = (held_out, spec.featurize(held_out, tokenizer, loop.max_length,
+                                                             label_names=label_list))
     final_sets = {}  # read (and so checked) now, predicted by the final model
     for split in spec.final_splits():
         examples = spec.read(data_dir, split)
@@ -486,6 +506,19 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
     }
     _write_json(out_dir / RESULTS_FILE, results)
     return results
+
+
+def split_holdout(examples: Sequence[Any], holdout: float) -> tuple[list[Any], list[Any]]:
+    """(training examples, held-out examples), each in file order: `holdout` examples (a count, or a
+    fraction of them when below 1) drawn with the fixed `HOLDOUT_SEED`, so the same ones for every
+    configuration that reads the same training split."""
+    count = int(holdout) if holdout >= 1 else round(holdout * len(examples))
+    if count <= 0:
+        return list(examples), []
+    if count >= len(examples):
+        raise ValueError(f"holdout {holdout:g} leaves no training examples (the training split has {len(examples)})")
+    held = set(np.random.default_rng(HOLDOUT_SEED).choice(len(examples), size=count, replace=False).tolist())
+    return [e for i, e in enumerate(examples) if i not in held], [examples[i] for i in sorted(held)]
 
 
 def _run_inputs(task: Task, model_dir: Path, data_dir: Path | None, read: list[list[Any]]) -> list[RunInput]:
@@ -715,6 +748,6 @@ def _write_json(path: Path, value: Any) -> None:
     write_text_atomic(path, json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
 
-__all__ = ["BEST_DIR", "FAMILIES", "RESULTS_FILE", "RUN_CONFIG_FILE", "TASK_FILE", "FinetuneLoop", "FinetuneOptim",
+__all__ = ["BEST_DIR", "FAMILIES", "HOLDOUT_SPLIT", "RESULTS_FILE", "RUN_CONFIG_FILE", "TASK_FILE", "FinetuneLoop", "FinetuneOptim",
            "FinetuneRecipe", "build_recipe", "finetune", "hyperparameters", "load_for_task", "main_metric_key", "predict",
-           "reinitialize_top_layers", "run_finetune", "summarize"]
+           "reinitialize_top_layers", "run_finetune", "split_holdout", "summarize"]
