@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 import warnings
 from collections.abc import Iterator
@@ -50,6 +51,9 @@ OUTPUTS: dict[str, tuple[tuple[str, str, bool], ...]] = {
     "token-classification": (("logits", "logits", True),),
     "question-answering": (("start_logits", "start_logits", True), ("end_logits", "end_logits", True)),
     "multiple-choice": (("logits", "logits", False),),
+    # the graphs the onnxruntime engine runs for two pipeline tasks (`PooledEncoder`, `MaskedTopK` below)
+    "sentence-embeddings": (("cls", "cls", False), ("mean", "mean", False), ("pooler", "pooler", False)),
+    "fill-mask": (("mask_scores", "mask_scores", True), ("mask_ids", "mask_ids", True)),
 }
 
 
@@ -63,6 +67,67 @@ def outputs_of(model: nn.Module) -> tuple[tuple[str, str, bool], ...]:
     if job == "embeddings" and getattr(model, "pooler", None) is None:
         rows = tuple(row for row in rows if row[1] != "pooled_output")
     return rows
+
+
+@dataclass
+class _Vectors:
+    """What the wrappers below return: outputs by attribute, as the models' output records are read."""
+
+    cls: torch.Tensor | None = None
+    mean: torch.Tensor | None = None
+    pooler: torch.Tensor | None = None
+    mask_scores: torch.Tensor | None = None
+    mask_ids: torch.Tensor | None = None
+
+
+class PooledEncoder(nn.Module):
+    """The backbone of any model with the pipeline's sentence poolings inside the graph: the [CLS]
+    vector, the mean of the real tokens (specials included, as sentence-transformers does) and the
+    pooler's output where the family has one. Per-sentence outputs are (B, H), so a batch's (B, T, H)
+    hidden states never leave the graph."""
+
+    job = "sentence-embeddings"
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.backbone = getattr(model, "base_model", model)
+        self.config = self.backbone.config
+        has_pooler = getattr(self.backbone, "pooler", None) is not None
+        self.onnx_outputs = tuple(row for row in OUTPUTS[self.job] if has_pooler or row[1] != "pooler")
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor) -> _Vectors:
+        out = self.backbone(input_ids, attention_mask, token_type_ids)
+        hidden = out.last_hidden_state.float()  # (B, T, H)
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+        mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+        return _Vectors(cls=hidden[:, 0], mean=mean, pooler=out.pooled_output)
+
+
+class MaskedTopK(nn.Module):
+    """A masked-LM model with fill-mask's selection inside the graph: at every position the `k` most
+    probable tokens other than `excluded` (the tokenizer's special tokens) and their probabilities,
+    (B, T, k) each. Handing out (B, T, V) logits instead would be 120 MB per batch of 32 x 16 at BERT's
+    30,522 pieces; the caller reads the positions that hold [MASK]."""
+
+    job = "fill-mask"
+
+    def __init__(self, model: nn.Module, excluded: list[int], k: int) -> None:
+        super().__init__()
+        self.model = model
+        self.config = model.config  # type: ignore[attr-defined]
+        self.k = min(k, self.config.vocab_size - len(set(excluded)))
+        bias = torch.zeros(self.config.vocab_size)
+        bias[sorted(set(excluded))] = -math.inf
+        self.register_buffer("bias", bias, persistent=False)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor) -> _Vectors:
+        backbone = self.model.base_model  # type: ignore[attr-defined]
+        hidden = backbone(input_ids, attention_mask, token_type_ids).last_hidden_state
+        logits = self.model.masked_lm_logits(hidden).float() + self.bias  # type: ignore[attr-defined]
+        top = logits.softmax(-1).topk(self.k, dim=-1)
+        return _Vectors(mask_scores=top.values, mask_ids=top.indices)
 
 
 def _is_multiple_choice(model: nn.Module) -> bool:

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import logging
 import math
 import sys
@@ -58,6 +57,7 @@ from bertforge.tasks.base import Feature, Task, run_batches
 if TYPE_CHECKING:
     import torch
 
+    from bertforge.engine import EngineChoice, OnnxEngine
     from bertforge.tokenizer import BertTokenizer
 
 # user-facing task names (and accepted spellings) -> the canonical name
@@ -156,12 +156,19 @@ class Pipeline:
             raise ValueError(f"window_stride {self.window_stride} is longer than a window ({body} pieces "
                              f"besides [CLS] and [SEP] at max_length {self.max_length}): pieces would be skipped")
         self.precision = "fp32"  # what `pipeline()` applied (bertforge.precision)
+        # None: the model runs itself (torch); else the ONNX Runtime engine runs its rows (bertforge.engine)
+        self.engine: OnnxEngine | None = None
+        self.engine_choice: EngineChoice | None = None  # which engine `pipeline()` chose, and why
         self.runner: _Runner = _RUNNERS[task](self)
 
     def __repr__(self) -> str:
         windows = f", long_text='windows', window_stride={self.window_stride}" if self.long_text == "windows" else ""
         return (f"Pipeline(task={self.task!r}, model={type(self.model).__name__}, max_length={self.max_length}{windows}, "
-                f"batch_size={self.batch_size}, device={str(self.device)!r})")
+                f"batch_size={self.batch_size}, device={str(self.device)!r}, engine={self.engine_name!r})")
+
+    @property
+    def engine_name(self) -> str:
+        return "onnxruntime" if self.engine is not None else "torch"
 
     def __call__(self, inputs: Any, **options: Any) -> Any:
         """A list of inputs gives a list of results; anything else is one input (a text, a (text, pair) or
@@ -259,7 +266,8 @@ def _class_names(config: Any, jobs: Sequence[str]) -> list[str]:
 
 
 def pipeline(model: str | Path, task: str | None = None, *, batch_size: int = 32, device: str | None = None,
-             max_length: int | None = None, precision: str = "fp32", **options: Any) -> Pipeline:
+             max_length: int | None = None, precision: str = "fp32", engine: str = "torch",
+             engine_calibrate: bool = False, **options: Any) -> Pipeline:
     """A `Pipeline` for the model directory `model` (a fine-tuned seed directory, any BERT checkpoint).
 
     `task` overrides the task read from the directory (`TASK_NAMES`; "embeddings" works on every
@@ -268,9 +276,20 @@ def pipeline(model: str | Path, task: str | None = None, *, batch_size: int = 32
     text classification (every label's score as well, ranked: what `serve` answers). `precision` is
     fp32 (the default: the numbers fine-tuning scored), bf16, int8 or auto (`bertforge.precision`:
     bf16 where the CPU has native bf16 instructions); a saved int8 copy always runs int8.
+
+    `engine` runs the model rows: torch (the default), onnxruntime (an ONNX graph of the model with its
+    head and pooling, exported on first use into a cache; fp32 or int8) or auto (the faster one for the
+    precision, this CPU and the batch size, from `bertforge.engine.ENGINE_TABLE`, or timed here with
+    `engine_calibrate=True`). The pre- and post-processing are the same whichever runs;
+    `pipe.engine_choice` says which engine was chosen and why.
     """
+    from bertforge.engine import ENGINES, EngineChoice, EngineError
+
+    if engine not in ENGINES:
+        raise EngineError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     model_dir = Path(model)
-    found = load_for_inference(model_dir, precision, device)
+    # an engine other than torch may export the model: load its fp32 weights, and set the precision after
+    found = load_for_inference(model_dir, precision if engine == "torch" else "fp32", device)
     loaded, saved = found.model, found.record or TaskRecord()
     kind = type(loaded).__name__
     family = saved.family
@@ -291,8 +310,30 @@ def pipeline(model: str | Path, task: str | None = None, *, batch_size: int = 32
         max_length = saved.max_length
     pipe = Pipeline(loaded, found.tokenizer, chosen, spec=spec, max_length=max_length, batch_size=batch_size,
                     device=device, **options)
-    pipe.precision = found.precision
+    if engine == "torch":
+        pipe.precision = found.precision
+        pipe.engine_choice = EngineChoice("torch", found.precision, "asked for")
+        return pipe
+    use_engine(pipe, engine, precision, model_dir=model_dir, device=device, calibrate=engine_calibrate)
     return pipe
+
+
+def use_engine(pipe: Pipeline, engine: str, precision: str, *, model_dir: str | Path | None = None,
+               device: str | None = None, calibrate: bool = False) -> EngineChoice:
+    """Choose the engine of a pipeline whose model was loaded at fp32 (or is a saved int8 copy) and make
+    it ready (`bertforge.engine.select_engine`): the ONNX Runtime engine of the pipeline's task, or the
+    model at the chosen precision."""
+    from bertforge.engine import graph_for_task, select_engine
+    from bertforge.precision import is_quantized, model_precision
+
+    saved_int8 = is_quantized(pipe.model)
+    choice, onnx = select_engine(pipe.model, engine, precision, graph=graph_for_task(pipe.task), model_dir=model_dir,
+                                 batch_size=pipe.batch_size, max_length=pipe.max_length, device=device,
+                                 saved_int8=saved_int8, calibrate_engines=calibrate,
+                                 excluded_ids=sorted(set(pipe.tokenizer.all_special_ids)))
+    pipe.engine, pipe.engine_choice = onnx, choice
+    pipe.precision = choice.precision if onnx is not None else model_precision(pipe.model)
+    return choice
 
 
 def _model_device(model: Any) -> torch.device:
@@ -345,6 +386,9 @@ class _Runner:
         raise NotImplementedError
 
     def forward(self, batch: dict[str, torch.Tensor], **options: Any) -> dict[str, torch.Tensor]:
+        if self.pipe.engine is not None:  # the head's graph: its outputs under the same names
+            found = self.pipe.engine.run(batch)
+            return {name: found[name] for name in self.spec.output_names}
         output = self.pipe.model(**batch)
         return {name: getattr(output, name) for name in self.spec.output_names}
 
@@ -618,6 +662,8 @@ class _FillMask(_Runner):
 
         model = self.pipe.model
         k = min(top_k or self.pipe.top_k, self.pipe.config.vocab_size)
+        if self.pipe.engine is not None:  # the graph's top tokens at every position; the masks' are read
+            return self._from_graph(batch, k)
         hidden = model.base_model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).last_hidden_state
         masked = batch["input_ids"] == self.pipe.tokenizer.mask_token_id  # (B, T)
         # only the masked positions go through the vocabulary projection: (N, H) -> (N, V)
@@ -629,6 +675,18 @@ class _FillMask(_Runner):
         ids = torch.zeros(shape, dtype=torch.long, device=logits.device)
         scores[masked], ids[masked] = top.values, top.indices
         return {"mask_scores": scores, "mask_ids": ids}  # (B, T, k) each; zero off the masks
+
+    def _from_graph(self, batch: dict[str, torch.Tensor], k: int) -> dict[str, torch.Tensor]:
+        from bertforge.engine import FILL_MASK_TOP_K
+
+        assert self.pipe.engine is not None
+        if k > FILL_MASK_TOP_K:
+            raise ValueError(f"top_k {k}: the onnxruntime engine gives at most {FILL_MASK_TOP_K} tokens per "
+                             "[MASK]; use the torch engine for more")
+        found = self.pipe.engine.run(batch)
+        masked = (batch["input_ids"] == self.pipe.tokenizer.mask_token_id).unsqueeze(-1).cpu()  # (B, T, 1)
+        return {"mask_scores": found["mask_scores"][..., :k] * masked,
+                "mask_ids": found["mask_ids"][..., :k] * masked}
 
     def finish(self, prepared: Prepared, outputs: list[dict[str, np.ndarray]], *, top_k: int | None = None,
                **options: Any) -> list[Any]:
@@ -671,6 +729,8 @@ class _Embeddings(_Runner):
         return Prepared(texts, features, info)
 
     def forward(self, batch: dict[str, torch.Tensor], **options: Any) -> dict[str, torch.Tensor]:
+        if self.pipe.engine is not None:  # the pooled graph: cls, mean (and pooler) computed inside it
+            return self.pipe.engine.run(batch)
         backbone = getattr(self.pipe.model, "base_model", self.pipe.model)
         out = backbone(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         hidden = out.last_hidden_state.float()  # (B, T, H)
@@ -869,4 +929,5 @@ class _CallableModule(types.ModuleType):
 sys.modules[__name__].__class__ = _CallableModule
 
 __all__ = ["TASK_NAMES", "InputError", "Pipeline", "Prepared", "canonical_task", "group_entities",
-           "count_truncated", "input_columns", "output_row", "pipeline", "predict_file", "read_task_file", "split_tag"]
+           "count_truncated", "input_columns", "output_row", "pipeline", "predict_file", "read_task_file", "split_tag",
+           "use_engine"]
