@@ -175,7 +175,7 @@ def test_a_bad_config_json_is_one_line_naming_the_field(tmp_path, change: dict, 
 
 
 def test_the_registry_knows_the_family() -> None:
-    assert registry.jobs_of("electra") == list(registry.JOBS)
+    assert registry.jobs_of("electra") == [job for job in registry.JOBS if job != "causal-lm"]
     assert registry.model_class("electra", "pretraining") is ElectraForPreTraining  # the discriminator
     assert registry.model_class("electra", "masked-lm") is ElectraForMaskedLM  # the generator
     assert registry.class_for_architecture("ElectraForMultipleChoice").model_type == "electra"

@@ -71,9 +71,11 @@ log = logging.getLogger(__name__)
 
 
 # The pre-training objectives: the one the data was prepared for (nsp, sop: masked LM + a sentence task;
-# none: masked LM alone), or rtd, chosen by the recipe on data prepared with objective none: ELECTRA's
-# replaced-token detection (a generator fills the masked positions, the discriminator spots them).
-OBJECTIVES = ("nsp", "sop", "none", "rtd")
+# none: masked LM alone), or one the recipe chooses: rtd, on data prepared with objective none, ELECTRA's
+# replaced-token detection (a generator fills the masked positions, the discriminator spots them); ltr,
+# on any data, a left-to-right LM (the BERT paper's "LTR & No NSP": causal attention, the next token
+# predicted at every position, no masking and no sentence task).
+OBJECTIVES = ("nsp", "sop", "none", "rtd", "ltr")
 
 
 @dataclass
@@ -96,7 +98,9 @@ class DataOptions:
                                                  "rate the data was prepared with; ModernBERT used 0.30).")
     objective: str | None = setting(None, help="rtd: ELECTRA's replaced-token detection (a generator and the "
                                                "discriminator, trained together) on data prepared with objective "
-                                               "none; default: the data's objective (nsp, sop or none).")
+                                               "none; ltr: a left-to-right LM (causal attention, next-token "
+                                               "prediction, no NSP) on any data; default: the data's objective "
+                                               "(nsp, sop or none).")
     generator_size: float = setting(0.25, help="rtd: the generator's hidden and feed-forward sizes (and heads) as a "
                                                "fraction of the discriminator's; it shares the embeddings.")
     discriminator_weight: float = setting(50.0, help="rtd: the weight of the discriminator's loss beside the "
@@ -105,6 +109,8 @@ class DataOptions:
     def __post_init__(self) -> None:
         if self.objective is not None and self.objective not in OBJECTIVES:
             raise ValueError(f"objective {self.objective!r} is not one of {', '.join(OBJECTIVES)}")
+        if self.objective == "ltr" and self.mask_rate is not None:
+            raise ValueError("mask_rate is a masked-LM setting; objective ltr predicts every next token and masks none")
         if not 0 < self.generator_size <= 1:
             raise ValueError(f"generator_size must be in (0, 1], got {self.generator_size}")
         if not self.discriminator_weight >= 0:
@@ -297,6 +303,21 @@ def read_dataset_info(data_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def objective_config(options: DataOptions, config: ModelConfig) -> ModelConfig:
+    """The model config the recipe's objective needs: objective ltr makes it causal (`is_decoder: true`,
+    transformers' name), so that the saved model is a left-to-right one everywhere it is loaded."""
+    if options.objective != "ltr":
+        return config
+    try:
+        model_class(config.model_type, "causal-lm")
+    except ValueError as exc:  # UnknownFamilyError
+        raise ValueError(f"objective ltr needs a left-to-right LM head, which the {config.model_type!r} family "
+                         f"does not have (use a BERT model: preset mini, say): {exc}") from None
+    if getattr(config, "span_boundary_objective", False):
+        raise ValueError("objective ltr predicts the next token and masks no span: turn span_boundary_objective off")
+    return config.with_overrides(is_decoder=True)
+
+
 def training_batches(data_dir: Path, recipe: Recipe, ctx: DistContext) -> ShardBatches | PhasedBatches:
     from bertforge.data.loader import PretrainingLoader
 
@@ -306,7 +327,7 @@ def training_batches(data_dir: Path, recipe: Recipe, ctx: DistContext) -> ShardB
             directory, recipe.data.batch_size, split="train", seed=recipe.train.seed, rank=ctx.rank,
             world_size=ctx.world_size, drop_last=True, even=True, num_workers=recipe.data.num_workers,
             pad_to_multiple_of=recipe.data.pad_to_multiple_of, pin_memory=ctx.device.type == "cuda",
-            mask_rate=recipe.data.mask_rate))
+            mask_rate=recipe.data.mask_rate, next_token=recipe.data.objective == "ltr"))
 
     first = loader(data_dir)
     if not recipe.data.long_data or recipe.data.long_fraction <= 0:
@@ -329,11 +350,15 @@ def pretraining_metrics(model: nn.Module, batches: Any, max_batches: int = 0, ob
     the span-boundary loss when the model has that head. With replaced-token detection (objective rtd)
     the MLM figures are the generator's, and the discriminator's are added over all real tokens: its loss
     (`rtd_loss`), its accuracy on the replaced and on the original tokens (`rtd_accuracy_replaced`,
-    `rtd_accuracy_original`) and the share of tokens replaced (`replaced_fraction`)."""
+    `rtd_accuracy_original`) and the share of tokens replaced (`replaced_fraction`). A left-to-right LM
+    (objective ltr) has no MLM figures but its own, over every scored next token: `next_token_loss`,
+    `next_token_accuracy` and `perplexity` (exp of the loss)."""
     import torch
 
     from bertforge.train.loop import to_device
 
+    if objective == "ltr":
+        return _next_token_metrics(model, batches, max_batches)
     device = next(model.parameters()).device
     mlm = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, count
     sentence = torch.zeros(3, dtype=torch.float64)
@@ -366,6 +391,30 @@ def pretraining_metrics(model: nn.Module, batches: Any, max_batches: int = 0, ob
             metrics["rtd_accuracy_original"] = (rtd[3] / rtd[4]).item()
         metrics["replaced_fraction"] = (rtd[2] / (rtd[2] + rtd[4])).item()
     return metrics
+
+
+def _next_token_metrics(model: nn.Module, batches: Any, max_batches: int) -> dict[str, float]:
+    """Next-token loss, accuracy and perplexity of a left-to-right LM over all scored positions (not a
+    mean of batch means). With labels the model returns logits for the scored positions only, in the
+    row-major order of `labels[:, 1:] != -100` (position i is scored against the token at i + 1)."""
+    import math
+
+    import torch
+
+    from bertforge.train.loop import to_device
+
+    device = next(model.parameters()).device
+    sums = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, count
+    for number, cpu_batch in enumerate(batches):
+        if max_batches and number >= max_batches:
+            break
+        batch = to_device(cpu_batch, device)
+        out = model(**batch)
+        following = batch["labels"][:, 1:]  # (B, T - 1)
+        sums += _sums(out.logits.float(), following[following != IGNORE_INDEX])  # logits (N, V)
+    loss = (sums[0] / sums[2].clamp(min=1)).item()
+    return {"next_token_loss": loss, "next_token_accuracy": (sums[1] / sums[2].clamp(min=1)).item(),
+            "perplexity": math.exp(min(loss, 700.0))}  # exp overflows a float past ~709
 
 
 def _detection_sums(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -445,11 +494,14 @@ def mlm_context_probe(model: nn.Module, batches: Any, special_ids: list[int], ma
 
 
 def validation_evaluator(data_dir: Path, options: DataOptions, objective: str) -> EvalFn | None:
-    """Metrics on the fixed, statically masked validation split (None when the data has none)."""
+    """Metrics on the fixed, statically masked validation split (None when the data has none); for
+    objective ltr on the same sequences with their masks undone, as next-token prediction."""
     from bertforge.data.loader import PretrainingLoader
 
+    if options.objective == "ltr":  # the recipe's choice, whatever the data was prepared for
+        objective = "ltr"
     loader = PretrainingLoader(data_dir, options.eval_batch_size, split="valid", shuffle=False,
-                               pad_to_multiple_of=options.pad_to_multiple_of)
+                               pad_to_multiple_of=options.pad_to_multiple_of, next_token=objective == "ltr")
     if len(loader.dataset) == 0:
         return None
 
@@ -497,8 +549,8 @@ def pretrain(
     max_len = options["max_seq_length"]
     if recipe.data.long_data and recipe.data.long_fraction > 0:
         max_len = max(max_len, read_dataset_info(_beside(data_dir, recipe.data.long_data))["options"]["max_seq_length"])
-    bert_config = model_config(recipe, info["tokenizer"], max_len)
-    if options["objective"] != "none" and not bert_config.next_sentence_head:
+    bert_config = objective_config(recipe.data, model_config(recipe, info["tokenizer"], max_len))
+    if options["objective"] != "none" and recipe.data.objective != "ltr" and not bert_config.next_sentence_head:
         raise ValueError(f"the data has a sentence objective ({options['objective']}) but the model has no head "
                          "for it (next_sentence_head: false); prepare the data with objective 'none'")
     pretraining_model(recipe.data, bert_config, options["objective"])  # an objective the model cannot train fails here
@@ -628,9 +680,14 @@ def pretraining_model(options: DataOptions, config: ModelConfig, data_objective:
     nsp / sop: the family's pre-training model; none (RoBERTa): its masked-LM model, which carries the
     span-boundary head when the config asks (a family without sentence-pair heads gives its masked-LM
     model for "pretraining" too); rtd: the family's pre-training model (a replaced-token detector) with a
-    generator beside it (`with_generator`), which only a family with such a discriminator has.
+    generator beside it (`with_generator`), which only a family with such a discriminator has; ltr: the
+    family's left-to-right LM (job causal-lm) on any data, with the config made causal (`objective_config`).
     """
     objective = options.objective or data_objective
+    if objective == "ltr":
+        config = objective_config(options, config)
+        lm = model_class(config.model_type, "causal-lm")
+        return lambda: lm(config)
     if objective == "rtd":
         if data_objective != "none":
             raise ValueError(f"objective rtd trains on masked-LM data, but the data has a sentence objective "

@@ -15,6 +15,12 @@ Batch keys are the model's arguments, so `model(**batch)` works (the training lo
 
 Dynamic masking draws each batch's masks from a stream seeded by (seed, epoch, rank, batch number),
 so a resumed run masks exactly as an uninterrupted one would, and every epoch masks afresh.
+
+`next_token=True` reads the same shards, whatever objective they were prepared for, as a left-to-right
+language model does: the original ids (a static mask undone), no masking and no sentence label, and
+`labels` = the ids themselves with -100 at padding, aligned with `input_ids` as transformers'
+BertLMHeadModel takes them (the model shifts: position i is scored against the token at i + 1, so the
+position after the last real token, padding, is not scored).
 """
 
 from __future__ import annotations
@@ -99,8 +105,11 @@ class PretrainingCollator:
     """
 
     def __init__(self, pad_id: int, *, masker: Masker | None = None, seed: int = 0, with_nsp: bool = True,
-                 pad_to_multiple_of: int | None = None):
+                 pad_to_multiple_of: int | None = None, next_token: bool = False):
+        if next_token and (masker is not None or with_nsp):
+            raise ValueError("next-token batches take neither masking nor a sentence label")
         self.pad_id = pad_id
+        self.next_token = next_token
         self.masker = masker
         self.seed = seed
         self.with_nsp = with_nsp
@@ -109,9 +118,15 @@ class PretrainingCollator:
 
     @classmethod
     def for_dataset(cls, dataset: PretrainingDataset, *, seed: int = 0, pad_to_multiple_of: int | None = None,
-                    mask_rate: float | None = None) -> PretrainingCollator:
+                    mask_rate: float | None = None, next_token: bool = False) -> PretrainingCollator:
         """The collator of a dataset; `mask_rate` replaces the masking rate the data was prepared with
-        (dynamic masking only: static data was masked once and for all by `prepare`)."""
+        (dynamic masking only: static data was masked once and for all by `prepare`); `next_token`
+        gives left-to-right LM batches instead (see the module docstring)."""
+        if next_token:
+            if mask_rate is not None:
+                raise ValueError("mask_rate is a masked-LM setting; next-token prediction masks nothing")
+            return cls(dataset.info["tokenizer"]["pad_id"], seed=seed, with_nsp=False,
+                       pad_to_multiple_of=pad_to_multiple_of, next_token=True)
         masker = None
         if mask_rate is not None:
             if not 0.0 < mask_rate < 1.0:
@@ -140,7 +155,12 @@ class PretrainingCollator:
         segment_b = np.fromiter((it["segment_b"] for it in items), dtype=np.int64, count=B)
         token_type = (positions[None, :] >= segment_b[:, None]) & attention
 
-        if self.masker is None:
+        if self.next_token:
+            for row, it in enumerate(items):
+                if "mask_positions" in it:  # statically masked shards: put the original tokens back
+                    ids[row, it["mask_positions"]] = it["mask_targets"]
+            labels = np.where(attention, ids, IGNORE_INDEX)  # (B, T): shifted by the model, -100 at padding
+        elif self.masker is None:
             labels = np.full((B, T), IGNORE_INDEX, dtype=np.int64)
             for row, it in enumerate(items):
                 labels[row, it["mask_positions"]] = it["mask_targets"]
@@ -152,7 +172,7 @@ class PretrainingCollator:
             "input_ids": torch.from_numpy(ids),
             "token_type_ids": torch.from_numpy(token_type.astype(np.int64)),
             "attention_mask": torch.from_numpy(attention.astype(np.int64)),
-            "labels": torch.from_numpy(labels),  # the MLM labels, -100 where nothing is predicted
+            "labels": torch.from_numpy(labels),  # MLM labels (-100 where nothing is predicted), or the ids
         }
         if self.with_nsp:
             nsp = np.fromiter((it["nsp_label"] for it in items), dtype=np.int64, count=B)
@@ -188,12 +208,12 @@ class PretrainingLoader:
     def __init__(self, data_dir: str | Path, batch_size: int, *, split: str = "train", seed: int = 0,
                  rank: int = 0, world_size: int = 1, shuffle: bool | None = None, drop_last: bool = False,
                  even: bool = False, num_workers: int = 0, pad_to_multiple_of: int | None = None,
-                 pin_memory: bool = False, mask_rate: float | None = None):
+                 pin_memory: bool = False, mask_rate: float | None = None, next_token: bool = False):
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
         self.dataset = PretrainingDataset(data_dir, split)
         self.collator = PretrainingCollator.for_dataset(self.dataset, seed=seed, pad_to_multiple_of=pad_to_multiple_of,
-                                                        mask_rate=mask_rate)
+                                                        mask_rate=mask_rate, next_token=next_token)
         self.batch_size = batch_size
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.shuffle = split == "train" if shuffle is None else shuffle

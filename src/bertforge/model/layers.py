@@ -1,7 +1,7 @@
 """Building blocks families share: the activation by config name, the packed layout of a padded
 batch (the "unpadding" fast path), the additive padding bias, BERT's post-LN Transformer layer
 (fused q/k/v self-attention, feed-forward), which BERT's descendants stack too, and the loop that runs
-a stack of such layers on the fast path (`run_layers`).
+a stack of such layers on the fast path (`run_layers`), bidirectional or causal (left to right).
 
 Shapes in comments: B = batch, T = sequence length, N = real (unpadded) tokens, H = hidden size,
 A = attention heads, d = H / A (head size), I = intermediate (feed-forward) size.
@@ -95,12 +95,37 @@ def padding_bias(attention_mask: torch.Tensor | None, dtype: torch.dtype, *,
     return (1.0 - keep) * torch.finfo(dtype).min
 
 
+def causal_bias(attention_mask: torch.Tensor | None, length: int, dtype: torch.dtype,
+                device: torch.device) -> torch.Tensor:
+    """The additive bias of causal attention: query i sees key j only when j <= i and j is a real
+    token. (B, 1, T, T) with a (B, T) mask, (1, 1, T, T) without one.
+
+    One boolean "keep" is turned into one bias, rather than adding a causal bias to the padding
+    bias: two large negatives would sum to -inf. Key 0 is never in a query's future, so no row is
+    all -inf (as in `padding_bias`, softmax stays finite).
+    """
+    keep = torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]  # (1, 1, T, T)
+    if attention_mask is not None:
+        keep = keep & attention_mask[:, None, None, :].bool()  # (B, 1, T, T)
+    return (~keep).to(dtype) * torch.finfo(dtype).min
+
+
+def right_padded(attention_mask: torch.Tensor) -> bool:  # (B, T)
+    """Whether every row's real tokens come first (1...1 0...0), as the collators and tokenizers pad:
+    then a causal query never meets padding among the keys it may see."""
+    return bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
+
+
 class SelfAttention(nn.Module):
     """Multi-head self-attention with one fused q/k/v projection.
 
     The default path calls `scaled_dot_product_attention` (fused kernels, no (T, T) matrix kept for
     backward where a kernel allows it). When the caller asks for the attention probabilities, the
     explicit softmax(QK^T / sqrt(d)) path runs instead, since SDPA does not return them.
+
+    `is_causal` has SDPA's meaning: mask the keys after each query here, because `attention_bias` does
+    not (`run_layers` passes either a bias that holds the causal mask already, or no bias and
+    is_causal, which lets SDPA use its causal kernels without a (T, T) mask in memory).
     """
 
     def __init__(self, config: Any) -> None:
@@ -117,11 +142,12 @@ class SelfAttention(nn.Module):
         attention_bias: torch.Tensor | None,  # (B, 1, 1, T) additive: 0 keep, -inf-ish drop; None = no padding
         output_attentions: bool = False,
         layout: PackedLayout | None = None,
+        is_causal: bool = False,  # mask future keys here (the bias does not): see the class docstring
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         qkv = self.qkv(hidden)  # (B, T, 3H) or (N, 3H)
         dropout_p = self.attention_dropout if self.training else 0.0
         if layout is not None and layout.sequence_bounds is not None:
-            return self.out(self._attend_per_sequence(qkv, layout.sequence_bounds, dropout_p)), None
+            return self.out(self._attend_per_sequence(qkv, layout.sequence_bounds, dropout_p, is_causal)), None
         if layout is not None:
             qkv = layout.unpack(qkv)  # (N, 3H) -> (B, T, 3H)
         batch, length, hidden_size = qkv.shape[0], qkv.shape[1], qkv.shape[2] // 3
@@ -133,11 +159,15 @@ class SelfAttention(nn.Module):
             scores = query @ key.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, A, T, T)
             if attention_bias is not None:
                 scores = scores + attention_bias
+            if is_causal:
+                scores = scores + causal_bias(None, length, scores.dtype, scores.device)  # (1, 1, T, T)
             probs = scores.softmax(dim=-1)
             context = F.dropout(probs, dropout_p, self.training) @ value  # (B, A, T, d)
         else:
             probs = None
-            context = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_bias, dropout_p=dropout_p)
+            # SDPA takes a mask or is_causal, not both: with a bias, the bias carries causality
+            context = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_bias, dropout_p=dropout_p,
+                                                     is_causal=is_causal and attention_bias is None)
 
         context = context.transpose(1, 2).reshape(batch, length, hidden_size)  # (B, A, T, d) -> (B, T, H)
         if layout is not None:
@@ -149,13 +179,17 @@ class SelfAttention(nn.Module):
         qkv: torch.Tensor,  # (N, 3H) packed
         bounds: list[tuple[int, int]],  # [start, end) of each sequence in the packed order
         dropout_p: float,
+        is_causal: bool = False,
     ) -> torch.Tensor:  # (N, H)
-        """Attention within each sequence's real tokens: no mask and no padding to compute or undo."""
+        """Attention within each sequence's real tokens: no mask and no padding to compute or undo.
+        A sequence's slice holds its real tokens in order, so causal attention is SDPA's is_causal on
+        the slice, whatever the padding pattern of its row was."""
         tokens = qkv.shape[0]
         # (N, 3H) -> (N, 3, A, d) -> (3, A, N, d): a sequence is then a slice along N
         qkv = qkv.view(tokens, 3, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
         contexts = [
-            F.scaled_dot_product_attention(*qkv[:, None, :, start:end].unbind(0), dropout_p=dropout_p)
+            F.scaled_dot_product_attention(*qkv[:, None, :, start:end].unbind(0), dropout_p=dropout_p,
+                                           is_causal=is_causal)
             for start, end in bounds  # each (1, A, l, d)
         ]
         context = torch.cat(contexts, dim=2)[0]  # (A, N, d)
@@ -201,8 +235,9 @@ class EncoderLayer(nn.Module):
         attention_bias: torch.Tensor | None,
         output_attentions: bool = False,
         layout: PackedLayout | None = None,
+        is_causal: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        attended, probs = self.attention(hidden, attention_bias, output_attentions, layout)
+        attended, probs = self.attention(hidden, attention_bias, output_attentions, layout, is_causal)
         if self.dropout_after_attention:
             attended = self.dropout(attended)
         hidden = self.attention_norm(hidden + attended)
@@ -226,16 +261,18 @@ class FastPathSwitches(Protocol):
 
 def run_layers(
     switches: FastPathSwitches,
-    layers: Iterable[nn.Module],  # each (hidden, bias, output_attentions, layout) -> (hidden, probs)
+    layers: Iterable[nn.Module],  # each (hidden, bias, output_attentions, layout, is_causal) -> (hidden, probs)
     hidden: torch.Tensor,  # (B, T, H): the embeddings
     attention_mask: torch.Tensor | None,  # (B, T): 1 real token, 0 padding
     *,
     output_hidden_states: bool = False,
     output_attentions: bool = False,
+    causal: bool = False,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, tuple[torch.Tensor | None, ...] | None]:
     """Run post-LN layers (`EncoderLayer`) over embedded tokens on the fast path: padding is packed
     away before the first layer and restored after the last; returns the final (B, T, H) vectors and,
-    on request, every hidden state (embeddings first) and every layer's attention probabilities."""
+    on request, every hidden state (embeddings first) and every layer's attention probabilities.
+    `causal`: each token attends to itself and the real tokens before it (a left-to-right model)."""
     attention_bias = padding_bias(attention_mask, hidden.dtype, always=switches.always_build_mask)
     # Pack only when there is padding to drop; attention probabilities need the padded path.
     # A compiled model stays padded: packing's shapes depend on the data (one graph break per
@@ -250,6 +287,26 @@ def run_layers(
         layout = PackedLayout.from_mask(attention_mask, per_sequence)  # type: ignore[arg-type]
         hidden = layout.pack(hidden)  # (B, T, H) -> (N, H)
 
+    # Causal attention, on whichever path the batch takes; SDPA's is_causal (no (T, T) mask built, and
+    # its causal kernels) wherever it is exact, a causal + padding bias elsewhere:
+    # - packed, one sequence at a time: a sequence's slice holds only its real tokens, in order, so
+    #   is_causal on the slice is exact whatever the padding pattern was.
+    # - packed, re-padded for one call: with right padding, the keys a real query may see (j <= i) are
+    #   all real, so is_causal alone is exact for real tokens, and padded queries' outputs are dropped
+    #   when re-packing. Left or gapped padding needs the bias.
+    # - nothing padded: is_causal. Attention probabilities (explicit softmax) and the padded path with
+    #   padding (unpad off, compiled, exported): the (B, 1, T, T) bias, exact at every position.
+    is_causal = False
+    if causal:
+        per_sequence_path = layout is not None and layout.sequence_bounds is not None
+        if per_sequence_path or (layout is not None and right_padded(attention_mask)):  # type: ignore[arg-type]
+            attention_bias, is_causal = None, True
+        elif attention_bias is None and not output_attentions:
+            is_causal = True
+        else:
+            attention_bias = causal_bias(attention_mask, hidden.shape[1] if layout is None else layout.length,
+                                         hidden.dtype, hidden.device)
+
     def padded(x: torch.Tensor) -> torch.Tensor:
         return layout.unpack(x) if layout is not None else x
 
@@ -257,9 +314,10 @@ def run_layers(
     all_attentions = [] if output_attentions else None
     for layer in layers:
         if switches.gradient_checkpointing and switches.training and torch.is_grad_enabled():
-            hidden, probs = checkpoint(layer, hidden, attention_bias, output_attentions, layout, use_reentrant=False)
+            hidden, probs = checkpoint(layer, hidden, attention_bias, output_attentions, layout, is_causal,
+                                       use_reentrant=False)
         else:
-            hidden, probs = layer(hidden, attention_bias, output_attentions, layout)
+            hidden, probs = layer(hidden, attention_bias, output_attentions, layout, is_causal)
         if all_hidden is not None:
             all_hidden.append(padded(hidden))
         if all_attentions is not None:

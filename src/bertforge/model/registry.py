@@ -46,6 +46,7 @@ JOBS: tuple[str, ...] = (
     "token-classification",
     "question-answering",
     "multiple-choice",
+    "causal-lm",  # a left-to-right LM head on a causal encoder (BERT's: BertLMHeadModel, objective ltr)
 )
 
 DEFAULT_MODEL_TYPE = "bert"  # what a config.json without `model_type` is read as

@@ -32,6 +32,7 @@ FAMILY_DEFAULTS: dict[str, Any] = {
     "next_sentence_head": True,
     "span_boundary_objective": False,
     "max_span_length": 10,
+    "is_decoder": False,
 }
 
 
@@ -69,6 +70,11 @@ class BertConfig(ModelConfig):
     # SpanBERT span-boundary objective on the pre-training models, with relative positions 0..max_span_length-1.
     span_boundary_objective: bool = False
     max_span_length: int = 10
+    # Causal self-attention (transformers' name, under which BertModel applies the same mask): each
+    # token attends to itself and the tokens before it, in every layer and head, in pre-training and
+    # in every fine-tuning head. The left-to-right LM of the BERT paper's "LTR & No NSP" ablation
+    # (`pretrain` objective ltr sets it); sentence heads then read the last real token, not [CLS].
+    is_decoder: bool = False
     # Keys of a config.json that are not fields above (id2label, classifier_dropout, ...): kept
     # verbatim so that a config read and written again loses nothing.
     extra: dict[str, Any] = field(default_factory=dict)
@@ -97,7 +103,11 @@ class BertConfig(ModelConfig):
         if self.num_hidden_layers % self.hidden_groups:
             raise ValueError(f"num_hidden_layers ({self.num_hidden_layers}) must be a multiple of "
                              f"num_hidden_groups ({self.num_hidden_groups})")
-        for name in ("next_sentence_head", "span_boundary_objective"):
+        if self.extra.get("add_cross_attention"):
+            # transformers' encoder-decoder variant: a cross-attention block per layer that this
+            # encoder does not have (its weights would load nowhere)
+            raise ValueError("add_cross_attention true is not supported (a decoder with cross-attention)")
+        for name in ("next_sentence_head", "span_boundary_objective", "is_decoder"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
 

@@ -1,13 +1,16 @@
 """Pre-training heads on one BertModel backbone: masked LM (from T_i) and next-sentence prediction (from C),
-and optionally SpanBERT's span-boundary objective; then the fine-tuning heads.
+and optionally SpanBERT's span-boundary objective; the left-to-right LM head (a causal encoder,
+`is_decoder`); then the fine-tuning heads.
 
 Losses are computed here when labels are given, so that a training loop only needs
 `loss = model(**batch).loss`. Label conventions are Hugging Face's: MLM labels are -100 where a
-position is not predicted; next-sentence label 0 = B follows A (IsNext), 1 = B is random (NotNext).
+position is not predicted; next-sentence label 0 = B follows A (IsNext), 1 = B is random (NotNext);
+left-to-right LM labels are the input ids themselves (-100 where not predicted), shifted inside the model.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -271,6 +274,72 @@ class BertForMaskedLM(_MaskedLMMixin, BertPreTrainedModel):
         )
 
 
+@dataclass
+class CausalLMOutput:
+    loss: torch.Tensor | None  # mean next-token cross-entropy over the positions whose next token is labelled
+    # (B, T, V) without labels (position i scores token i + 1); with labels, (N, V) for the N predicted
+    # positions only, in the row-major order of `labels[:, 1:] != -100`, as the MLM heads do.
+    logits: torch.Tensor
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+class BertLMHeadModel(BertPreTrainedModel):
+    """A left-to-right language model on a causal BERT (`is_decoder: true`): the BERT paper's "LTR & No
+    NSP" ablation, a model like OpenAI GPT trained to predict the next token.
+
+    transformers' class of the same name, key for key: the backbone without a pooler and the masked-LM
+    head (`cls.predictions.*`, decoder tied to the word embeddings) applied to every position, so a
+    save loads there and gives the same logits. Its loss shifting too: `labels` are aligned with
+    `input_ids` (usually the ids themselves, -100 at padding), and position i is scored against
+    labels[i + 1], so the last position predicts nothing; nor does a padding position.
+    """
+
+    job: ClassVar[str | None] = "causal-lm"
+    head_prefixes = ("mlm.",)
+    keys_to_ignore_on_load_unexpected = (POOLER_KEYS,)  # no pooler: a file's is not needed, not wrong
+    keys_redundant_on_load = _MaskedLMMixin.keys_redundant_on_load  # the tied decoder
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        if not config.is_decoder:  # as transformers says: without the causal mask each position sees its target
+            warnings.warn("BertLMHeadModel on a config with is_decoder false attends both ways, so every position "
+                          "sees the token it predicts; set is_decoder: true", stacklevel=2)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.mlm = MaskedLMHead(config)
+        self.init_modules(self.mlm)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # (B, T)
+        attention_mask: torch.Tensor | None = None,  # (B, T)
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,  # (B, T) aligned with input_ids, -100 where not predicted
+        *,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> CausalLMOutput:
+        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids,
+                            output_hidden_states=output_hidden_states, output_attentions=output_attentions)
+        sequence, word_embeddings = encoded.last_hidden_state, self.bert.embeddings.word_embeddings.weight
+        if labels is None:
+            return CausalLMOutput(None, self.mlm(sequence, word_embeddings), encoded.hidden_states, encoded.attentions)
+        targets = labels[:, 1:]  # (B, T - 1): the token after each position but the last
+        predicted = targets != IGNORE_INDEX  # (B, T - 1)
+        if attention_mask is not None:
+            # A padding position predicts nothing, even where the labels would score it: with left
+            # padding, the pad just before the first token (transformers scores its meaningless vector).
+            predicted = predicted & (attention_mask[:, :-1] != 0)
+        # The vocabulary projection only where a next token is scored (not padding, not the last real token)
+        logits = self.mlm(sequence[:, :-1][predicted], word_embeddings)  # (N, H) -> (N, V)
+        if not predicted.any():  # nothing to predict: a zero that still has a graph
+            loss = logits.sum() * 0.0
+        else:
+            loss = F.cross_entropy(logits.float(), targets[predicted])
+        return CausalLMOutput(loss, logits, encoded.hidden_states, encoded.attentions)
+
+
 # ------------------------------------------------------------------------------------------------
 # Fine-tuning heads: one new output layer on the backbone (plus dropout), Hugging Face's names
 # (`classifier`, `qa_outputs`) so that checkpoints move between the two libraries unchanged.
@@ -280,8 +349,33 @@ def _classifier_dropout(config: BertConfig) -> nn.Dropout:
     return nn.Dropout(config.hidden_dropout_prob if rate is None else rate)
 
 
+def last_token_positions(attention_mask: torch.Tensor | None, input_ids: torch.Tensor) -> torch.Tensor:
+    """(B,) the position of each row's last real token (T - 1 without a mask), whatever the padding side."""
+    batch, length = input_ids.shape
+    if attention_mask is None:
+        return torch.full((batch,), length - 1, dtype=torch.long, device=input_ids.device)
+    index = torch.arange(length, device=attention_mask.device)  # (T,)
+    return (attention_mask.long() * index).argmax(dim=-1)  # (B,); 0 for a row of padding alone
+
+
+def sentence_vector(bert: BertModel, encoded: EncoderOutput, attention_mask: torch.Tensor | None,
+                    input_ids: torch.Tensor) -> torch.Tensor:  # (B, H)
+    """The vector a sentence head (classification, multiple choice) reads: the pooled [CLS] vector, or,
+    for a causal model (`is_decoder`), the pooler on the LAST real token's vector.
+
+    Under a causal mask [CLS] at position 0 attends to itself alone, so its vector knows nothing of the
+    sentence; the last real token is the one that has seen every token, which is what OpenAI GPT's
+    classifier reads. The pooler (dense + tanh) stays, so the head's weights and keys are BERT's.
+    """
+    if not bert.config.is_decoder:
+        return encoded.pooled_output  # type: ignore[return-value]
+    positions = last_token_positions(attention_mask, input_ids)  # (B,)
+    return bert.pooler(encoded.last_hidden_state, positions)  # type: ignore[misc]
+
+
 class BertForSequenceClassification(WeightedClassifier, BertPreTrainedModel):
-    """A sentence or sentence-pair label (or a score, with one output) from the pooled [CLS] vector.
+    """A sentence or sentence-pair label (or a score, with one output) from the pooled [CLS] vector (the
+    last real token's for a causal model, `is_decoder`: see `sentence_vector`).
 
     The loss follows config.json's `problem_type`, as in `transformers`: "regression" (mean squared
     error), "single_label_classification" (cross-entropy over class ids) or
@@ -318,7 +412,9 @@ class BertForSequenceClassification(WeightedClassifier, BertPreTrainedModel):
     ) -> TaskOutput:
         encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids,
                             output_hidden_states=output_hidden_states, output_attentions=output_attentions)
-        logits = self.classifier(self.dropout(encoded.pooled_output))  # (B, H) -> (B, num_labels)
+        # [CLS]'s pooled vector; the last real token's for a causal (left-to-right) model
+        pooled = sentence_vector(self.bert, encoded, attention_mask, input_ids)  # (B, H)
+        logits = self.classifier(self.dropout(pooled))  # (B, H) -> (B, num_labels)
         loss = None if labels is None else self.loss(logits, labels)
         return TaskOutput(loss, logits, encoded.hidden_states, encoded.attentions)
 
@@ -391,7 +487,8 @@ class BertForQuestionAnswering(BertPreTrainedModel):
 
 
 class BertForMultipleChoice(BertPreTrainedModel):
-    """SWAG-style: score each (context, choice) pair from its pooled vector, softmax over the choices."""
+    """SWAG-style: score each (context, choice) pair from its pooled vector (see `sentence_vector`),
+    softmax over the choices."""
 
     job: ClassVar[str | None] = "multiple-choice"
     head_prefixes = ("classifier.",)
@@ -421,7 +518,9 @@ class BertForMultipleChoice(BertPreTrainedModel):
 
         encoded = self.bert(flat(input_ids), flat(attention_mask), flat(token_type_ids), flat(position_ids),
                             output_hidden_states=output_hidden_states, output_attentions=output_attentions)
-        scores = self.classifier(self.dropout(encoded.pooled_output))  # (B*C, H) -> (B*C, 1)
+        # each pair's [CLS] pooled vector; its last real token's for a causal model (see sentence_vector)
+        pooled = sentence_vector(self.bert, encoded, flat(attention_mask), flat(input_ids))  # (B*C, H)
+        scores = self.classifier(self.dropout(pooled))  # (B*C, H) -> (B*C, 1)
         logits = scores.view(batch, choices)  # (B, C)
         loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
         return TaskOutput(loss, logits, encoded.hidden_states, encoded.attentions)

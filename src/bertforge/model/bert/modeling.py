@@ -41,14 +41,23 @@ class BertPreTrainedModel(PreTrainedModel):
 
 
 class Pooler(nn.Module):
-    """dense + tanh on the final [CLS] vector: the sentence representation for NSP and classification."""
+    """dense + tanh on the final [CLS] vector: the sentence representation for NSP and classification
+    (or on the vector at chosen positions: the last real token of a causal model, see heads.py)."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
 
-    def forward(self, last_hidden_state: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, H)
-        return torch.tanh(self.dense(last_hidden_state[:, 0]))
+    def forward(
+        self,
+        last_hidden_state: torch.Tensor,  # (B, T, H)
+        positions: torch.Tensor | None = None,  # (B,) the token each row is pooled from; None: [CLS] (0)
+    ) -> torch.Tensor:  # (B, H)
+        if positions is None:
+            chosen = last_hidden_state[:, 0]
+        else:
+            chosen = last_hidden_state[torch.arange(last_hidden_state.shape[0], device=positions.device), positions]
+        return torch.tanh(self.dense(chosen))
 
 
 class Encoder(nn.Module):
@@ -77,6 +86,10 @@ class BertModel(BertPreTrainedModel):
     RoBERTa's missing segment table on this same class. Checkpoints of such models keep BERT's key
     layout but `transformers.BertModel` cannot load them (their config.json says so in
     `bertforge_note`); load them with `BertModel.from_pretrained`.
+
+    `is_decoder: true` makes it a left-to-right encoder (causal self-attention), as transformers'
+    BertModel with that field. The pooled output stays tanh(W C + b) over [CLS], as there, although
+    under a causal mask [CLS] sees only itself: the sentence heads read the last real token instead.
     """
 
     job: ClassVar[str | None] = "embeddings"
@@ -135,6 +148,7 @@ class BertModel(BertPreTrainedModel):
         hidden, all_hidden, all_attentions = run_layers(
             self, self.encoder.schedule(), hidden, attention_mask,
             output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+            causal=self.config.is_decoder,  # left to right: every layer and head, every path (run_layers)
         )
         return EncoderOutput(
             last_hidden_state=hidden,
