@@ -80,6 +80,7 @@ from bertforge.finetuned import (
     load_for_inference,
 )
 from bertforge.recipe import RUN_CONFIG_FILE, resolve, setting
+from bertforge.model.task_heads import TASK_HEAD_KEY, TaskHead, check_head, check_layers, uses_task_head
 from bertforge.recipe import override as recipe_override
 from bertforge.recipe import save as save_recipe
 from bertforge.recipe import settings_of as recipe_settings
@@ -207,6 +208,16 @@ class FinetuneLoop:
                                          "only the embeddings; Zhang et al. 2021).")
     precision: str = setting(TrainConfig.precision, help="fp32, bf16 (CPU or GPU) or fp16 (GPU).")
     max_grad_norm: float = setting(TrainConfig.max_grad_norm, help="Gradient clipping norm (0: no clipping).")
+    frozen: bool = setting(False, help="Keep the encoder as loaded (feature-based, the paper's section 5.3): only "
+                                       "the head, and a learnt layer mix, train; the encoder runs without "
+                                       "dropout or gradients.")
+    frozen_layers: str = setting("last", help="With --frozen or --head bilstm, the hidden states the head reads: "
+                                              "last, second_to_last, sum_last_four, concat_last_four (4x as "
+                                              "wide), sum_all, weighted_sum_all (learnt weights) or embeddings.")
+    head: str = setting("linear", help="The task's output layer on the encoder (linear: the usual one), or "
+                                       "bilstm: a one-layer BiLSTM under it (the paper's Table 5 '+ BiLSTM').")
+    lstm_size: int | None = setting(None, help="BiLSTM units per direction (default: half the encoder's width, "
+                                               "so both directions are as wide as the encoder).")
     device: str | None = setting(None, help="torch device (default: cuda if visible, else cpu).")
     save_every_steps: int = setting(0, help="Write a resumable checkpoint every N optimiser steps (0: by time "
                                             "only, see save_every_minutes); a rerun of the same command "
@@ -232,6 +243,21 @@ class FinetuneLoop:
                              f"{self.save_every_steps}, {self.save_every_minutes}, {self.keep_last}")
 
 
+        check_head(self.head)
+        check_layers(self.frozen_layers)
+        if self.frozen_layers != "last" and not (self.frozen or self.head != "linear"):
+            raise ValueError(f"frozen_layers {self.frozen_layers} goes with --frozen or --head bilstm (the "
+                             "family's own head reads the last layer)")
+        if self.lstm_size is not None and (self.lstm_size < 1 or self.head != "bilstm"):
+            raise ValueError(f"lstm_size {self.lstm_size}: a positive size, for --head bilstm only")
+        if self.frozen and self.reinit_layers:
+            raise ValueError("reinit_layers with --frozen would keep the re-initialised layers random")
+
+    def task_head(self, job: str) -> TaskHead | None:
+        """The generic head these settings ask for on a model doing `job` (None: the family's own head)."""
+        if not uses_task_head(self.head, self.frozen, self.frozen_layers):
+            return None
+        return TaskHead(job, head=self.head, frozen=self.frozen, layers=self.frozen_layers, lstm_size=self.lstm_size)
 @dataclass
 class FinetuneRecipe:
     """Everything a fine-tuning run depends on; OUT/run_config.yaml holds it resolved.
@@ -406,6 +432,7 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
          + ", ".join(f"{s}: {len(e)} examples" for s, (e, _) in {**eval_sets, **final_sets}.items()), verbose)
 
     recipe = dataclasses.replace(recipe, task_settings=dict(spec.settings))  # as the reader completed them
+    _check_task_head(loop, spec.job, model_dir)
     hyper = hyperparameters(recipe)
     inputs = _run_inputs(spec, model_dir, data_dir, [train_examples, *(e for e, _ in eval_sets.values()),
                                                      *(e for e, _ in final_sets.values())])
@@ -444,6 +471,8 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
         reinitialize_top_layers(model, loop.reinit_layers)
         spec.configure_model(model, train_examples, label_list)
         batches = TaskBatches(train_features, loop.batch_size, seed=seed, pad_id=tokenizer.pad_token_id,
+        head = loop.task_head(spec.job)  # None: the family's own head (also over a saved generic one)
+        overrides[TASK_HEAD_KEY] = None if head is None else head.to_dict()
                               bucket_batches=LENGTH_GROUP_BATCHES if loop.group_by_length else 1)
         steps_per_epoch = len(batches)
         max_steps = max(1, math.ceil(steps_per_epoch * loop.epochs))
@@ -461,7 +490,8 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
             best.clear()  # a fresh start: a best/ left by an unfinished earlier run is not this run's
         selection = ModelSelection(selection_metric, patience=loop.patience,
                                    on_improvement=best.save if loop.save_best else best.remember)
-        _say(f"seed {seed}: {max_steps} steps ({steps_per_epoch} per epoch) -> {seed_dir}", verbose)
+        _say(f"seed {seed}: {max_steps} steps ({steps_per_epoch} per epoch) -> {seed_dir}"
+             + (f"; head: {model.spec.describe()}" if head is not None else ""), verbose)
         result = train(model, batches, seed_dir / "run", loop_config, optim, evaluate=evaluator, resume=True,
                        selection=selection)
         metrics = result.metrics if evaluator.outputs else evaluator(model)
@@ -536,6 +566,16 @@ def _run_inputs(task: Task, model_dir: Path, data_dir: Path | None, read: list[l
 
 def examples_digest(splits: Iterable[Sequence[Any]]) -> str:
     """SHA-256 of examples (each split's, in order) as their reprs: the data a task read, whatever its files."""
+def _check_task_head(loop: FinetuneLoop, job: str, model_dir: Path) -> None:
+    """Refuse, before any work, a layer choice the model is too shallow for (sum_last_four on 2 layers)."""
+    from bertforge.model.auto import read_config
+    from bertforge.model.task_heads import layer_indices
+
+    head = loop.task_head(job)
+    if head is not None:
+        layer_indices(head.layers, read_config(model_dir).num_hidden_layers)
+
+
     digest = hashlib.sha256()
     for examples in splits:
         digest.update(f"{len(examples)}\n".encode())

@@ -36,16 +36,17 @@ _OVERWRITE = flag("overwrite", "Clear what an earlier run left in --out (its see
                               "reused and an interrupted one resumes, if the settings and inputs are the same "
                               "(else the run is refused, naming what differs).")
 
-# `finetune ner --frozen`: the paper's feature-based tagger instead, which bertforge.ablation builds on
-# the CoNLL-2003 reader of that one family
+# `finetune ner --frozen --strategy S`: the paper's feature-based tagger instead (every layer cached once, a
+# two-layer BiLSTM on each word's first piece), which bertforge.ablation builds on the CoNLL-2003 reader of
+# that one family; --frozen alone, in every family, is the recipe's frozen encoder under the task's head
 _FROZEN_FAMILY = "ner"
-_NER_FROZEN = [
-    pyinspect.Parameter("frozen", pyinspect.Parameter.KEYWORD_ONLY, default=False, annotation=Annotated[
-        bool, typer.Option("--frozen", help="Feature-based instead: freeze the encoder and train a two-layer "
-                                            "BiLSTM tagger on its features.")]),
-    pyinspect.Parameter("strategy", pyinspect.Parameter.KEYWORD_ONLY, default="concat_last_four", annotation=Annotated[
-        str, typer.Option("--strategy", help="With --frozen: embeddings, last, second_to_last, sum_last_four, "
-                                             "concat_last_four or sum_all.")]),
+_NER_STRATEGY = [
+    pyinspect.Parameter("strategy", pyinspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
+        str | None, typer.Option("--strategy", help="With --frozen: the paper's feature-based tagger instead "
+                                                    "(bertforge ablate-features' two-layer BiLSTM on cached "
+                                                    "features) on this layer strategy: embeddings, last, "
+                                                    "second_to_last, sum_last_four, concat_last_four or "
+                                                    "sum_all.")]),
 ]
 
 
@@ -79,12 +80,14 @@ def family_command(name: str, family: type) -> Any:
     doc = family.command_help or pyinspect.getdoc(family) or f"Fine-tune on the {name} task family."
 
     def body(*, given: dict[str, Any], config: Path | None, assignments: list[str], out: Path,
-             overwrite: bool = False, frozen: bool = False, strategy: str = "") -> None:
+             overwrite: bool = False, strategy: str | None = None) -> None:
         from bertforge.finetune import build_recipe, run_finetune
 
         try:
             recipe = build_recipe(name, config, given, assignments)
-            if frozen:
+            if strategy is not None:
+                if not recipe.train.frozen:
+                    raise ValueError("--strategy goes with --frozen (the feature-based tagger)")
                 return _frozen_ner(recipe, out, strategy)
             results = run_finetune(recipe, out, overwrite=overwrite)
         except library_errors() as exc:
@@ -92,7 +95,7 @@ def family_command(name: str, family: type) -> Any:
         _report(results, out)
 
     return recipe_command(name, FinetuneRecipe, body, doc=doc, skip=skip,
-                          leading=[_OUT, _OVERWRITE, *task_params, *(_NER_FROZEN if name == _FROZEN_FAMILY else [])],
+                          leading=[_OUT, _OVERWRITE, *task_params, *(_NER_STRATEGY if name == _FROZEN_FAMILY else [])],
                           leading_settings=[p.name for p in task_params])
 
 

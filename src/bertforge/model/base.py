@@ -11,7 +11,10 @@ code asks for "the token-classification model of this checkpoint's family" and n
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -23,6 +26,14 @@ import bertforge.checkpoint as hf_checkpoint
 from bertforge.checkpoint import KeyLayout, LoadReport
 from bertforge.config import IGNORE_INDEX, ModelConfig
 from bertforge.model import registry
+from bertforge.model.task_heads import (
+    TASK_HEAD_KEY,
+    TASK_HEAD_PREFIX,
+    TaskHead,
+    default_lstm_size,
+    input_width,
+    layer_indices,
+)
 
 if TYPE_CHECKING:
     from bertforge.tokenizer import BertTokenizer
@@ -304,10 +315,250 @@ class PreTrainedModel(nn.Module):
         unless `strict=False`. The sorted lists are kept on `model.load_report`. Pickle files
         (`pytorch_model.bin`) are refused unless `allow_pickle=True`, and then read with `weights_only=True`.
         """
-        config = registry.config_from_dict(hf_checkpoint.read_config_data(directory),
-                                           source=str(os.path.join(directory, "config.json")))
+        source = str(os.path.join(directory, "config.json"))
+        config = registry.config_from_dict(hf_checkpoint.read_config_data(directory), source=source)
         target = cls.for_config(config)
+        # A generic task head (config.json's `task_head`, or one asked for by an override; an override of
+        # None asks for the family's own head): built for the job it was trained for, so that every
+        # loader asking for that job, or for whatever the directory holds, gets the head that was trained.
+        record = config_overrides.pop(TASK_HEAD_KEY, config.extra.get(TASK_HEAD_KEY))
+        if isinstance(target, type) and issubclass(target, TaskHeadModel):
+            target = target.family_class
+        # (checked only where it is used: the bare encoder of such a directory loads whatever its head)
+        if record is not None and (not isinstance(record, dict) or record.get("job") == target.job):
+            head = TaskHead.from_dict(record, source=source)
+            target = task_head_class(config.model_type, head.job)
+            config_overrides[TASK_HEAD_KEY] = head.to_dict()
         model, report = hf_checkpoint.load_pretrained(target, directory, strict=strict, allow_pickle=allow_pickle,
                                                       **config_overrides)
+        if not isinstance(model, TaskHeadModel):  # (a bare encoder read from such a directory has no such head)
+            model.config.extra.pop(TASK_HEAD_KEY, None)
         model.load_report = report
         return model
+
+
+# ------------------------------------------------------------------------------------------------
+# generic task heads: a frozen encoder's chosen layers, a BiLSTM head (see bertforge.model.task_heads)
+# ------------------------------------------------------------------------------------------------
+class LayerMix(nn.Module):
+    """The hidden states a layer choice reads, as one vector per token.
+
+    "one" passes a hidden state through, "sum" adds them, "concat" lays them side by side (lowest layer
+    first: K x H wide), "weighted" is ELMo's scalar mix, scale * sum_k softmax(w)_k h_k, whose weights
+    start equal (the mean of the layers) and train with the head.
+    """
+
+    def __init__(self, indices: Sequence[int], combine: str) -> None:
+        super().__init__()
+        self.indices, self.combine = tuple(indices), combine
+        if combine == "weighted":
+            self.weights = nn.Parameter(torch.zeros(len(self.indices)))  # (K,)
+            self.scale = nn.Parameter(torch.ones(()))
+
+    def forward(self, hidden_states: Sequence[torch.Tensor]) -> torch.Tensor:  # L + 1 x (N, T, H) -> (N, T, D)
+        chosen = [hidden_states[i] for i in self.indices]
+        if len(chosen) == 1:
+            return chosen[0]
+        if self.combine == "concat":
+            return torch.cat(chosen, dim=-1)  # (N, T, K*H)
+        stacked = torch.stack(chosen, dim=-2)  # (N, T, K, H)
+        if self.combine == "sum":
+            return stacked.sum(dim=-2)
+        mix = torch.softmax(self.weights.float(), dim=0).to(stacked.dtype)  # (K,)
+        return self.scale.to(stacked.dtype) * torch.einsum("ntkh,k->nth", stacked, mix)
+
+
+class GenericHead(nn.Module):
+    """Token vectors (the chosen layers) -> [BiLSTM] -> dropout -> the task's output layer.
+
+    Sentence jobs (sequence classification, multiple choice) read one vector per row: without the
+    BiLSTM the first token's ([CLS], as in the paper's C), with it the BiLSTM's two final states side
+    by side, the forward one at the last real token and the backward one at the first, so each has read
+    the whole input whichever way the encoder's attention runs. Tagging and span QA read every position.
+    """
+
+    def __init__(self, spec: TaskHead, hidden_size: int, num_layers: int, outputs: int, dropout: float) -> None:
+        super().__init__()
+        indices, combine = layer_indices(spec.layers, num_layers)
+        self.reads_last = spec.layers == "last"  # the encoder's own final vectors (no hidden states needed)
+        self.sentence = spec.job in ("sequence-classification", "multiple-choice")
+        self.layer_mix = LayerMix(indices, combine)
+        width = input_width(spec.layers, hidden_size, num_layers)  # H, or 4H for concat_last_four
+        self.dropout = nn.Dropout(dropout)
+        self.bilstm: nn.LSTM | None = None
+        if spec.head == "bilstm":
+            size = spec.lstm_size or default_lstm_size(hidden_size)
+            self.bilstm = nn.LSTM(width, size, num_layers=1, batch_first=True, bidirectional=True)
+            width = 2 * size
+        self.output = nn.Linear(width, outputs)
+
+    def forward(self, encoded: EncoderOutput, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        if self.reads_last:
+            vectors = encoded.last_hidden_state  # (N, T, H)
+        else:
+            assert encoded.hidden_states is not None
+            vectors = self.layer_mix(encoded.hidden_states)  # (N, T, D)
+        vectors = self.dropout(vectors)
+        if self.bilstm is None:
+            chosen = vectors[:, 0] if self.sentence else vectors  # (N, D) or (N, T, D)
+            return self.output(chosen)  # (N, outputs) or (N, T, outputs)
+        tokens, final = self._run_bilstm(vectors, attention_mask)
+        return self.output(self.dropout(final if self.sentence else tokens))
+
+    def _run_bilstm(self, vectors: torch.Tensor,  # (N, T, D)
+                    attention_mask: torch.Tensor | None,  # (N, T)
+                    ) -> tuple[torch.Tensor, torch.Tensor]:  # (N, T, 2h) every position, (N, 2h) final states
+        assert self.bilstm is not None
+        length = vectors.shape[1]
+        if attention_mask is None:
+            lengths = torch.full((vectors.shape[0],), length, dtype=torch.long)
+        else:
+            lengths = attention_mask.sum(dim=1).clamp(min=1).cpu()  # (N,)
+        # packed: the backward direction starts at each row's last real token, not on its padding
+        packed = nn.utils.rnn.pack_padded_sequence(vectors, lengths, batch_first=True, enforce_sorted=False)
+        out, (last, _) = self.bilstm(packed)  # last: (2, N, h), rows back in input order
+        tokens, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=length)  # (N, T, 2h)
+        return tokens, torch.cat([last[0], last[1]], dim=-1)
+
+
+def head_dropout(config: ModelConfig) -> float:
+    """The dropout before a generic head's output layer: the family's classifier dropout where its
+    config has one, else its hidden dropout, else BERT's 0.1."""
+    for name in ("classifier_dropout", "classifier_dropout_prob", "hidden_dropout_prob", "dropout"):
+        rate = getattr(config, name, None)
+        rate = config.extra.get(name) if rate is None else rate
+        if isinstance(rate, (int, float)) and not isinstance(rate, bool):
+            return float(rate)
+    return 0.1
+
+
+class TaskHeadModel(WeightedClassifier, PreTrainedModel):
+    """A family's encoder under a generic task head (`GenericHead`), described by config.json's
+    `task_head` (`bertforge.model.task_heads.TaskHead`).
+
+    Built per family and job by `task_head_class` (it declares the family's checkpoint facts, those
+    of the family's token classifier, whose encoder has no pooler: every head here reads token
+    vectors). The encoder's weights are saved where the family's own heads keep them, so transformers
+    and any bertforge class load the encoder from such a directory; the head's weights sit under
+    `task_head.` (`task_head.bilstm.*`, `task_head.layer_mix.*`, `task_head.output.*`), which only
+    this class reads. config.json's `architectures` names the family's class for the job.
+
+    With `frozen` the encoder's parameters do not train (requires_grad False) and it always runs in
+    eval mode without gradients: no dropout, the vectors the features of `bertforge extract` are.
+    """
+
+    # The family's own class for this job (set by `task_head_class`): what a directory without a
+    # task_head record loads as, and what config.json's `architectures` names.
+    family_class: ClassVar[type[PreTrainedModel]]
+    head_prefixes: ClassVar[tuple[str, ...]] = (TASK_HEAD_PREFIX,)
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config)
+        record = config.extra.get(TASK_HEAD_KEY)
+        if record is None:
+            raise ValueError(f"{type(self).__name__} needs config.json's {TASK_HEAD_KEY}")
+        spec = TaskHead.from_dict(record)
+        if spec.job != self.job:
+            raise ValueError(f"config.json's {TASK_HEAD_KEY} is a {spec.job} head, not {self.job}")
+        if spec.head == "bilstm" and spec.lstm_size is None:  # recorded as built, not as a default that may move
+            spec = dataclasses.replace(spec, lstm_size=default_lstm_size(config.hidden_size))
+        config.extra[TASK_HEAD_KEY] = spec.to_dict()
+        self.spec = spec
+        self.num_labels = num_labels(config)
+        self.problem_type = problem_type_of(config) if self.job == "sequence-classification" else None
+        self.register_buffer("label_weights", None, persistent=False)
+        # the encoder as the family's token classifier builds it (no pooler), at the family's key prefix
+        setattr(self, self.base_model_prefix, self.encoder_source(config).base_model)
+        outputs = {"question-answering": 2, "multiple-choice": 1}.get(self.job, self.num_labels)
+        self.task_head = GenericHead(spec, config.hidden_size, config.num_hidden_layers, outputs, head_dropout(config))
+        self.init_modules(self.task_head)  # the Linear as the family starts heads; the LSTM keeps torch's init
+        if spec.frozen:
+            for parameter in self.base_model.parameters():
+                parameter.requires_grad_(False)
+            self.base_model.eval()
+
+    @classmethod
+    def encoder_source(cls, config: ModelConfig) -> PreTrainedModel:
+        """A model of the family whose encoder this head reads: its token classifier (built without a pooler)."""
+        return registry.model_class(config.model_type, "token-classification")(config)  # type: ignore[no-any-return]
+
+    def _init_module(self, module: nn.Module) -> None:
+        # the family's initialisation (its encoder's), for the head's Linear and for re-initialised layers
+        self.base_model._init_module(module)
+
+    @property
+    def frozen(self) -> bool:
+        return self.spec.frozen
+
+    def train(self, mode: bool = True) -> TaskHeadModel:
+        super().train(mode)
+        if self.spec.frozen:  # a frozen encoder never drops out: the head learns on the vectors it will see
+            self.base_model.eval()
+        return self
+
+    def save_pretrained(self, directory: str | os.PathLike[str], tokenizer: BertTokenizer | None = None) -> None:
+        """As every model saves, with config.json's `architectures` naming the family's class for the job
+        (what transformers builds from the directory: the encoder, under a fresh output layer)."""
+        hf_checkpoint.save_pretrained(self, directory, tokenizer=tokenizer)
+        self.config.to_json_file(os.path.join(directory, "config.json"), architectures=[self.family_class.__name__])
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # (B, T), or (B, C, T) for multiple choice
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,  # (B,) sentence jobs (class ids, floats, (B, L) multi-label); (B, T) tags
+        start_positions: torch.Tensor | None = None,  # (B,) span QA
+        end_positions: torch.Tensor | None = None,
+        *,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> TaskOutput | SpanOutput:
+        choices = input_ids.shape[1] if self.job == "multiple-choice" else 0
+
+        def flat(x: torch.Tensor | None) -> torch.Tensor | None:  # (B, C, T) -> (B*C, T)
+            return x.reshape(-1, x.shape[-1]) if x is not None and choices else x
+
+        input_ids, attention_mask = flat(input_ids), flat(attention_mask)  # type: ignore[assignment]
+        token_type_ids, position_ids = flat(token_type_ids), flat(position_ids)
+        quiet = torch.no_grad() if self.spec.frozen else contextlib.nullcontext()
+        with quiet:
+            encoded = self.base_model(input_ids, attention_mask, token_type_ids, position_ids,
+                                      output_hidden_states=output_hidden_states or not self.task_head.reads_last,
+                                      output_attentions=output_attentions)
+        logits = self.task_head(encoded, attention_mask)
+        hidden = encoded.hidden_states if output_hidden_states else None
+        if self.job == "question-answering":  # (B, T, 2) -> start, end (B, T)
+            start, end, loss = span_logits_and_loss(logits, attention_mask, start_positions, end_positions)
+            return SpanOutput(loss, start, end, hidden, encoded.attentions)
+        if self.job == "token-classification":  # (B, T, num_labels)
+            loss = None if labels is None else token_classification_loss(logits, labels)
+        elif choices:  # (B*C, 1) -> (B, C)
+            logits = logits.view(-1, choices)
+            loss = None if labels is None else F.cross_entropy(logits.float(), labels.view(-1))
+        else:  # (B, num_labels)
+            loss = None if labels is None else self.loss(logits, labels)
+        return TaskOutput(loss, logits, hidden, encoded.attentions)
+
+
+_task_head_classes: dict[tuple[type, type, str], type[TaskHeadModel]] = {}
+
+
+def task_head_class(model_type: str, job: str) -> type[TaskHeadModel]:
+    """The `TaskHeadModel` of `model_type`'s family for `job` (one class per family and job, made once)."""
+    family_class = registry.model_class(model_type, job)
+    encoder_class = registry.model_class(model_type, "token-classification")
+    key = (family_class, encoder_class, job)
+    if key not in _task_head_classes:
+        facts = {name: getattr(encoder_class, name) for name in (
+            "model_type", "config_class", "key_layout", "base_model_prefix", "supports_attention_maps",
+            "packed_attention", "keys_to_ignore_on_load_missing", "keys_to_ignore_on_load_unexpected",
+            "keys_redundant_on_load")}
+        made = type(f"{family_class.__name__}WithTaskHead", (TaskHeadModel,),
+                    {**facts, "family_class": family_class, "__module__": __name__,
+                     "__doc__": f"{family_class.__name__}'s encoder under a generic task head."})
+        # set after the class exists: a `job` in its body would register it as the family's class for the job
+        made.job = job
+        _task_head_classes[key] = made
+    return _task_head_classes[key]

@@ -206,7 +206,8 @@ class Ner(Task):
     name: str = "conll2003"
     family: ClassVar[str] = "ner"
     command_help: ClassVar[str] = """Fine-tune token classification on CoNLL-2003 (IOB2 tags, first sub-token labelled) and report
-    conlleval's entity-level F1 on the dev set. With --frozen, the paper's feature-based set-up instead.
+    conlleval's entity-level F1 on the dev set. With --frozen only the head trains on the frozen encoder's
+    --frozen-layers; with --frozen --strategy S, the paper's feature-based tagger (cached features) instead.
 
     Example: `bertforge finetune ner --model models/minilm --data data/conll2003 --out runs/ner`
     Feature-based: `bertforge finetune ner --frozen --strategy sum_last_four --model models/minilm --data data/conll2003 --out runs/ner-frozen`
