@@ -116,3 +116,15 @@ def task_setting_parameters(setting_options: Mapping[str, tuple[type, str]]) -> 
     their defaults are the task's, so the options state none."""
     return [setting_option(name, kind, text, path=f"task_settings.{name}")
             for name, (kind, text) in setting_options.items()]
+
+
+# --engine and --engine-calibrate: which engine runs the model rows of predict, serve and a dev-set run
+ENGINE_HELP = ("torch (the default), onnxruntime (an ONNX graph of the model with its head, exported on first "
+               "use into a cache beside the model; fp32 or int8), or auto (the faster one for the precision, "
+               "this CPU's flags and the batch size, from a table filled by benchmarks/onnx_anchor.py whose "
+               "unmeasured entries are marked as guesses; bf16 always runs on torch). The choice and its reason "
+               "are printed.")
+EngineOption = Annotated[str, typer.Option("--engine", help=ENGINE_HELP)]
+EngineCalibrateOption = Annotated[bool, typer.Option(
+    "--engine-calibrate", help="With --engine auto: time both engines on this machine at load instead of "
+                               "reading the table (remembered per model and machine).")]

@@ -3,12 +3,14 @@ copies, and frozen features."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from bertforge.cli.common import PRECISION_HELP, fail, text_lines
+from bertforge.cli.options import EngineCalibrateOption, EngineOption
 
 
 def predict_command(
@@ -64,6 +66,8 @@ def predict_command(
     split: Annotated[list[str] | None, typer.Option(
         "--split", help="With --data: split(s) to predict; default the test split(s) (MNLI: test_matched, "
                         "test_mismatched and ax).")] = None,
+    engine: EngineOption = "torch",
+    engine_calibrate: EngineCalibrateOption = False,
 ) -> None:
     """Predict with a model: your own file with `--input` (any fine-tuned model, streamed in chunks, rows in
     input order), or a task's prediction files with `FAMILY --data`: GLUE leaderboard .tsv files, SQuAD
@@ -86,18 +90,20 @@ def predict_command(
                       question_column=question_column, context_column=context_column, keep_columns=keep,
                       batch_size=batch_size, max_length=max_length, chunk_rows=chunk_rows, device=device,
                       precision=precision, progress=progress, pooling=pooling, normalize=normalize, top_k=top_k,
-                      all_scores=all_scores, long_text=long_text, window_stride=window_stride)
+                      all_scores=all_scores, long_text=long_text, window_stride=window_stride, engine=engine,
+                      engine_calibrate=engine_calibrate)
         return
     if family is None:
         raise fail("--data needs the task family first: bertforge predict glue|ner|squad|swag|tag|qa --data ...")
     _predict_leaderboard(family, model, data, out, task=task, split=split, batch_size=batch_size,  # type: ignore[arg-type]
-                         precision=precision)
+                         precision=precision, engine=engine, engine_calibrate=engine_calibrate)
 
 
 def _predict_file(model: Path, input_file: Path, out: Path, *, task: str | None, batch_size: int,
                   max_length: int | None, device: str | None, precision: str, pooling: str, normalize: bool,
                   top_k: int, all_scores: bool = False, long_text: str = "truncate",
-                  window_stride: int | None = None, **file_options: Any) -> None:
+                  window_stride: int | None = None, engine: str = "torch", engine_calibrate: bool = False,
+                  **file_options: Any) -> None:
     from bertforge.checkpoint import CheckpointError
     from bertforge.pipeline import pipeline, predict_file
     from bertforge.tasks.base import DataFormatError
@@ -105,11 +111,13 @@ def _predict_file(model: Path, input_file: Path, out: Path, *, task: str | None,
     try:
         pipe = pipeline(model, task, batch_size=batch_size, max_length=max_length, device=device,
                         precision=precision, pooling=pooling, normalize=normalize, top_k=top_k,
-                        all_scores=all_scores, long_text=long_text, window_stride=window_stride)
+                        all_scores=all_scores, long_text=long_text, window_stride=window_stride, engine=engine,
+                        engine_calibrate=engine_calibrate)
+        _say_engine(pipe.engine_choice, engine)
         done = predict_file(pipe, input_file, out, **file_options)
     except (CheckpointError, DataFormatError, OSError, ValueError) as exc:
         raise fail(str(exc)) from exc
-    typer.echo(f"{pipe.task} ({pipe.precision}): {done['rows']} rows -> {out} "
+    typer.echo(f"{pipe.task} ({pipe.precision}, {pipe.engine_name}): {done['rows']} rows -> {out} "
                f"({done['rows_per_second']:.1f} rows/s)")
     if done["windowed"]:
         typer.echo(f"{done['windowed']} rows were longer than {pipe.max_length} pieces and were read in "
@@ -120,8 +128,15 @@ def _predict_file(model: Path, input_file: Path, out: Path, *, task: str | None,
                     f"truncated{hint}", fg="yellow", err=True)
 
 
+def _say_engine(choice: Any, requested: str) -> None:
+    """The engine a run uses and why, on stderr (only when the user asked for one other than torch)."""
+    if choice is not None and requested != "torch":
+        typer.echo(choice.describe(), err=True)
+
+
 def _predict_leaderboard(family: str, model: Path, data: Path, out: Path, *, task: str | None,
-                         split: list[str] | None, batch_size: int, precision: str = "fp32") -> None:
+                         split: list[str] | None, batch_size: int, precision: str = "fp32",
+                         engine: str = "torch", engine_calibrate: bool = False) -> None:
     from bertforge.checkpoint import CheckpointError
     from bertforge.finetune import FAMILIES, predict
     from bertforge.finetuned import TASK_FILE, TaskRecord
@@ -135,13 +150,23 @@ def _predict_leaderboard(family: str, model: Path, data: Path, out: Path, *, tas
             raise fail(f"{model}: no readable {TASK_FILE} to take the task from; pass --task")
         task = record.task
     try:
-        done = predict(family, task, model, data, out, splits=split or None, batch_size=batch_size,
-                       precision=precision)
+        if engine == "torch":
+            done = predict(family, task, model, data, out, splits=split or None, batch_size=batch_size,
+                           precision=precision)
+        else:  # the same task code, its rows run by the chosen engine
+            from bertforge.pipeline import predict_task_files
+
+            done = predict_task_files(family, task, model, data, out, splits=split or None, batch_size=batch_size,
+                                      precision=precision, engine=engine, engine_calibrate=engine_calibrate)
+            engine_record = json.loads((out / "metrics.json").read_text(encoding="utf-8"))["engine"]
+            typer.echo(f"engine {engine_record['engine']} at {engine_record['precision']}: {engine_record['reason']}",
+                       err=True)
     except (CheckpointError, DataFormatError, OSError, ValueError) as exc:
         raise fail(str(exc)) from exc
     for name, result in done.items():
         scores = "  ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
-        typer.echo(f"{name}: {result['examples']} examples at {result['precision']} -> {', '.join(result['files'])}"
+        at = result["precision"] + (f", {result['engine']}" if "engine" in result else "")
+        typer.echo(f"{name}: {result['examples']} examples at {at} -> {', '.join(result['files'])}"
                    + (f"  ({scores})" if scores else ""))
 
 
@@ -164,6 +189,8 @@ def serve_command(
         help="Seconds a request body may pause before the server answers 408.")] = 10.0,
     max_connections: Annotated[int, typer.Option(
         help="Open connections served at once; more are answered 503 at once.")] = 512,
+    engine: EngineOption = "torch",
+    engine_calibrate: EngineCalibrateOption = False,
 ) -> None:
     """Serve a checkpoint over HTTP: JSON API (/fill-mask /classify /qa /ner /embed /attention) and a demo page at /.
 
@@ -188,11 +215,12 @@ def serve_command(
     try:
         api = create_app(model, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, device=device,
                          precision=precision, long_text=long_text, max_body_bytes=max_body_bytes,
-                         body_timeout_s=body_timeout)
+                         body_timeout_s=body_timeout, engine=engine, engine_calibrate=engine_calibrate)
     except (CheckpointError, OSError, ValueError) as exc:
         raise fail(str(exc)) from exc
+    _say_engine(api.state.service.engine_choice, engine)
     typer.echo(f"serving {api.state.service.kind} from {model} at {api.state.service.precision} "
-               f"on http://{host}:{port}/ "
+               f"({api.state.service.engine_choice.engine}) on http://{host}:{port}/ "
                f"(tasks: {', '.join(api.state.service.tasks)})")
     # idle keep-alive connections close after 5 s, and at most max_connections are held at once
     uvicorn.run(api, host=host, port=port, log_level="info", limit_concurrency=max_connections,

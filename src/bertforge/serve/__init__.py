@@ -54,16 +54,19 @@ def serve(
     max_body_bytes: int = 1_000_000,
     body_timeout_s: float = 10.0,
     max_connections: int = 512,
+    engine: str = "torch",
 ) -> None:
     """Load the checkpoint and serve the API and demo page with uvicorn until interrupted.
 
-    `precision`: fp32, bf16, int8 or auto (`bertforge.precision`). A request body is read whole, at most
+    `precision`: fp32, bf16, int8 or auto (`bertforge.precision`); `engine`: torch, onnxruntime or auto
+    (`bertforge.engine`). A request body is read whole, at most
     `max_body_bytes`, with no pause longer than `body_timeout_s`; at most `max_connections` are served at
     once (503 beyond) and idle keep-alive connections close after 5 s."""
     import uvicorn
 
     bound_kernel_cache()
     app = create_app(model_dir, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, device=device,
-                     precision=precision, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
+                     precision=precision, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s,
+                     engine=engine)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=access_log,
                 limit_concurrency=max_connections, timeout_keep_alive=5)

@@ -38,8 +38,9 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from bertforge.engine import EngineChoice
 from bertforge.finetuned import TaskRecord, label_names_of, load_for_inference
-from bertforge.pipeline import InputError, Pipeline, Prepared, task_for
+from bertforge.pipeline import InputError, Pipeline, Prepared, task_for, use_engine
 from bertforge.precision import cpu_description, model_precision
 from bertforge.serve.batcher import DynamicBatcher
 
@@ -384,6 +385,8 @@ class ModelService:
             self.tasks.remove("attention")
         self.labels = label_names_of(model)
         self.model_calls = 0
+        # the engine the task endpoints run on (attention maps always come from the torch model)
+        self.engine_choice = EngineChoice("torch", self.precision, "asked for")
         # one thread: the model runs one batch at a time; torch parallelises inside the call
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertforge-model")
         runners = {"fill-mask": self.run_fill_mask, "classify": self.run_classify, "qa": self.run_qa,
@@ -416,11 +419,42 @@ class ModelService:
             pipe.model = model
 
     @classmethod
-    def from_dir(cls, model_dir: str | Path, *, precision: str = "fp32", **kwargs: Any) -> "ModelService":
-        """The service for a checkpoint directory, its weights at `precision` (`bertforge.precision`)."""
-        loaded = load_for_inference(model_dir, precision)
+    def from_dir(cls, model_dir: str | Path, *, precision: str = "fp32", engine: str = "torch",
+                 engine_calibrate: bool = False, **kwargs: Any) -> "ModelService":
+        """The service for a checkpoint directory, its weights at `precision` (`bertforge.precision`),
+        its task endpoints run by `engine` (torch, onnxruntime or auto: `bertforge.engine`)."""
+        from bertforge.engine import ENGINES, EngineError
+
+        if engine not in ENGINES:
+            raise EngineError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+        # an engine other than torch may export the model: its fp32 weights first, the precision after
+        loaded = load_for_inference(model_dir, precision if engine == "torch" else "fp32")
         record = loaded.record.to_dict() if loaded.record is not None else {}
-        return cls(loaded.model, loaded.tokenizer, task_info=record, **kwargs)
+        service = cls(loaded.model, loaded.tokenizer, task_info=record, **kwargs)
+        if engine != "torch":
+            service.use_engine(engine, precision, model_dir=model_dir, calibrate=engine_calibrate)
+        return service
+
+    def use_engine(self, engine: str, precision: str, *, model_dir: str | Path | None = None,
+                   calibrate: bool = False) -> EngineChoice:
+        """Choose the engine once for the service (from its main endpoint: the head's, else /embed) and
+        give every pipeline its graph (`bertforge.pipeline.use_engine`); dynamic batches make the
+        shape class "batch" unless batching is off."""
+        from bertforge.engine import OnnxEngine, graph_for_task
+
+        pipes = list(self.pipelines.values())
+        main = next((p for p in pipes if graph_for_task(p.task) == "head"), pipes[0])
+        choice = use_engine(main, engine, precision, model_dir=model_dir, device=str(self.device),
+                            calibrate=calibrate)
+        for pipe in pipes:
+            if pipe is main:
+                continue
+            pipe.engine_choice, pipe.precision = choice, main.precision
+            if main.engine is not None:
+                pipe.engine = OnnxEngine(self._model, graph_for_task(pipe.task), choice.precision, model_dir=model_dir,
+                                         excluded_ids=sorted(set(self.tokenizer.all_special_ids))).prepare()
+        self.engine_choice, self.precision = choice, main.precision
+        return choice
 
     async def close(self) -> None:
         for batcher in self.batchers.values():
@@ -681,6 +715,8 @@ def create_app(
     precision: str = "fp32",
     long_text: str = "truncate",
     service: ModelService | None = None,
+    engine: str = "torch",
+    engine_calibrate: bool = False,
     max_body_bytes: int = MAX_BODY_BYTES,
     body_timeout_s: float = BODY_TIMEOUT_S,
 ) -> FastAPI:
@@ -688,7 +724,8 @@ def create_app(
 
     `max_batch_size` rows share one model call, collected for at most `max_wait_ms` after the first
     arrives; `max_batch_size=1` turns dynamic batching off. `precision` is fp32, bf16, int8 or auto
-    (`bertforge.precision`). `long_text="windows"` classifies texts longer than the model's length by
+    (`bertforge.precision`); `engine` is torch, onnxruntime or auto (`bertforge.engine`; /health says which
+    ran and why). `long_text="windows"` classifies texts longer than the model's length by
     overlapping windows (`bertforge.pipeline`). `service` replaces `model_dir` when the caller has
     already loaded a model. A request body is read whole before the app sees it, at most
     `max_body_bytes` (413 beyond) with no pause longer than `body_timeout_s` (408).
@@ -700,7 +737,8 @@ def create_app(
         if model_dir is None:
             raise ValueError("create_app needs model_dir (or a ModelService)")
         service = ModelService.from_dir(model_dir, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms,
-                                        device=device, precision=precision, long_text=long_text)
+                                        device=device, precision=precision, long_text=long_text, engine=engine,
+                                        engine_calibrate=engine_calibrate)
     page = resources.files("bertforge.serve").joinpath("static/index.html").read_text(encoding="utf-8")
 
     @asynccontextmanager
@@ -762,6 +800,7 @@ def create_app(
             "model": service.kind,
             "family": config.model_type,  # config.json's model_type: bert, roberta, modernbert, ...
             "precision": service.precision,
+            "engine": service.engine_choice.as_dict(),  # which engine runs the task endpoints, and why
             **cpu_description(),
             "tasks": service.tasks,
             "labels": service.labels,
