@@ -79,8 +79,15 @@ from bertforge.finetuned import (
     check_tokenizer_fits,
     load_for_inference,
 )
+from bertforge.model.task_heads import (
+    TASK_HEAD_KEY,
+    TaskHead,
+    check_head,
+    check_layers,
+    layer_indices,
+    uses_task_head,
+)
 from bertforge.recipe import RUN_CONFIG_FILE, resolve, setting
-from bertforge.model.task_heads import TASK_HEAD_KEY, TaskHead, check_head, check_layers, uses_task_head
 from bertforge.recipe import override as recipe_override
 from bertforge.recipe import save as save_recipe
 from bertforge.recipe import settings_of as recipe_settings
@@ -206,8 +213,6 @@ class FinetuneLoop:
                                        "same part whatever the other settings; 0: none).")
     reinit_layers: int = setting(0, help="Start the top N encoder layers and the pooler afresh (N = all keeps "
                                          "only the embeddings; Zhang et al. 2021).")
-    precision: str = setting(TrainConfig.precision, help="fp32, bf16 (CPU or GPU) or fp16 (GPU).")
-    max_grad_norm: float = setting(TrainConfig.max_grad_norm, help="Gradient clipping norm (0: no clipping).")
     frozen: bool = setting(False, help="Keep the encoder as loaded (feature-based, the paper's section 5.3): only "
                                        "the head, and a learnt layer mix, train; the encoder runs without "
                                        "dropout or gradients.")
@@ -218,6 +223,8 @@ class FinetuneLoop:
                                        "bilstm: a one-layer BiLSTM under it (the paper's Table 5 '+ BiLSTM').")
     lstm_size: int | None = setting(None, help="BiLSTM units per direction (default: half the encoder's width, "
                                                "so both directions are as wide as the encoder).")
+    precision: str = setting(TrainConfig.precision, help="fp32, bf16 (CPU or GPU) or fp16 (GPU).")
+    max_grad_norm: float = setting(TrainConfig.max_grad_norm, help="Gradient clipping norm (0: no clipping).")
     device: str | None = setting(None, help="torch device (default: cuda if visible, else cpu).")
     save_every_steps: int = setting(0, help="Write a resumable checkpoint every N optimiser steps (0: by time "
                                             "only, see save_every_minutes); a rerun of the same command "
@@ -241,8 +248,6 @@ class FinetuneLoop:
         if self.save_every_steps < 0 or self.save_every_minutes < 0 or self.keep_last < 0:
             raise ValueError(f"save_every_steps, save_every_minutes and keep_last must be 0 or more, got "
                              f"{self.save_every_steps}, {self.save_every_minutes}, {self.keep_last}")
-
-
         check_head(self.head)
         check_layers(self.frozen_layers)
         if self.frozen_layers != "last" and not (self.frozen or self.head != "linear"):
@@ -258,6 +263,8 @@ class FinetuneLoop:
         if not uses_task_head(self.head, self.frozen, self.frozen_layers):
             return None
         return TaskHead(job, head=self.head, frozen=self.frozen, layers=self.frozen_layers, lstm_size=self.lstm_size)
+
+
 @dataclass
 class FinetuneRecipe:
     """Everything a fine-tuning run depends on; OUT/run_config.yaml holds it resolved.
@@ -428,11 +435,11 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
         examples = spec.read(data_dir, split)
         final_sets[split] = (examples, spec.featurize(examples, tokenizer, loop.max_length, label_names=label_list))
     check_max_length(model_dir, loop.max_length)  # after the data's own checks, before any training
+    _check_task_head(loop, spec.job, model_dir)
     _say(f"{task_title(spec.family, spec.name)}: {len(train_examples)} training examples -> {len(train_features)} features; "
          + ", ".join(f"{s}: {len(e)} examples" for s, (e, _) in {**eval_sets, **final_sets}.items()), verbose)
 
     recipe = dataclasses.replace(recipe, task_settings=dict(spec.settings))  # as the reader completed them
-    _check_task_head(loop, spec.job, model_dir)
     hyper = hyperparameters(recipe)
     inputs = _run_inputs(spec, model_dir, data_dir, [train_examples, *(e for e, _ in eval_sets.values()),
                                                      *(e for e, _ in final_sets.values())])
@@ -467,12 +474,12 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
         seed_started = time.perf_counter()
         seed_everything(seed)  # the new output layer's initialisation depends on the seed
         overrides = {**(label_maps(labels) if labels is not None else {}), **spec.config_overrides()}
+        head = loop.task_head(spec.job)  # None: the family's own head (also over a saved generic one)
+        overrides[TASK_HEAD_KEY] = None if head is None else head.to_dict()
         model = load_for_task(spec.job, model_dir, **overrides)
         reinitialize_top_layers(model, loop.reinit_layers)
         spec.configure_model(model, train_examples, label_list)
         batches = TaskBatches(train_features, loop.batch_size, seed=seed, pad_id=tokenizer.pad_token_id,
-        head = loop.task_head(spec.job)  # None: the family's own head (also over a saved generic one)
-        overrides[TASK_HEAD_KEY] = None if head is None else head.to_dict()
                               bucket_batches=LENGTH_GROUP_BATCHES if loop.group_by_length else 1)
         steps_per_epoch = len(batches)
         max_steps = max(1, math.ceil(steps_per_epoch * loop.epochs))
@@ -551,6 +558,15 @@ def split_holdout(examples: Sequence[Any], holdout: float) -> tuple[list[Any], l
     return [e for i, e in enumerate(examples) if i not in held], [examples[i] for i in sorted(held)]
 
 
+def _check_task_head(loop: FinetuneLoop, job: str, model_dir: Path) -> None:
+    """Refuse, before any work, a layer choice the model is too shallow for (sum_last_four on 2 layers)."""
+    from bertforge.model.auto import read_config
+
+    head = loop.task_head(job)
+    if head is not None:
+        layer_indices(head.layers, read_config(model_dir).num_hidden_layers)
+
+
 def _run_inputs(task: Task, model_dir: Path, data_dir: Path | None, read: list[list[Any]]) -> list[RunInput]:
     """What a fine-tuning run's results depend on besides its settings: the model directory's files,
     and the task's files (own-data families: --train/--dev/--test), or, for a task that reads a data
@@ -566,16 +582,6 @@ def _run_inputs(task: Task, model_dir: Path, data_dir: Path | None, read: list[l
 
 def examples_digest(splits: Iterable[Sequence[Any]]) -> str:
     """SHA-256 of examples (each split's, in order) as their reprs: the data a task read, whatever its files."""
-def _check_task_head(loop: FinetuneLoop, job: str, model_dir: Path) -> None:
-    """Refuse, before any work, a layer choice the model is too shallow for (sum_last_four on 2 layers)."""
-    from bertforge.model.auto import read_config
-    from bertforge.model.task_heads import layer_indices
-
-    head = loop.task_head(job)
-    if head is not None:
-        layer_indices(head.layers, read_config(model_dir).num_hidden_layers)
-
-
     digest = hashlib.sha256()
     for examples in splits:
         digest.update(f"{len(examples)}\n".encode())
