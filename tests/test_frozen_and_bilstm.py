@@ -361,3 +361,46 @@ def test_a_saved_task_head_record_is_checked(bert_encoder: Path, tmp_path: Path)
     # the bare encoder still loads from it (it has no such head), and forgets the record
     encoder, _ = load_any(directory)
     assert TASK_HEAD_KEY not in encoder.config.extra
+
+
+# ------------------------------------------------------------------------------------------------
+# what sentence heads read
+# ------------------------------------------------------------------------------------------------
+def test_bilstm_final_states_are_the_ends_of_the_real_tokens(bert_encoder: Path) -> None:
+    """The classification BiLSTM reads its forward state at each row's last real token and its backward
+    state at the first: padding is packed away, so a padded row gives what it gives alone."""
+    from bertforge.model.auto import load_for_job
+
+    record = TaskHead("sequence-classification", head="bilstm", lstm_size=6)
+    model = load_for_job(bert_encoder, "sequence-classification", **label_maps(2), **{TASK_HEAD_KEY: record.to_dict()})
+    model.eval()
+    vectors = torch.randn(2, 5, model.config.hidden_size)  # (B, T, H)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    with torch.no_grad():
+        tokens, final = model.task_head._run_bilstm(vectors, mask)  # (B, T, 12), (B, 12)
+        alone, alone_final = model.task_head._run_bilstm(vectors[1:, :3], mask[1:, :3])
+    assert torch.equal(final[0, :6], tokens[0, 4, :6]) and torch.equal(final[0, 6:], tokens[0, 0, 6:])
+    assert torch.equal(final[1, :6], tokens[1, 2, :6]) and torch.equal(final[1, 6:], tokens[1, 0, 6:])
+    torch.testing.assert_close(final[1:], alone_final)
+    torch.testing.assert_close(tokens[1:, :3], alone)
+    assert not tokens[1, 3:].any()  # nothing at padding
+
+
+def test_a_causal_encoders_sentence_head_reads_the_last_real_token(tokenizer: BertTokenizer, tmp_path: Path) -> None:
+    """A left-to-right encoder's first token has seen only itself: the linear sentence head reads the last
+    real token instead, as the family's own sentence heads do for such a model."""
+    from bertforge import BertConfig, BertModel
+    from bertforge.model.auto import load_for_job
+
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64, is_decoder=True)
+    BertModel(config).save_pretrained(tmp_path / "ltr", tokenizer=tokenizer)
+    record = TaskHead("sequence-classification", frozen=True)
+    model = load_for_job(tmp_path / "ltr", "sequence-classification", **label_maps(2),
+                         **{TASK_HEAD_KEY: record.to_dict()}).eval()
+    ids = torch.tensor([[2, 7, 8, 9, 3], [2, 7, 3, 0, 0]])
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        logits = model(ids, mask).logits
+        vectors = model.base_model(ids, mask).last_hidden_state  # (2, 5, H)
+    torch.testing.assert_close(logits, model.task_head.output(torch.stack([vectors[0, 4], vectors[1, 2]])))

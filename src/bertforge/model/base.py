@@ -372,13 +372,17 @@ class GenericHead(nn.Module):
     """Token vectors (the chosen layers) -> [BiLSTM] -> dropout -> the task's output layer.
 
     Sentence jobs (sequence classification, multiple choice) read one vector per row: without the
-    BiLSTM the first token's ([CLS], as in the paper's C), with it the BiLSTM's two final states side
-    by side, the forward one at the last real token and the backward one at the first, so each has read
-    the whole input whichever way the encoder's attention runs. Tagging and span QA read every position.
+    BiLSTM the first token's ([CLS], as in the paper's C), or the last real token's for a causal
+    (left-to-right) encoder, whose first token has seen nothing else; with the BiLSTM its two final
+    states side by side, the forward one at the last real token and the backward one at the first, so
+    each has read the whole input whichever way the encoder's attention runs. Tagging and span QA read
+    every position.
     """
 
-    def __init__(self, spec: TaskHead, hidden_size: int, num_layers: int, outputs: int, dropout: float) -> None:
+    def __init__(self, spec: TaskHead, hidden_size: int, num_layers: int, outputs: int, dropout: float,
+                 causal: bool = False) -> None:
         super().__init__()
+        self.causal = causal
         indices, combine = layer_indices(spec.layers, num_layers)
         self.reads_last = spec.layers == "last"  # the encoder's own final vectors (no hidden states needed)
         self.sentence = spec.job in ("sequence-classification", "multiple-choice")
@@ -400,8 +404,14 @@ class GenericHead(nn.Module):
             vectors = self.layer_mix(encoded.hidden_states)  # (N, T, D)
         vectors = self.dropout(vectors)
         if self.bilstm is None:
-            chosen = vectors[:, 0] if self.sentence else vectors  # (N, D) or (N, T, D)
-            return self.output(chosen)  # (N, outputs) or (N, T, outputs)
+            if not self.sentence:
+                return self.output(vectors)  # (N, T, D) -> (N, T, outputs)
+            if self.causal and attention_mask is not None:
+                last = (attention_mask.long() * torch.arange(vectors.shape[1], device=vectors.device)).argmax(-1)  # (N,)
+                return self.output(vectors[torch.arange(vectors.shape[0], device=vectors.device), last])
+            if self.causal:
+                return self.output(vectors[:, -1])  # (N, D) -> (N, outputs)
+            return self.output(vectors[:, 0])  # (N, D) -> (N, outputs)
         tokens, final = self._run_bilstm(vectors, attention_mask)
         return self.output(self.dropout(final if self.sentence else tokens))
 
@@ -470,7 +480,8 @@ class TaskHeadModel(WeightedClassifier, PreTrainedModel):
         # the encoder as the family's token classifier builds it (no pooler), at the family's key prefix
         setattr(self, self.base_model_prefix, self.encoder_source(config).base_model)
         outputs = {"question-answering": 2, "multiple-choice": 1}.get(self.job, self.num_labels)
-        self.task_head = GenericHead(spec, config.hidden_size, config.num_hidden_layers, outputs, head_dropout(config))
+        self.task_head = GenericHead(spec, config.hidden_size, config.num_hidden_layers, outputs, head_dropout(config),
+                                     causal=bool(getattr(config, "is_decoder", False)))
         self.init_modules(self.task_head)  # the Linear as the family starts heads; the LSTM keeps torch's init
         if spec.frozen:
             for parameter in self.base_model.parameters():
