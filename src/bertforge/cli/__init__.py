@@ -67,5 +67,6 @@ app.add_typer(evaluate_app, name="evaluate")
 # one subcommand per family registered in bertforge.tasks.FAMILIES, made when asked for
 finetune_app = typer.Typer(cls=finetune.FamilyGroup, help=finetune.HELP, no_args_is_help=True)
 app.add_typer(finetune_app, name="finetune")
+app.add_typer(__import__("bertforge.cli.distill", fromlist=["app"]).app, name="distill")
 
 __all__ = ["app"]

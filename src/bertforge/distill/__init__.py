@@ -1,0 +1,37 @@
+"""Knowledge distillation: a teacher teaches a smaller student, for small fast CPU serving.
+
+    from bertforge.distill import build_recipe, distill
+    recipe = build_recipe("task", options={"teacher": "runs/sst2/seed-1", "student": "mini", "data": "glue/SST-2"})
+    distill(recipe, "runs/sst2-mini")     # -> runs/sst2-mini/student/: predict, serve, export-onnx take it
+    recipe = build_recipe("general", options={"teacher": "models/minilm", "student": "tiny", "data": "data/bert128",
+                                              "attention_weight": 1.0, "relation_weight": 1.0, "max_steps": 2000})
+    distill(recipe, "runs/tiny-general")  # -> runs/tiny-general/final/: a pre-trained student
+
+`recipe.py` holds the settings (no torch: the command line builds its options from them),
+`losses.py` the losses and the module the loop trains, `run.py` the two runs. docs/inference.md
+("Distillation") says what each loss does and how to run one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bertforge.distill.recipe import (
+    MODES,
+    DistillLoop,
+    DistillLosses,
+    DistillOptim,
+    DistillRecipe,
+    build_recipe,
+)
+
+
+def distill(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool = True, overwrite: bool = False) -> dict[str, Any]:
+    """Run a distillation recipe into `out_dir` (`bertforge.distill.run`); returns results.json's content."""
+    from bertforge.distill.run import distill as run
+
+    return run(recipe, out_dir, verbose=verbose, overwrite=overwrite)
+
+
+__all__ = ["MODES", "DistillLoop", "DistillLosses", "DistillOptim", "DistillRecipe", "build_recipe", "distill"]
