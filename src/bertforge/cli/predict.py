@@ -117,7 +117,8 @@ def _predict_file(model: Path, input_file: Path, out: Path, *, task: str | None,
         done = predict_file(pipe, input_file, out, **file_options)
     except (CheckpointError, DataFormatError, OSError, ValueError) as exc:
         raise fail(str(exc)) from exc
-    typer.echo(f"{pipe.task} ({pipe.precision}, {pipe.engine_name}): {done['rows']} rows -> {out} "
+    on = f", {pipe.engine_name}" if pipe.engine is not None else ""  # torch, the default, goes unsaid
+    typer.echo(f"{pipe.task} ({pipe.precision}{on}): {done['rows']} rows -> {out} "
                f"({done['rows_per_second']:.1f} rows/s)")
     if done["windowed"]:
         typer.echo(f"{done['windowed']} rows were longer than {pipe.max_length} pieces and were read in "
