@@ -32,6 +32,10 @@ QUIET = {"progress": False, "verbose": False, "epochs": 1, "batch_size": 4}
 
 # (row length, padding side): right padding as the collators write it, left padding and a full row
 LENGTHS = ((9, "right"), (5, "right"), (7, "left"), (1, "right"))
+# Batches that take different branches of `run_layers`: a left-padded row needs the causal + padding
+# bias on the re-padded path, right padding alone takes SDPA's is_causal there, and so does no padding.
+PADDINGS = {"mixed": LENGTHS, "right only": ((9, "right"), (5, "right"), (7, "right"), (1, "right")),
+            "none": ((9, "right"),) * 3}
 
 
 def tiny(**overrides) -> BertConfig:
@@ -40,12 +44,12 @@ def tiny(**overrides) -> BertConfig:
     return BertConfig.from_preset("tiny", **{**values, **overrides})
 
 
-def padded_batch(seed: int = 0, width: int = 9) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, T) ids and mask: rows of the lengths in LENGTHS, padded on their side."""
+def padded_batch(seed: int = 0, width: int = 9, rows=LENGTHS) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) ids and mask: rows of these (length, side), padded on their side."""
     generator = torch.Generator().manual_seed(seed)
-    ids = torch.zeros(len(LENGTHS), width, dtype=torch.long)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
     mask = torch.zeros_like(ids)
-    for row, (length, side) in enumerate(LENGTHS):
+    for row, (length, side) in enumerate(rows):
         real = slice(0, length) if side == "right" else slice(width - length, width)
         ids[row, real] = torch.randint(5, 99, (length,), generator=generator)
         mask[row, real] = 1
@@ -69,11 +73,12 @@ def encode(model: BertModel, ids: torch.Tensor, mask: torch.Tensor, path: str) -
         return model(ids, mask, output_attentions=attentions).last_hidden_state.detach()
 
 
+@pytest.mark.parametrize("padding", list(PADDINGS))
 @pytest.mark.parametrize("path", list(PATHS))
-def test_a_position_sees_nothing_after_it(path: str) -> None:
+def test_a_position_sees_nothing_after_it(path: str, padding: str) -> None:
     torch.manual_seed(0)
     causal = BertModel(tiny()).eval()
-    ids, mask = padded_batch()
+    ids, mask = padded_batch(rows=PADDINGS[padding])
     before = encode(causal, ids, mask, path)
     for position in range(ids.shape[1] - 1):
         changed = ids.clone()
@@ -93,8 +98,38 @@ def test_a_position_sees_nothing_after_it(path: str) -> None:
     assert not torch.allclose(encode(bidirectional, changed, mask, path)[0, 0], encode(bidirectional, ids, mask, path)[0, 0])
 
 
+# What each (path, padding) hands SDPA: is_causal without a mask where that is exact, else the bias
+EXPECTED_SDPA = {
+    ("packed per sequence", "mixed"): "is_causal", ("packed per sequence", "right only"): "is_causal",
+    ("packed, re-padded", "mixed"): "bias", ("packed, re-padded", "right only"): "is_causal",
+    ("packed, re-padded, training", "mixed"): "bias", ("packed, re-padded, training", "right only"): "is_causal",
+    ("padded", "mixed"): "bias", ("padded", "right only"): "bias",
+    **{(path, "none"): "is_causal" for path in PATHS if path != "attention maps"},
+}
+
+
+@pytest.mark.parametrize(("path", "padding"), list(EXPECTED_SDPA))
+def test_each_path_masks_the_future_the_cheap_way_where_exact(path: str, padding: str, monkeypatch) -> None:
+    import bertforge.model.layers as layers
+
+    calls = []
+    real_sdpa = layers.F.scaled_dot_product_attention
+
+    def spy(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, **kwargs):
+        calls.append((attn_mask is not None and attn_mask.shape[-2] == query.shape[-2] > 1, is_causal))
+        return real_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, **kwargs)
+
+    monkeypatch.setattr(layers.F, "scaled_dot_product_attention", spy)
+    torch.manual_seed(0)
+    ids, mask = padded_batch(rows=PADDINGS[padding])
+    encode(BertModel(tiny()).eval(), ids, mask, path)
+    expected = (False, True) if EXPECTED_SDPA[(path, padding)] == "is_causal" else (True, False)
+    assert calls and all(call == expected for call in calls), calls
+
+
+@pytest.mark.parametrize("padding", list(PADDINGS))
 @pytest.mark.parametrize("path", list(PATHS))
-def test_encoder_and_lm_head_match_transformers(path: str, tmp_path: Path) -> None:
+def test_encoder_and_lm_head_match_transformers(path: str, padding: str, tmp_path: Path) -> None:
     torch.manual_seed(1)
     ours = BertLMHeadModel(tiny()).eval()
     ours.save_pretrained(tmp_path)
@@ -102,7 +137,7 @@ def test_encoder_and_lm_head_match_transformers(path: str, tmp_path: Path) -> No
     kernel = "eager" if attentions else "sdpa"  # transformers' SDPA path returns no attention maps
     theirs = transformers.BertLMHeadModel.from_pretrained(tmp_path, attn_implementation=kernel).eval()
     assert theirs.config.is_decoder
-    ids, mask = padded_batch(seed=2)
+    ids, mask = padded_batch(seed=2, rows=PADDINGS[padding])
     real = mask.bool()
     ours.bert.unpad, ours.bert.attention_per_sequence = unpad, per_sequence
     labels = ids.masked_fill(mask == 0, IGNORE_INDEX)
