@@ -9,7 +9,8 @@
 A run is described by a `FinetuneRecipe` (the task, the model and data, the seeds, an optimiser
 section and a loop section), read from YAML (`recipes/finetune/*.yaml` hold the paper's settings per
 task) or given as keyword settings; where it leaves a setting empty, the task's declaration decides
-(learning rate 2e-5 for GLUE and SWAG, 5e-5 for NER and SQuAD; max length 128, 384 for SQuAD; batch
+(learning rate 2e-5 for GLUE and SWAG, 5e-5 for NER and SQuAD, for BERT-base's width and x 768 / H
+for a narrower model, `Task.learning_rate_for`; max length 128, 384 for SQuAD; batch
 32, 16 for SWAG). `finetune` reads the task's train and dev splits, turns them into features once,
 and for each seed loads the pre-trained encoder with the task's new output layer, trains it with
 `bertforge.train.train` (AdamW with BERT's weight-decay exclusions, linear warm-up then linear decay
@@ -176,10 +177,12 @@ class _Evaluator:
 @dataclass
 class FinetuneOptim(OptimConfig):
     """The optimiser section of a fine-tuning recipe: `OptimConfig` with the paper's fine-tuning
-    defaults (10% warm-up; the learning rate, when left empty, is the task's `default_lr`)."""
+    defaults (10% warm-up; the learning rate, when left empty, is the task's for the model's width,
+    `Task.learning_rate_for`)."""
 
     lr: float | None = setting(None, help="Peak learning rate (default: the task's: 2e-5 GLUE and SWAG, "
-                                          "5e-5 NER and SQuAD).")
+                                          "5e-5 NER and SQuAD, for BERT-base's width; x 768 / H, at most "
+                                          "x16, for a narrower model).")
     warmup_ratio: float = setting(0.1, help="Fraction of the steps spent warming up.", aliases=("--warmup",))
 
     def __post_init__(self) -> None:
@@ -292,9 +295,11 @@ class FinetuneRecipe:
         if not self.seeds:
             raise ValueError("seeds: at least one seed is needed")
 
-    def resolved(self, task: Task) -> FinetuneRecipe:
-        """The recipe with every empty default filled in from `task`'s declaration."""
-        optim = dataclasses.replace(self.optim, lr=task.default_lr if self.optim.lr is None else self.optim.lr)
+    def resolved(self, task: Task, hidden_size: int | None = None) -> FinetuneRecipe:
+        """The recipe with every empty default filled in from `task`'s declaration; the learning rate
+        for a model of width `hidden_size` (`Task.learning_rate_for`)."""
+        lr = task.learning_rate_for(hidden_size) if self.optim.lr is None else self.optim.lr
+        optim = dataclasses.replace(self.optim, lr=lr)
         loop = dataclasses.replace(
             self.train, batch_size=self.train.batch_size or task.default_batch_size,
             max_length=self.train.max_length or task.default_max_length)
@@ -409,7 +414,7 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
                          "(give --model and --data, or model: and data: in the recipe)")
     if not spec.reads_data_dir and not (spec.settings.get("train") and spec.settings.get("dev")):
         raise ValueError(f"finetune {spec.family} needs a training and a dev file: give --train FILE --dev FILE")
-    recipe = recipe.resolved(spec)
+    recipe = recipe.resolved(spec, model_hidden_size(recipe.model))
     loop, optim = recipe.train, recipe.optim
     model_dir, data_dir = Path(recipe.model), None if recipe.data is None else Path(recipe.data)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
@@ -543,6 +548,17 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
     }
     _write_json(out_dir / RESULTS_FILE, results)
     return results
+
+
+def model_hidden_size(model_dir: str | Path) -> int | None:
+    """The hidden size config.json declares for `model_dir` (None when it cannot be read: loading the
+    model reports that better, later)."""
+    from bertforge.model.auto import read_config
+
+    try:
+        return int(read_config(model_dir).hidden_size)
+    except Exception:  # a missing or malformed config.json is refused by name when the model loads
+        return None
 
 
 def split_holdout(examples: Sequence[Any], holdout: float) -> tuple[list[Any], list[Any]]:
@@ -795,5 +811,5 @@ def _write_json(path: Path, value: Any) -> None:
 
 
 __all__ = ["BEST_DIR", "FAMILIES", "HOLDOUT_SPLIT", "RESULTS_FILE", "RUN_CONFIG_FILE", "TASK_FILE", "FinetuneLoop", "FinetuneOptim",
-           "FinetuneRecipe", "build_recipe", "finetune", "hyperparameters", "load_for_task", "main_metric_key", "predict",
+           "FinetuneRecipe", "build_recipe", "finetune", "hyperparameters", "load_for_task", "main_metric_key", "model_hidden_size", "predict",
            "reinitialize_top_layers", "run_finetune", "split_holdout", "summarize"]

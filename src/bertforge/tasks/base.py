@@ -245,6 +245,12 @@ def max_context_score(position: int, window_start: int, window_length: int) -> f
 # ------------------------------------------------------------------------------------------------
 # the declaration
 # ------------------------------------------------------------------------------------------------
+# the width the paper's fine-tuning learning rates were chosen for (BERT-base), and the most a
+# narrower model's default rate is scaled up by (`Task.learning_rate_for`)
+REFERENCE_HIDDEN_SIZE = 768
+MAX_LR_SCALE = 16.0
+
+
 def task_title(family: str, name: str) -> str:
     """How messages name a task: "glue sst2", and just "classify" for the own-data families (their
     task name is the family's)."""
@@ -264,7 +270,7 @@ class Task(ABC):
     token_outputs: ClassVar[tuple[str, ...]] = ()  # those of them with one value per token
     # the fine-tuning defaults a recipe falls back on where it leaves a setting empty (the paper's)
     default_max_length: ClassVar[int] = 128
-    default_lr: ClassVar[float] = 2e-5
+    default_lr: ClassVar[float] = 2e-5  # for BERT-base's width; see learning_rate_for
     default_batch_size: ClassVar[int] = 32
     train_split: ClassVar[str] = "train"
     # False for families whose files are task settings (classify's --train/--dev/--test), not a data directory
@@ -294,6 +300,21 @@ class Task(ABC):
         """One input of the pipeline as this task's example. `fields` are what the pipeline task's
         inputs hold: text and text_pair; words; question and context; context, start and endings."""
         raise NotImplementedError(f"the {self.family} task family does not run in the pipeline")
+
+    @classmethod
+    def learning_rate_for(cls, hidden_size: int | None) -> float:
+        """The default peak learning rate for an encoder of width `hidden_size` (None: unknown).
+
+        The paper's rates (`default_lr`) were tuned on BERT-base, H = 768, and are kept for it and
+        for wider models. A narrower model gets `default_lr` x 768 / H, at most x16: under Adam every
+        weight moves about the learning rate per step, so a layer's output moves in proportion to
+        its fan-in, and a model half as wide needs twice the rate to change as much in the same steps
+        (the 1/width rule of muP). Measured on 800 SST-2 reviews from all-MiniLM-L6-v2 (H = 384, 75
+        steps): 2e-5 stays near chance, 4e-5 learns (docs/results.md, small-file defaults).
+        """
+        if not hidden_size or hidden_size >= REFERENCE_HIDDEN_SIZE:
+            return cls.default_lr
+        return cls.default_lr * min(REFERENCE_HIDDEN_SIZE / hidden_size, MAX_LR_SCALE)
 
     # ---- reader
     @abstractmethod
