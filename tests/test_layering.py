@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("finetune", "pretrain", "analysis", "export", "ablation"),  # ablation: frozen features + tasks.ner
     ("distill",),  # teacher -> student through the one loop, on the tasks of finetune and the shards of pretrain
     ("engine",),  # the engine behind the pipeline: the model itself, or its ONNX graph in ONNX Runtime
-    ("pipeline",),  # inference for any model: the tasks' featurize/postprocess with the saved settings
+    ("pipeline", "search"),  # inference for any model: the tasks' featurize/postprocess with the saved settings; search: a grid of fine-tuning runs
     ("serve", "quickstart"),
     ("cli",),
     ("",),  # `bertforge` itself: lazy re-exports of the public names
