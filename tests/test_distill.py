@@ -70,7 +70,7 @@ def reviews(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     encoder = root / "encoder"
     BertModel(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                          intermediate_size=64, max_position_embeddings=64)).save_pretrained(encoder, tokenizer=tokenizer)
-    finetune("classify", None, encoder, None, root / "teacher", epochs=6, batch_size=16, max_length=16, lr=1e-3,
+    finetune("classify", None, encoder, None, root / "teacher", epochs=10, batch_size=16, max_length=16, lr=1e-3,
              task_settings={"train": str(train), "dev": str(dev)}, progress=False, verbose=False)
     student = root / "student.json"
     BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
@@ -81,7 +81,7 @@ def reviews(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _task_recipe(reviews: dict[str, Path], **settings: Any) -> Any:
     options = {"teacher": str(reviews["teacher"]), "student": str(reviews["student"]), "epochs": 6,
-               "batch_size": 16, "lr": 1e-3, "progress": False, **settings}
+               "batch_size": 16, "lr": 2e-3, "progress": False, **settings}
     return build_recipe("task", options=options)
 
 
@@ -350,4 +350,13 @@ def test_general_distillation_on_shards_lowers_its_loss(shards, tmp_path: Path) 
                                        "--data", str(data), "--out", str(tmp_path / "no"), "--max-steps", "2",
                                        "--attention-weight", "1", "--quiet"])
     assert refused.exit_code == 2 and str(stranger / "vocab.txt") in refused.output, refused.output
+    assert not (tmp_path / "no").exists()
+
+    # the masked-LM term needs a teacher with a trained masked-LM head
+    bare = tmp_path / "bare"
+    BertModel(config).save_pretrained(bare, tokenizer=tokenizer)
+    refused = CliRunner().invoke(app, ["distill", "general", "--teacher", str(bare), "--student", "tiny",
+                                       "--data", str(data), "--out", str(tmp_path / "no"), "--max-steps", "2",
+                                       "--mlm-weight", "1", "--quiet"])
+    assert refused.exit_code == 2 and str(bare / "model.safetensors") in refused.output, refused.output
     assert not (tmp_path / "no").exists()

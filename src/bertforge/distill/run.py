@@ -559,7 +559,7 @@ def distill_general(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool
 
     from bertforge.data.loader import PretrainingLoader
     from bertforge.distill.losses import Distiller
-    from bertforge.model.auto import load_any
+    from bertforge.model.auto import load_any, load_for_job
     from bertforge.pretrain import ShardBatches, read_dataset_info
     from bertforge.tokenizer import BertTokenizer
     from bertforge.train import train
@@ -585,12 +585,15 @@ def distill_general(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool
             data_vocab.get("vocab_sha1") and data_vocab["vocab_sha1"] != vocab_digest(tokenizer)):
         raise ValueError(f"{tokenizer_file(teacher_dir)}: not the vocabulary the shards in {data_dir} were made with "
                          "(token ids would mean other pieces); prepare the data with the teacher's tokenizer")
-    teacher, _ = load_any(teacher_dir)
+    if losses.mlm_weight > 0:  # the teacher's masked-LM head must be a trained one, not a new random layer
+        teacher = load_for_job(teacher_dir, "masked-lm")
+        if teacher.load_report is not None and teacher.load_report.new_heads:
+            raise ValueError(f"{teacher_dir / 'model.safetensors'}: no trained masked-LM head "
+                             f"({', '.join(teacher.load_report.new_heads)} would be random); set mlm_weight 0")
+    else:
+        teacher, _ = load_any(teacher_dir)
     teacher.eval()
     check_tokenizer_fits(tokenizer, teacher_dir, teacher.config)
-    if losses.mlm_weight > 0 and not _has_mlm_head(teacher):
-        raise ValueError(f"{teacher_dir / 'config.json'}: mlm_weight needs a teacher with a masked-LM head; its "
-                         f"class has none")
     job = "masked-lm" if losses.mlm_weight > 0 else "embeddings"
     seed_everything(loop.seed)
     student, layer_map, student_from, student_dir = build_student(recipe, teacher, teacher_dir, tokenizer, job)
@@ -641,10 +644,6 @@ def vocab_digest(tokenizer: Any) -> str:
 
     vocab = tokenizer.vocab
     return hashlib.sha1("\n".join(sorted(vocab, key=vocab.__getitem__)).encode("utf-8")).hexdigest()
-
-
-def _has_mlm_head(model: Any) -> bool:
-    return getattr(model, "job", None) in ("masked-lm", "pretraining")
 
 
 def _validation(loader: Any, max_batches: int) -> Any:
