@@ -368,7 +368,8 @@ def test_a_saved_task_head_record_is_checked(bert_encoder: Path, tmp_path: Path)
 # ------------------------------------------------------------------------------------------------
 def test_bilstm_final_states_are_the_ends_of_the_real_tokens(bert_encoder: Path) -> None:
     """The classification BiLSTM reads its forward state at each row's last real token and its backward
-    state at the first: padding is packed away, so a padded row gives what it gives alone."""
+    state at the first; the backward LSTM starts at the last real token, so a padded row gives what it
+    gives alone."""
     from bertforge.model.auto import load_for_job
 
     record = TaskHead("sequence-classification", head="bilstm", lstm_size=6)
@@ -377,12 +378,15 @@ def test_bilstm_final_states_are_the_ends_of_the_real_tokens(bert_encoder: Path)
     vectors = torch.randn(2, 5, model.config.hidden_size)  # (B, T, H)
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
     with torch.no_grad():
-        tokens, final = model.task_head._run_bilstm(vectors, mask)  # (B, T, 12), (B, 12)
-        alone, alone_final = model.task_head._run_bilstm(vectors[1:, :3], mask[1:, :3])
+        tokens, final = model.task_head.bilstm(vectors, mask)  # (B, T, 12), (B, 12)
+        alone, alone_final = model.task_head.bilstm(vectors[1:, :3], mask[1:, :3])
+        # the backward direction is the right-to-left LSTM over the row reversed
+        backward, _ = model.task_head.bilstm.right_to_left(vectors[1:, :3].flip(1))
     assert torch.equal(final[0, :6], tokens[0, 4, :6]) and torch.equal(final[0, 6:], tokens[0, 0, 6:])
     assert torch.equal(final[1, :6], tokens[1, 2, :6]) and torch.equal(final[1, 6:], tokens[1, 0, 6:])
     torch.testing.assert_close(final[1:], alone_final)
     torch.testing.assert_close(tokens[1:, :3], alone)
+    torch.testing.assert_close(tokens[1:, :3, 6:], backward.flip(1))
     assert not tokens[1, 3:].any()  # nothing at padding
 
 
@@ -404,3 +408,27 @@ def test_a_causal_encoders_sentence_head_reads_the_last_real_token(tokenizer: Be
         logits = model(ids, mask).logits
         vectors = model.base_model(ids, mask).last_hidden_state  # (2, 5, H)
     torch.testing.assert_close(logits, model.task_head.output(torch.stack([vectors[0, 4], vectors[1, 2]])))
+
+
+def test_onnx_export_of_generic_heads(bert_encoder: Path, tmp_path: Path) -> None:
+    """A frozen linear head and a sentence BiLSTM export with dynamic lengths and agree with PyTorch; a
+    BiLSTM over every position is refused in words (the exporter would fix the input length)."""
+    pytest.importorskip("onnxruntime")
+    from bertforge.export import export_onnx
+    from bertforge.model.auto import load_for_job
+
+    for job, head, layers in (("token-classification", "linear", "concat_last_four"),
+                              ("sequence-classification", "bilstm", "last")):
+        record = TaskHead(job, head=head, frozen=True, layers=layers)
+        model = load_for_job(bert_encoder, job, **label_maps(3), **{TASK_HEAD_KEY: record.to_dict()})
+        result = export_onnx(model, tmp_path / f"{job}.onnx")
+        assert result.max_abs_diff < 1e-4 and result.checked_shapes == [(1, 7), (3, 23)]
+    record = TaskHead("question-answering", head="bilstm")
+    model = load_for_job(bert_encoder, "question-answering", **{TASK_HEAD_KEY: record.to_dict()})
+    with pytest.raises(Exception) as caught:
+        export_onnx(model, tmp_path / "qa.onnx")
+    chain, error = [], caught.value
+    while error is not None:
+        chain.append(str(error))
+        error = error.__cause__ or error.__context__
+    assert any("BiLSTM head over every position (tagging, QA) does not export to ONNX" in m for m in chain)

@@ -368,6 +368,45 @@ class LayerMix(nn.Module):
         return self.scale.to(stacked.dtype) * torch.einsum("ntkh,k->nth", stacked, mix)
 
 
+class BiLstm(nn.Module):
+    """One bidirectional LSTM layer over right-padded rows: (N, T, D) -> (N, T, 2h) and (N, 2h).
+
+    The two directions are two LSTMs (`left_to_right`, `right_to_left`). The backward one reads each
+    row's real tokens reversed in place (a gather by the mask's lengths), so it starts at the row's
+    last real token, never on padding, as a packed sequence would; unlike packing, every shape stays
+    static, so the head exports to ONNX and compiles. Rows must be real tokens then padding (what
+    `collate` makes).
+    """
+
+    def __init__(self, input_size: int, hidden_size: int) -> None:
+        super().__init__()
+        self.input_size, self.hidden_size = input_size, hidden_size
+        self.left_to_right = nn.LSTM(input_size, hidden_size, batch_first=True)
+        self.right_to_left = nn.LSTM(input_size, hidden_size, batch_first=True)
+
+    def forward(self, vectors: torch.Tensor,  # (N, T, D)
+                attention_mask: torch.Tensor | None,  # (N, T), 1 on the real tokens, which come first
+                ) -> tuple[torch.Tensor, torch.Tensor]:  # (N, T, 2h) every position (0 at padding), (N, 2h) final
+        rows, length, _ = vectors.shape
+        positions = torch.arange(length, device=vectors.device).unsqueeze(0)  # (1, T)
+        if attention_mask is None:
+            lengths = torch.full((rows, 1), length, dtype=torch.long, device=vectors.device)
+        else:
+            lengths = attention_mask.long().sum(dim=1, keepdim=True)  # (N, 1)
+        real = positions < lengths  # (N, T)
+        # position t of row i reads position len_i - 1 - t within the real tokens, itself on padding:
+        # its own inverse, so the same gather puts the backward outputs back in place
+        flip = torch.where(real, lengths - 1 - positions, positions).unsqueeze(-1)  # (N, T, 1)
+        forward, _ = self.left_to_right(vectors)  # (N, T, h); padding comes after every real token
+        backward, _ = self.right_to_left(vectors.gather(1, flip.expand(-1, -1, vectors.shape[-1])))
+        backward = backward.gather(1, flip.expand(-1, -1, self.hidden_size))  # (N, T, h), back in place
+        tokens = torch.cat([forward, backward], dim=-1) * real.unsqueeze(-1).to(forward.dtype)  # (N, T, 2h)
+        last = (lengths - 1).clamp(min=0).unsqueeze(-1).expand(-1, -1, self.hidden_size)  # (N, 1, h)
+        # the forward state at the last real token and the backward state at the first: each read it all
+        final = torch.cat([forward.gather(1, last).squeeze(1), backward[:, 0]], dim=-1)  # (N, 2h)
+        return tokens, final
+
+
 class GenericHead(nn.Module):
     """Token vectors (the chosen layers) -> [BiLSTM] -> dropout -> the task's output layer.
 
@@ -389,10 +428,10 @@ class GenericHead(nn.Module):
         self.layer_mix = LayerMix(indices, combine)
         width = input_width(spec.layers, hidden_size, num_layers)  # H, or 4H for concat_last_four
         self.dropout = nn.Dropout(dropout)
-        self.bilstm: nn.LSTM | None = None
+        self.bilstm: BiLstm | None = None
         if spec.head == "bilstm":
             size = spec.lstm_size or default_lstm_size(hidden_size)
-            self.bilstm = nn.LSTM(width, size, num_layers=1, batch_first=True, bidirectional=True)
+            self.bilstm = BiLstm(width, size)
             width = 2 * size
         self.output = nn.Linear(width, outputs)
 
@@ -412,23 +451,12 @@ class GenericHead(nn.Module):
             if self.causal:
                 return self.output(vectors[:, -1])  # (N, D) -> (N, outputs)
             return self.output(vectors[:, 0])  # (N, D) -> (N, outputs)
-        tokens, final = self._run_bilstm(vectors, attention_mask)
+        if not self.sentence and torch.compiler.is_exporting():
+            # the exporter unrolls the LSTM over the example's length, which would fix every input's length
+            raise ValueError("a BiLSTM head over every position (tagging, QA) does not export to ONNX: the "
+                             "exporter unrolls the LSTM over one sequence length; run it with torch")
+        tokens, final = self.bilstm(vectors, attention_mask)  # (N, T, 2h), (N, 2h)
         return self.output(self.dropout(final if self.sentence else tokens))
-
-    def _run_bilstm(self, vectors: torch.Tensor,  # (N, T, D)
-                    attention_mask: torch.Tensor | None,  # (N, T)
-                    ) -> tuple[torch.Tensor, torch.Tensor]:  # (N, T, 2h) every position, (N, 2h) final states
-        assert self.bilstm is not None
-        length = vectors.shape[1]
-        if attention_mask is None:
-            lengths = torch.full((vectors.shape[0],), length, dtype=torch.long)
-        else:
-            lengths = attention_mask.sum(dim=1).clamp(min=1).cpu()  # (N,)
-        # packed: the backward direction starts at each row's last real token, not on its padding
-        packed = nn.utils.rnn.pack_padded_sequence(vectors, lengths, batch_first=True, enforce_sorted=False)
-        out, (last, _) = self.bilstm(packed)  # last: (2, N, h), rows back in input order
-        tokens, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=length)  # (N, T, 2h)
-        return tokens, torch.cat([last[0], last[1]], dim=-1)
 
 
 def head_dropout(config: ModelConfig) -> float:
