@@ -432,3 +432,17 @@ def test_onnx_export_of_generic_heads(bert_encoder: Path, tmp_path: Path) -> Non
         chain.append(str(error))
         error = error.__cause__ or error.__context__
     assert any("BiLSTM head over every position (tagging, QA) does not export to ONNX" in m for m in chain)
+
+
+def test_head_settings_are_recorded_only_when_used() -> None:
+    """At their defaults the head settings stay out of the recorded settings (run directories made before
+    they existed still continue); chosen, they are part of what a rerun is compared against."""
+    from bertforge.finetune import FinetuneRecipe, hyperparameters
+    from bertforge.recipe import override
+
+    plain = hyperparameters(FinetuneRecipe(family="classify"))
+    assert not {"frozen", "frozen_layers", "head", "lstm_size"} & set(plain)
+    chosen = hyperparameters(override(FinetuneRecipe(family="classify"),
+                                      {"frozen": True, "frozen_layers": "sum_all", "head": "bilstm"}))
+    assert (chosen["frozen"], chosen["frozen_layers"], chosen["head"]) == (True, "sum_all", "bilstm")
+    assert "lstm_size" not in chosen

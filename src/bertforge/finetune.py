@@ -334,6 +334,11 @@ _NOT_RESULT_SETTINGS = ("seeds", "device", "keep_checkpoints", "eval_batch_size"
 _RUN_STATE = ("seed-*", RESULTS_FILE, RUN_CONFIG_FILE, RECORD_FILE)
 
 
+# the head settings at their defaults (the family's own head, fine-tuned): left out of the recorded settings,
+# so run directories made before the settings existed still continue
+_HEAD_DEFAULTS: dict[str, Any] = {"frozen": False, "frozen_layers": "last", "head": "linear", "lstm_size": None}
+
+
 def hyperparameters(recipe: FinetuneRecipe) -> dict[str, Any]:
     """The resolved settings a seed's results depend on, flat by name (task.json's `hyperparameters`):
     a seed is reused only when they are equal."""
@@ -341,6 +346,9 @@ def hyperparameters(recipe: FinetuneRecipe) -> dict[str, Any]:
     flat = {name: _get_path(recipe, s.path) for name, s in found.items() if name not in _NOT_RESULT_SETTINGS}
     if not flat.get("holdout"):
         flat.pop("holdout", None)  # off: as run directories made before the setting existed recorded it
+    for name, default in _HEAD_DEFAULTS.items():  # the family's own head: as recorded before these settings
+        if flat.get(name, default) == default:
+            flat.pop(name, None)
     return json.loads(json.dumps(flat))  # as it reads back from task.json
 
 
