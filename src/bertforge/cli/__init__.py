@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import typer
 
-from bertforge.cli import finetune, inspect, predict, search, train
+from bertforge.cli import distill, finetune, inspect, predict, search, train
 
 app = typer.Typer(
     name="bertforge",
@@ -67,7 +67,7 @@ app.add_typer(evaluate_app, name="evaluate")
 # one subcommand per family registered in bertforge.tasks.FAMILIES, made when asked for
 finetune_app = typer.Typer(cls=finetune.FamilyGroup, help=finetune.HELP, no_args_is_help=True)
 app.add_typer(finetune_app, name="finetune")
-app.add_typer(__import__("bertforge.cli.distill", fromlist=["app"]).app, name="distill")
+app.add_typer(distill.app, name="distill")
 app.add_typer(typer.Typer(cls=search.SearchGroup, help=search.HELP, no_args_is_help=True), name="search")
 
 __all__ = ["app"]

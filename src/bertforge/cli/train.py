@@ -26,10 +26,10 @@ def quickstart(
     force: Annotated[bool, typer.Option(help="Rerun the chosen stages even if they completed.")] = False,
 ) -> None:
     """Raw text to scores on bundled data: WordPiece -> shards -> pre-train a tiny BERT -> held-out MLM/SOP, a
-    word-order probe and fill-mask -> fine-tune on SST-2 from it, from random weights and from the real
-    all-MiniLM-L6 -> report.md.
+    word-order probe and fill-mask -> SST-2 learning curves (100 to 4,000 labelled sentences, 3 seeds) from
+    it, from its random twin and from the real all-MiniLM-L6 -> report.md with the curve.
 
-    Stages: tokenizer, data, pretrain, pretrain_eval, finetune_pretrained, finetune_random, finetune_minilm,
+    Stages: tokenizer, data, pretrain, pretrain_eval, subsamples, curve_pretrained, curve_random, curve_minilm,
     report. A second run reuses completed stages.
 
     Example: `bertforge quickstart --out runs/quickstart` (then read runs/quickstart/report.md)
