@@ -53,7 +53,7 @@ from typing import Any
 
 from bertforge import threads
 from bertforge.fileio import run_lock, write_text_atomic
-from bertforge.finetune import HOLDOUT_SPLIT, RESULTS_FILE, FinetuneRecipe, run_finetune
+from bertforge.finetune import HOLDOUT_SPLIT, FinetuneRecipe, run_finetune
 from bertforge.recipe import RUN_CONFIG_FILE
 from bertforge.recipe import override as recipe_override
 from bertforge.recipe import save as save_recipe
