@@ -163,6 +163,9 @@ def render(payload: dict[str, Any]) -> str:
             alone = scenarios[0]["mean"]
             cells = [kind, setup, f"{alone:.1f} {unit}/s"]
             for s in scenarios[1:]:
+                if alone <= 0:  # nothing finished inside the window: no ratio to give
+                    cells.append(f"{s['min']:.1f}")
+                    continue
                 share = s["min"] / alone * s["jobs"]  # the slowest job's figure against its fair share
                 cells.append(f"{s['min']:.1f} ({share:.2f}x fair share)")
             cells.append(", ".join(str(t) for t in scenarios[-1]["threads"]))
