@@ -6,7 +6,7 @@ one: a 2-thread job beside one busy competitor on 2 cores runs at the speed of i
 plus the wake-up latency, many times slower than its fair share. Threads that spin while they wait
 also burn the cycles the competitor needs.
 
-`FairShare` samples the machine every few seconds (/proc/stat, minus this process's own CPU time)
+`FairShare` samples the machine every 2 seconds (/proc/stat, minus this process's own CPU time)
 and sets torch's thread count to the cores the *other* processes leave idle (at least one, at most
 the cores this process may use). Two bertforge jobs that start on a quiet 2-core machine settle at one
 thread each; the last one to finish goes back to two. `passive_wait()` asks OpenMP to sleep instead of
@@ -66,7 +66,7 @@ class FairShare:
     machine only every `interval_s` seconds. `threads` is the count in force."""
 
     max_threads: int = field(default_factory=usable_cores)
-    interval_s: float = 5.0
+    interval_s: float = 2.0  # reading /proc/stat costs microseconds; adapting within ~4 s matters more
     threads: int = 0
     _last_time: float = 0.0
     _last_ticks: tuple[int, int] | None = None
