@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import time
 from pathlib import Path
@@ -278,6 +279,7 @@ def verdict(payload: dict[str, Any]) -> str:
                          f"one ({size}, {spread:.1f}), {over_random[electra]:+.1f} against random weights (masked LM "
                          f"{over_random[mlm]:+.1f})")
     step_cost = runs["ELECTRA (rtd)"]["calibrated_step_s"] / runs["MLM"]["calibrated_step_s"]
+    detection = detection_words(runs["ELECTRA (rtd)"]["curve"][-1], runs["ELECTRA (rtd)"]["steps"])
     wins = [task for task, metric in TASKS.items()
             if scores[task][electra][metric]["mean"] - scores[task][mlm][metric]["mean"]
             > max(scores[task][electra][metric]["std"], scores[task][mlm][metric]["std"])]
@@ -295,7 +297,26 @@ def verdict(payload: dict[str, Any]) -> str:
         call = "the two objectives cannot be told apart at this budget with three seeds"
     return (f"**Verdict.** Each ELECTRA step cost {step_cost:.2f}x a masked-LM step (the generator runs too), so it "
             f"took {runs['ELECTRA (rtd)']['steps']} steps to masked LM's {runs['MLM']['steps']} in the same minutes; "
-            + "; ".join(sentences) + f". {call[0].upper() + call[1:]}.")
+            + "; ".join(sentences) + f". {call[0].upper() + call[1:]}. {detection}")
+
+
+PAPER_SMALL_TOKENS = 1_000_000 * 128 * 128  # ELECTRA-Small: 1M steps of 128 sequences of 128 tokens
+
+
+def detection_words(last: dict[str, Any], steps: int) -> str:
+    """What the discriminator learned by the end, against always answering "original": the loss of that
+    constant answer is the entropy of the replaced share."""
+    share = last["replaced_fraction"]
+    prior_loss = -(share * math.log(share) + (1 - share) * math.log(1 - share))
+    found = 100 * last["rtd_accuracy_replaced"]
+    if found < 5:
+        return (f"Held out, the discriminator never left the base rate: at the end it flagged {found:.1f}% of the "
+                f"replaced tokens, and its loss ({last['rtd_loss']:.3f}) is that of always answering \"original\" "
+                f"({prior_loss:.3f} at {100 * share:.1f}% replaced): at this budget the encoder had not learned "
+                "enough language to tell a sampled token from the original (the paper's ELECTRA-Small trained on about "
+                f"{PAPER_SMALL_TOKENS / (steps * SHARED['data']['batch_size'] * 128):,.0f} times this run's tokens).")
+    return (f"Held out, the discriminator flagged {found:.1f}% of the replaced tokens at the end (loss "
+            f"{last['rtd_loss']:.3f} against {prior_loss:.3f} for always answering \"original\").")
 
 
 if __name__ == "__main__":
