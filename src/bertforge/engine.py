@@ -643,5 +643,29 @@ def select_engine(model: nn.Module, requested: str, precision: str, *, graph: st
     return choice, onnx
 
 
-__all__ = ["ENGINES", "ENGINE_TABLE", "EngineChoice", "EngineError", "OnnxEngine", "calibrate", "choose_engine",
-           "cpu_class", "graph_for_task", "select_engine", "shape_class", "weights_digest"]
+@dataclass(frozen=True)
+class EngineRequest:
+    """An engine asked for by a caller that loads the model itself: `bertforge.finetune.predict(...,
+    engine=EngineRequest("onnxruntime"))` runs a benchmark split's rows through it. `prepare` makes the
+    choice for a model loaded at fp32 (or a saved int8 copy) and returns it with the ONNX Runtime engine,
+    or None where the model runs itself at the chosen precision (`select_engine`)."""
+
+    engine: str = "auto"
+    calibrate: bool = False  # time both engines on this machine instead of reading ENGINE_TABLE (auto only)
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:  # a misspelt name fails before any model loads
+            raise EngineError(f"unknown engine {self.engine!r}; choose one of {', '.join(ENGINES)}")
+
+    def prepare(self, model: nn.Module, precision: str, *, model_dir: str | os.PathLike[str] | None = None,
+                batch_size: int = 1, max_length: int | None = None,
+                device: str | None = None) -> tuple[EngineChoice, OnnxEngine | None]:
+        from bertforge.precision import is_quantized
+
+        return select_engine(model, self.engine, precision, graph="head", model_dir=model_dir, batch_size=batch_size,
+                             max_length=max_length, device=device, saved_int8=is_quantized(model),
+                             calibrate_engines=self.calibrate)
+
+
+__all__ = ["ENGINES", "ENGINE_TABLE", "EngineChoice", "EngineError", "EngineRequest", "OnnxEngine", "calibrate",
+           "choose_engine", "cpu_class", "graph_for_task", "select_engine", "shape_class", "weights_digest"]

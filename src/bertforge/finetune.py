@@ -68,9 +68,12 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 from bertforge.fileio import run_lock
 from bertforge.finetuned import (
@@ -93,7 +96,7 @@ from bertforge.recipe import override as recipe_override
 from bertforge.recipe import save as save_recipe
 from bertforge.recipe import settings_of as recipe_settings
 from bertforge.tasks import FAMILIES, make_task
-from bertforge.tasks.base import Task, TaskBatches, run_model, subsample, task_title
+from bertforge.tasks.base import Task, TaskBatches, run_batches, run_model, subsample, task_title
 from bertforge.train.config import OptimConfig, TrainConfig
 from bertforge.train.rundir import (
     RECORD_FILE,
@@ -716,6 +719,32 @@ def _first_labelled(task: Task, evaluator: _Evaluator) -> tuple[list[Any], list[
     return [], []
 
 
+class RowEngine(Protocol):
+    """What runs a model's rows in its place (`bertforge.engine.OnnxEngine`): a batch of int64
+    `input_ids`, `attention_mask`, `token_type_ids` to the head's outputs by name."""
+
+    def run(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
+
+
+class ChosenEngine(Protocol):
+    """The engine choice `predict` records (`bertforge.engine.EngineChoice`)."""
+
+    engine: str
+    precision: str
+
+    def as_dict(self) -> dict[str, Any]: ...
+
+
+class PredictEngine(Protocol):
+    """An engine asked for by name, made ready for a model `predict` loaded (`bertforge.engine.EngineRequest`).
+
+    Named here by its shape only: finetune sits below the engine layer (tests/test_layering.py), so the
+    caller that knows the engines hands one in."""
+
+    def prepare(self, model: Any, precision: str, *, model_dir: Path, batch_size: int, max_length: int,
+                device: str) -> tuple[ChosenEngine, RowEngine | None]: ...
+
+
 def predict(
     task_family: str,
     task: str,
@@ -729,6 +758,7 @@ def predict(
     task_settings: dict[str, Any] | None = None,
     device: str | None = None,
     precision: str = "fp32",
+    engine: PredictEngine | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Write a fine-tuned model's predictions for `splits` (default: the task's test splits) to `out_dir`.
 
@@ -737,6 +767,11 @@ def predict(
     (`bertforge.precision`). Returns {split: {"files": [...], "metrics": {...}, "precision": ...}},
     with metrics for splits that have labels, and writes the same as `metrics.json` in `out_dir` with
     the CPU it ran on. MNLI's AX split is skipped when the data has no AX file.
+
+    `engine` (`bertforge.engine.EngineRequest("onnxruntime")`, or auto, or torch) runs the model rows
+    through the engine it chooses; the task's reader, features, post-processing and metric stay the
+    same, and each split and metrics.json also say which engine ran and why. Without it the model runs
+    itself at `precision`, as fine-tuning scored it.
     """
     import torch
 
@@ -751,10 +786,27 @@ def predict(
                          f"not {task_title(spec.family, spec.name)}")
     max_length = max_length or saved.max_length or spec.default_max_length
     check_max_length(model_dir, max_length)
-    loaded = load_for_inference(model_dir, precision, device or ("cuda" if torch.cuda.is_available() else "cpu"),
-                                job=spec.job)
-    model, tokenizer, used = loaded.model, loaded.tokenizer, loaded.precision
+    choice: ChosenEngine | None = None
+    runner: RowEngine | None = None
+    if engine is None:
+        loaded = load_for_inference(model_dir, precision, device or ("cuda" if torch.cuda.is_available() else "cpu"),
+                                    job=spec.job)
+        used = loaded.precision
+    else:
+        # ONNX Runtime exports the fp32 weights and runs on the CPU: load those there, and let the
+        # request put the model at the precision its engine runs
+        device = device or "cpu"
+        loaded = load_for_inference(model_dir, "fp32", device, job=spec.job)
+        choice, runner = engine.prepare(loaded.model, precision, model_dir=model_dir, batch_size=batch_size,
+                                        max_length=max_length, device=device)
+        used = choice.precision
+    model, tokenizer = loaded.model, loaded.tokenizer
     label_names = config_label_names(model.config) or None
+
+    def engine_rows(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        assert runner is not None
+        found = runner.run(batch)
+        return {name: found[name] for name in spec.output_names}
 
     done: dict[str, dict[str, Any]] = {}
     for split in splits or spec.test_splits():
@@ -765,17 +817,25 @@ def predict(
                 continue
             raise
         features = spec.featurize(examples, tokenizer, max_length, label_names=label_names)
-        outputs = run_model(model, features, spec.output_names, token_outputs=spec.token_outputs,
-                            batch_size=batch_size, pad_id=tokenizer.pad_token_id)
+        if runner is None:
+            outputs = run_model(model, features, spec.output_names, token_outputs=spec.token_outputs,
+                                batch_size=batch_size, pad_id=tokenizer.pad_token_id)
+        else:
+            outputs = run_batches(features, engine_rows, token_outputs=spec.token_outputs, batch_size=batch_size,
+                                  pad_id=tokenizer.pad_token_id)
         predictions = spec.postprocess(examples, features, outputs, label_names=label_names)
         files = spec.write_predictions(examples, predictions, out_dir, split)
         metrics = spec.metric(examples, predictions) if spec.has_labels(examples) else {}
         done[split] = {"files": [str(f) for f in files], "metrics": metrics, "examples": len(examples),
                        "precision": used}
+        if choice is not None:
+            done[split]["engine"] = choice.engine
     out_dir.mkdir(parents=True, exist_ok=True)
-    _write_json(out_dir / "metrics.json", {"model": str(model_dir), "task": f"{spec.family} {spec.name}",
-                                           "precision": used, "precision_requested": precision,
-                                           **cpu_description(), "splits": done})
+    record: dict[str, Any] = {"model": str(model_dir), "task": f"{spec.family} {spec.name}", "precision": used,
+                              "precision_requested": precision}
+    if choice is not None:
+        record["engine"] = choice.as_dict()
+    _write_json(out_dir / "metrics.json", {**record, **cpu_description(), "splits": done})
     return done
 
 
@@ -819,5 +879,6 @@ def _write_json(path: Path, value: Any) -> None:
 
 
 __all__ = ["BEST_DIR", "FAMILIES", "HOLDOUT_SPLIT", "RESULTS_FILE", "RUN_CONFIG_FILE", "TASK_FILE", "FinetuneLoop", "FinetuneOptim",
-           "FinetuneRecipe", "build_recipe", "finetune", "hyperparameters", "load_for_task", "main_metric_key", "model_hidden_size", "predict",
-           "reinitialize_top_layers", "run_finetune", "split_holdout", "summarize"]
+           "FinetuneRecipe", "PredictEngine", "RowEngine", "build_recipe", "finetune", "hyperparameters", "load_for_task",
+           "main_metric_key", "model_hidden_size", "predict", "reinitialize_top_layers", "run_finetune", "split_holdout",
+           "summarize"]

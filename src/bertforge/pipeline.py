@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import logging
 import math
 import sys
@@ -335,61 +334,6 @@ def use_engine(pipe: Pipeline, engine: str, precision: str, *, model_dir: str | 
     pipe.engine, pipe.engine_choice = onnx, choice
     pipe.precision = choice.precision if onnx is not None else model_precision(pipe.model)
     return choice
-
-
-def predict_task_files(task_family: str, task: str, model_dir: str | Path, data_dir: str | Path,
-                       out_dir: str | Path, *, splits: Sequence[str] | None = None, batch_size: int = 64,
-                       precision: str = "fp32", engine: str = "auto", engine_calibrate: bool = False
-                       ) -> dict[str, dict[str, Any]]:
-    """`bertforge.finetune.predict` (a fine-tuned model over a benchmark's splits: its prediction files
-    and, on labelled splits such as dev, its official metrics) with the rows run by `engine` (torch,
-    onnxruntime or auto; `use_engine`). The task's reader, features, post-processing and metric are
-    the same; metrics.json also records the engine and why it was chosen."""
-    from bertforge.engine import ENGINES, EngineError, graph_for_task
-    from bertforge.finetuned import check_max_length
-    from bertforge.model.base import label_names as config_label_names
-    from bertforge.precision import cpu_description
-    from bertforge.tasks.base import task_title
-
-    if engine not in ENGINES:
-        raise EngineError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
-    model_dir, data_dir, out_dir = Path(model_dir), Path(data_dir), Path(out_dir)
-    saved = TaskRecord.read(model_dir) or TaskRecord()
-    spec = make_task(task_family, task, saved.settings)
-    if saved.family and (saved.family, saved.task) != (spec.family, spec.name):
-        raise ValueError(f"{model_dir} was fine-tuned for {task_title(saved.family, saved.task or '')}, "
-                         f"not {task_title(spec.family, spec.name)}")
-    max_length = saved.max_length or spec.default_max_length
-    check_max_length(model_dir, max_length)
-    loaded = load_for_inference(model_dir, "fp32", "cpu", job=spec.job)
-    # a pipeline of the task's kind holds the model and its engine; the task's own code does the rest
-    pipe = Pipeline(loaded.model, loaded.tokenizer, JOB_TASKS.get(spec.job, "text-classification"), spec=spec,
-                    max_length=max_length, batch_size=batch_size, device="cpu")
-    assert graph_for_task(pipe.task) == "head"
-    choice = use_engine(pipe, engine, precision, model_dir=model_dir, calibrate=engine_calibrate)
-    label_names = config_label_names(loaded.model.config) or None
-    done: dict[str, dict[str, Any]] = {}
-    for split in splits or spec.test_splits():
-        try:
-            examples = spec.read(data_dir, split)
-        except FileNotFoundError:
-            if split == "ax" and not splits:
-                continue
-            raise
-        features = spec.featurize(examples, loaded.tokenizer, max_length, label_names=label_names)
-        outputs = pipe.run(features)
-        predictions = spec.postprocess(examples, features, outputs, label_names=label_names)
-        files = spec.write_predictions(examples, predictions, out_dir, split)
-        metrics = spec.metric(examples, predictions) if spec.has_labels(examples) else {}
-        done[split] = {"files": [str(f) for f in files], "metrics": metrics, "examples": len(examples),
-                       "precision": pipe.precision, "engine": pipe.engine_name}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    from bertforge.fileio import write_text_atomic
-
-    record = {"model": str(model_dir), "task": f"{spec.family} {spec.name}", "precision": pipe.precision,
-              "precision_requested": precision, "engine": choice.as_dict(), **cpu_description(), "splits": done}
-    write_text_atomic(out_dir / "metrics.json", json.dumps(record, indent=2, ensure_ascii=False) + "\n")
-    return done
 
 
 def _model_device(model: Any) -> torch.device:
@@ -986,4 +930,4 @@ sys.modules[__name__].__class__ = _CallableModule
 
 __all__ = ["TASK_NAMES", "InputError", "Pipeline", "Prepared", "canonical_task", "group_entities",
            "count_truncated", "input_columns", "output_row", "pipeline", "predict_file", "read_task_file", "split_tag",
-           "predict_task_files", "use_engine"]
+           "use_engine"]

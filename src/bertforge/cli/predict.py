@@ -139,6 +139,7 @@ def _predict_leaderboard(family: str, model: Path, data: Path, out: Path, *, tas
                          split: list[str] | None, batch_size: int, precision: str = "fp32",
                          engine: str = "torch", engine_calibrate: bool = False) -> None:
     from bertforge.checkpoint import CheckpointError
+    from bertforge.engine import EngineRequest
     from bertforge.finetune import FAMILIES, predict
     from bertforge.finetuned import TASK_FILE, TaskRecord
     from bertforge.tasks.base import DataFormatError
@@ -151,14 +152,12 @@ def _predict_leaderboard(family: str, model: Path, data: Path, out: Path, *, tas
             raise fail(f"{model}: no readable {TASK_FILE} to take the task from; pass --task")
         task = record.task
     try:
-        if engine == "torch":
-            done = predict(family, task, model, data, out, splits=split or None, batch_size=batch_size,
-                           precision=precision)
-        else:  # the same task code, its rows run by the chosen engine
-            from bertforge.pipeline import predict_task_files
-
-            done = predict_task_files(family, task, model, data, out, splits=split or None, batch_size=batch_size,
-                                      precision=precision, engine=engine, engine_calibrate=engine_calibrate)
+        # torch runs the model itself, as fine-tuning scored it; another engine runs the rows of the
+        # same task code and records its choice in metrics.json
+        request = None if engine == "torch" else EngineRequest(engine, calibrate=engine_calibrate)
+        done = predict(family, task, model, data, out, splits=split or None, batch_size=batch_size,
+                       precision=precision, engine=request)
+        if request is not None:
             engine_record = json.loads((out / "metrics.json").read_text(encoding="utf-8"))["engine"]
             typer.echo(f"engine {engine_record['engine']} at {engine_record['precision']}: {engine_record['reason']}",
                        err=True)
