@@ -145,6 +145,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.summarize:
         payload = json.loads((RESULTS / "electra_vs_mlm.json").read_text())
+        payload.setdefault("majority", majority_baselines(args.glue))
+        save_results("electra_vs_mlm", payload)
+        plot_curves(payload)
         print(write_section(payload))
         return
     import torch
@@ -163,7 +166,7 @@ def main() -> None:
     payload = {"machine": machine(), "budget_min": args.budget_min, "threads": args.threads, "runs": runs,
                "encoder_parameters": {label: encoder_parameters(path) for label, path in starts.items()},
                "finetune": scores, "train_examples": args.train_examples, "lr": args.lr, "epochs": args.epochs,
-               "max_length": args.max_length, "seeds": args.seeds}
+               "max_length": args.max_length, "seeds": args.seeds, "majority": majority_baselines(args.glue)}
     save_results("electra_vs_mlm", payload)
     plot_curves(payload)
     print(write_section(payload))
@@ -221,6 +224,10 @@ def render(payload: dict[str, Any]) -> str:
                 if index < len(rtd) else ["-"] * 4)
         curve_rows.append(row)
     finetune_rows = []
+    baseline = payload.get("majority")
+    if baseline:
+        finetune_rows.append(["(the commonest label everywhere)", f"{100 * baseline['SST-2']['accuracy']:.1f}",
+                              f"{100 * baseline['MRPC']['f1']:.1f}", f"{100 * baseline['MRPC']['accuracy']:.1f}", "-"])
     for label in next(iter(scores.values())):
         sst2, mrpc = scores["SST-2"][label], scores["MRPC"][label]
         finetune_rows.append([label, mean_std(sst2["accuracy"]), mean_std(mrpc["f1"]), mean_std(mrpc["accuracy"]),
@@ -265,6 +272,21 @@ def render(payload: dict[str, Any]) -> str:
     ]) + "\n"
 
 
+def majority_baselines(glue: Path) -> dict[str, dict[str, float]]:
+    """Dev scores of always answering the commonest label: SST-2 accuracy, MRPC accuracy and F1 (a model
+    that has learned nothing of MRPC says "paraphrase" to every pair and scores F1 about 81)."""
+    def labels(path: Path, column: int) -> list[str]:
+        rows = path.read_text(encoding="utf-8-sig").splitlines()[1:]
+        return [row.split("\t")[column] for row in rows if row.strip()]
+
+    sst2 = labels(glue / "SST-2" / "dev.tsv", -1)
+    mrpc = labels(glue / "MRPC" / "dev.tsv", 0)
+    sst2_common = max(set(sst2), key=sst2.count)
+    positive = mrpc.count("1") / len(mrpc)  # answering 1 everywhere: precision = that share, recall 1
+    return {"SST-2": {"accuracy": sst2.count(sst2_common) / len(sst2)},
+            "MRPC": {"accuracy": max(positive, 1 - positive), "f1": 2 * positive / (positive + 1)}}
+
+
 def verdict(payload: dict[str, Any]) -> str:
     scores, runs = payload["finetune"], payload["runs"]
     electra, mlm, random = "ELECTRA (rtd) pre-trained", "MLM pre-trained", "random weights"
@@ -297,7 +319,22 @@ def verdict(payload: dict[str, Any]) -> str:
         call = "the two objectives cannot be told apart at this budget with three seeds"
     return (f"**Verdict.** Each ELECTRA step cost {step_cost:.2f}x a masked-LM step (the generator runs too), so it "
             f"took {runs['ELECTRA (rtd)']['steps']} steps to masked LM's {runs['MLM']['steps']} in the same minutes; "
-            + "; ".join(sentences) + f". {call[0].upper() + call[1:]}. {detection}")
+            + "; ".join(sentences) + f". {call[0].upper() + call[1:]}. {majority_words(payload)}{detection}")
+
+
+def majority_words(payload: dict[str, Any]) -> str:
+    """Which starts did no better than answering the commonest label (within a point), per task."""
+    baseline = payload.get("majority")
+    if not baseline:
+        return ""
+    found = []
+    for task, metric in TASKS.items():
+        floor = baseline[task][metric]
+        stuck = [label for label, row in payload["finetune"][task].items() if row[metric]["mean"] <= floor + 0.01]
+        if stuck:
+            found.append(f"on {task}, {', '.join(stuck)} did not beat answering the commonest label everywhere "
+                         f"({metric} {100 * floor:.1f}) by more than a point")
+    return ("Mind the floor: " + "; ".join(found) + ". ") if found else ""
 
 
 PAPER_SMALL_TOKENS = 1_000_000 * 128 * 128  # ELECTRA-Small: 1M steps of 128 sequences of 128 tokens
