@@ -1,0 +1,92 @@
+"""The four lecture studies' tables and verdicts come from their saved numbers (no training here).
+
+experiments/pretraining_tasks.py, model_size.py, features_vs_finetuning.py and paper_search.py each
+turn a results payload into a docs/results.md section; these payloads have the shape the studies save,
+with numbers chosen so that each verdict has a clear answer to give.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from experiments import features_vs_finetuning, model_size, paper_search, pretraining_tasks
+
+MACHINE = {"date": "2026-01-01", "cpu": "test cpu", "cores": 2, "torch": "2", "transformers": "4", "python": "3"}
+
+
+def score(mean: float, std: float = 0.5, metric: str = "accuracy") -> dict[str, Any]:
+    return {"metric": metric, "mean": mean, "std": std, "values": [mean - std, mean + std], "wall_s": 1.0}
+
+
+@pytest.fixture(autouse=True)
+def plain_machine_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the machine line's wording belongs to benchmarks.common; here only that a line is there
+    for module in (pretraining_tasks, model_size, features_vs_finetuning, paper_search):
+        monkeypatch.setattr(module, "machine_line", lambda machine: f"machine: {machine['cpu']}")
+
+
+def test_pretraining_tasks_verdict_finds_mlm_over_ltr() -> None:
+    tasks = ["SST-2", "MRPC"]
+    means = {"MLM + NSP": 80.0, "No NSP (MLM only)": 79.8, "LTR & No NSP": 70.0, "LTR & No NSP + BiLSTM": 72.0,
+             pretraining_tasks.RANDOM: 60.0}
+    run = {"steps": 100, "wall_s": 60.0, "parameters": 4_000_000,
+           "curve": [{"step": 100, "minutes": 1.0, "mlm_accuracy": 0.2}]}
+    payload = {"machine": MACHINE, "smoke": False, "steps": 100, "preset": "mini", "max_seq_length": 128,
+               "seeds": [1, 2], "lr": 3e-4, "tasks": tasks, "train_examples": {"SST-2": 6000, "MRPC": None},
+               "runs": {label: run for label in pretraining_tasks.OBJECTIVES},
+               "finetune": {label: {t: score(m) for t in tasks} for label, m in means.items()}}
+    text = pretraining_tasks.render(payload)
+    assert "beat the left-to-right one beyond the seed spread on SST-2, MRPC" in text
+    assert "NSP's effect is within the seed spread" in text
+    assert "| LTR & No NSP + BiLSTM | 82.1 | 84.1 | 75.7 | 91.6 | 84.9 |" in text  # the paper's row
+
+
+def test_model_size_verdict_reads_the_trend() -> None:
+    sizes = ["tiny", "mini"]
+    runs = {s: {"steps": 10, "wall_s": w, "parameters": p, "curve": [{"mlm_loss": loss}],
+                "recipe": {"data": {"batch_size": 32}}}
+            for s, w, p, loss in (("tiny", 10.0, 500_000, 5.0), ("mini", 30.0, 4_000_000, 4.0))}
+    payload = {"machine": MACHINE, "smoke": False, "sizes": sizes, "steps": 10, "max_seq_length": 128, "seeds": [1, 2],
+               "lr": 3e-4, "train_examples": {"SST-2": 6000, "MRPC": None},
+               "shapes": {"tiny": "L=2, H=128, A=2", "mini": "L=4, H=256, A=4"}, "runs": runs,
+               "finetune": {"tiny": {"SST-2": score(70.0), "MRPC": score(75.0, metric="f1")},
+                            "mini": {"SST-2": score(75.0), "MRPC": score(75.2, metric="f1")}}}
+    text = model_size.render(payload)
+    assert "148.4 -> 54.6" in text and "falling at every step up, as in the paper" in text
+    assert "SST-2 70.0 -> 75.0 (1 of 1 steps up beyond the seed spread)" in text
+    assert "MRPC 75.0 -> 75.2 (0 of 1" in text
+    assert "took 3.0x the smallest's" in text
+
+
+def test_features_vs_finetuning_names_no_unchecked_paper_figure() -> None:
+    tasks = ["CoNLL-2003", "MRPC"]
+    frozen = "frozen (concat_last_four, bilstm head)"
+    payload = {"machine": MACHINE, "smoke": False, "frozen_layers": "concat_last_four", "frozen_head": "bilstm",
+               "frozen_lr": 1e-3, "tasks": tasks, "seeds": [1, 2], "train_examples": {"CoNLL-2003": 4000, "MRPC": None},
+               "scores": {"all-MiniLM-L6-v2": {"fine-tuned": {"CoNLL-2003": score(85.0), "MRPC": score(88.0)},
+                                               frozen: {"CoNLL-2003": score(84.8), "MRPC": score(80.0)}}}}
+    text = features_vs_finetuning.render(payload)
+    assert "fine-tuning ahead beyond the seed spread on MRPC, features ahead on none, level on CoNLL-2003" in text
+    assert "96.4 fine-tuned and 96.1 from frozen concat_last_four features" in text  # the BERT paper's Table 7
+    assert "could not be checked" in text
+    assert "+8.0 points on the sentence pairs (MRPC) and +0.2 on the rest (CoNLL-2003)" in text
+
+
+def test_paper_search_verdict_separates_dev_from_holdout() -> None:
+    configurations = [{"name": "lr5e-05-bs16-ep3", "lr": 5e-5, "batch_size": 16, "epochs": 3.0, "steps": 10,
+                       "dev": score(90.0), "holdout": score(84.0)},
+                      {"name": "lr2e-05-bs32-ep2", "lr": 2e-5, "batch_size": 32, "epochs": 2.0, "steps": 5,
+                       "dev": score(85.0), "holdout": score(83.0)},
+                      {"name": "lr3e-05-bs32-ep4", "error": "out of memory"}]
+    result = {"metric": "f1", "configurations": configurations, "chosen": "lr5e-05-bs16-ep3", "search_wall_s": 1.0,
+              "default": {"lr": 1e-4, "batch_size": 32, "epochs": 3.0, "dev": score(86.0), "holdout": score(83.8),
+                          "wall_s": 1.0}, "train_examples": 800, "holdout_examples": 200}
+    payload = {"machine": MACHINE, "smoke": False, "model": "m", "tasks": ["MRPC"],
+               "grid": {"lr": [5e-5, 2e-5, 3e-5], "batch_size": [16, 32], "epochs": [2.0, 3.0, 4.0]},
+               "seeds": [1, 2], "holdout": 200, "train_examples": 1000, "jobs": 1, "results": {"MRPC": result}}
+    text = paper_search.render(payload)
+    assert "leads the default by +4.0 on dev" in text and "+0.2 on the hold-out (within the seed spread" in text
+    assert "no better than the default recipe beyond the seed spread, so whatever it leads by" in text
+    assert "| MRPC | lr3e-05-bs32-ep4 | failed | - |  |" in text
