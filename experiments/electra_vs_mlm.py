@@ -250,6 +250,8 @@ def render(payload: dict[str, Any]) -> str:
         "",
         markdown_table(["objective", "s/step (calibration)", "steps in budget", "wall min"], setup),
         "",
+        overrun_words(payload),
+        "",
         f"![held-out figures against minutes]({Path('../experiments/results/img') / CURVES.name})",
         "",
         "Held-out figures against minutes (the two objectives train different tasks, so each curve is its own "
@@ -302,12 +304,17 @@ def verdict(payload: dict[str, Any]) -> str:
                          f"{over_random[mlm]:+.1f})")
     step_cost = runs["ELECTRA (rtd)"]["calibrated_step_s"] / runs["MLM"]["calibrated_step_s"]
     detection = detection_words(runs["ELECTRA (rtd)"]["curve"][-1], runs["ELECTRA (rtd)"]["steps"])
-    wins = [task for task, metric in TASKS.items()
-            if scores[task][electra][metric]["mean"] - scores[task][mlm][metric]["mean"]
-            > max(scores[task][electra][metric]["std"], scores[task][mlm][metric]["std"])]
-    losses = [task for task, metric in TASKS.items()
-              if scores[task][mlm][metric]["mean"] - scores[task][electra][metric]["mean"]
-              > max(scores[task][electra][metric]["std"], scores[task][mlm][metric]["std"])]
+    # A task where neither pre-trained start beat the commonest label by a point says nothing about them.
+    informative = [task for task in TASKS if not at_floor(payload, task, electra) or not at_floor(payload, task, mlm)]
+    wins = [task for task in informative
+            if scores[task][electra][TASKS[task]]["mean"] - scores[task][mlm][TASKS[task]]["mean"]
+            > max(scores[task][electra][TASKS[task]]["std"], scores[task][mlm][TASKS[task]]["std"])]
+    losses = [task for task in informative
+              if scores[task][mlm][TASKS[task]]["mean"] - scores[task][electra][TASKS[task]]["mean"]
+              > max(scores[task][electra][TASKS[task]]["std"], scores[task][mlm][TASKS[task]]["std"])]
+    beaten_by_random = [task for task in informative
+                        if all(scores[task][random][TASKS[task]]["mean"] >= scores[task][start][TASKS[task]]["mean"]
+                               for start in (electra, mlm))]
     if wins and not losses:
         call = f"ELECTRA's objective wins at this budget on {' and '.join(wins)}, as the paper finds at small compute"
     elif losses and not wins:
@@ -315,11 +322,38 @@ def verdict(payload: dict[str, Any]) -> str:
                 f"{' and '.join(losses)}")
     elif wins and losses:
         call = f"the result is mixed: ELECTRA ahead on {' and '.join(wins)}, masked LM on {' and '.join(losses)}"
-    else:
+    elif informative:
         call = "the two objectives cannot be told apart at this budget with three seeds"
+    else:
+        call = "no task here separates the two objectives: neither start beat the commonest label by a point"
+    if beaten_by_random:
+        call += (f"; and on {' and '.join(beaten_by_random)} random weights scored at least as well as either "
+                 "pre-trained start, so at this budget neither objective has yet bought anything there")
     return (f"**Verdict.** Each ELECTRA step cost {step_cost:.2f}x a masked-LM step (the generator runs too), so it "
             f"took {runs['ELECTRA (rtd)']['steps']} steps to masked LM's {runs['MLM']['steps']} in the same minutes; "
             + "; ".join(sentences) + f". {call[0].upper() + call[1:]}. {majority_words(payload)}{detection}")
+
+
+def overrun_words(payload: dict[str, Any]) -> str:
+    """Whether a run took more than its budget (its steps slower than calibrated), and where it stood then."""
+    budget = payload["budget_min"]
+    words = []
+    for name, run in payload["runs"].items():
+        minutes = run["wall_s"] / 60
+        if minutes > 1.05 * budget:
+            within = [p for p in run["curve"] if p["minutes"] <= budget]
+            at_budget = (f"; at {within[-1]['minutes']:.1f} minutes its held-out masked-token accuracy was "
+                         f"{100 * within[-1]['mlm_accuracy']:.1f}%" if within else "")
+            words.append(f"The {name} run took {minutes:.1f} minutes, {100 * (minutes / budget - 1):.0f}% over its "
+                         f"budget (its steps ran slower than in its calibration){at_budget}.")
+    return " ".join(words) or "Both runs ended within 5% of the budget."
+
+
+def at_floor(payload: dict[str, Any], task: str, label: str) -> bool:
+    """Whether `label`'s mean on `task` is within a point of answering the commonest label everywhere."""
+    baseline = payload.get("majority")
+    metric = TASKS[task]
+    return bool(baseline) and payload["finetune"][task][label][metric]["mean"] <= baseline[task][metric] + 0.01
 
 
 def majority_words(payload: dict[str, Any]) -> str:
@@ -330,10 +364,11 @@ def majority_words(payload: dict[str, Any]) -> str:
     found = []
     for task, metric in TASKS.items():
         floor = baseline[task][metric]
-        stuck = [label for label, row in payload["finetune"][task].items() if row[metric]["mean"] <= floor + 0.01]
+        stuck = [label for label in payload["finetune"][task] if at_floor(payload, task, label)]
         if stuck:
             found.append(f"on {task}, {', '.join(stuck)} did not beat answering the commonest label everywhere "
-                         f"({metric} {100 * floor:.1f}) by more than a point")
+                         f"({metric} {100 * floor:.1f}) by more than a point, so the gaps there are noise about "
+                         "the floor")
     return ("Mind the floor: " + "; ".join(found) + ". ") if found else ""
 
 
