@@ -9,14 +9,14 @@ throughput over the same window (after a warm-up), for three setups:
 
 - transformers: its model classes, torch's default threads (one per usable core) and OpenMP's default
   wait policy, as a user gets them;
-- bertforge, fixed: bertforge's models with the same defaults (what bertforge did before its thread
+- bertforge-fixed: bertforge's models with the same defaults (what bertforge did before its thread
   policy);
 - bertforge: what its command line does: OpenMP threads that sleep at barriers and the thread count
   kept at the cores the other processes leave idle (`bertforge.threads`, one `tick()` per step or batch,
   as the training loop and inference batches call it).
 
 Job kinds (random weights and token ids: the figures are about speed): pretrain = masked-LM steps of
-BERT-mini (L=4, H=256) on 32 x 128 tokens; finetune = sequence-classification steps of the same model
+BERT-mini (L=4, H=256) on 32 x 128 tokens, 15% of them scored; finetune = sequence-classification steps of the same model
 on 32 x 128; predict = inference batches of a MiniLM-sized encoder (L=6, H=384) on 32 x 128;
 serve = single requests of 1 x 64 on the same encoder. The fair share of a job beside k others is
 1/(k+1) of its figure alone. Results: benchmarks/results/shared_cpu.json and the `shared-cpu`
@@ -37,7 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, machine, machine_line, markdown_table, save_results, update_doc_section  # noqa: E402
 
-SETUPS = ("transformers", "bertforge, fixed", "bertforge")
+SETUPS = ("transformers", "bertforge-fixed", "bertforge")
 KINDS = {  # kind -> (model shape, batch, sequence length, what one item is)
     "pretrain": ({"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 1024},
                  32, 128, "sequences"),
@@ -85,7 +85,10 @@ def worker(setup: str, kind: str, warmup_s: float, window_s: float, start_at: fl
     ids = torch.randint(5, VOCAB, (batch, length))
     mask = torch.ones_like(ids)
     training = kind in ("pretrain", "finetune")
-    labels = ids.clone() if kind == "pretrain" else torch.zeros(batch, dtype=torch.long)
+    if kind == "pretrain":  # 15% of the tokens scored, as masked LM pre-training scores them
+        labels = ids.masked_fill(torch.rand(ids.shape, generator=torch.Generator().manual_seed(0)) >= 0.15, -100)
+    else:
+        labels = torch.zeros(batch, dtype=torch.long)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4) if training else None
     model.train(training)
     while time.time() < start_at:  # every worker of a scenario starts together
@@ -179,16 +182,38 @@ def render(payload: dict[str, Any]) -> str:
         "1, 2 and 3 identical jobs started together, each job's throughput over the same "
         f"{payload['window_s']:g}-second window after a {payload['warmup_s']:g}-second warm-up; the fair share "
         "beside k others is 1/(k+1) of the figure alone (1.00x fair share = exactly that). transformers and "
-        "'bertforge, fixed' run with torch's default threads and OpenMP's default waiting; 'bertforge' with its "
+        "bertforge-fixed run with torch's default threads and OpenMP's default waiting; 'bertforge' with its "
         "command line's policy (threads sleep at barriers, thread count = the cores other processes leave "
         "idle). pretrain/finetune: BERT-mini steps on 32 x 128 tokens; predict: a MiniLM-sized encoder on "
         "32 x 128; serve: the same encoder on 1 x 64 requests. Last column: the thread counts the jobs ran "
-        "at in the busiest scenario.",
+        "at in the busiest scenario. Counts are whole batches inside the window, so a figure's resolution is "
+        f"one batch per window (32 / {payload['window_s']:g} s = {32 / payload['window_s']:.1f} sequences/s for "
+        "the batched kinds): the slow rows are coarse, the gaps between setups are not.",
         "",
         markdown_table(header + ["threads (busiest)"], rows),
         "",
-        machine_line(payload["machine"]) + f"; load average before the run {payload['load_before']}.",
+        verdict(payload),
+        "",
+        machine_line(payload["machine"]) + f" Load average before the run: {payload['load_before']}.",
     ]) + "\n"
+
+
+def verdict(payload: dict[str, Any]) -> str:
+    """The targets: every bertforge job at least its fair share beside others, its quiet figure unchanged."""
+    results = payload["results"]
+    if not all({"bertforge", "bertforge-fixed"} <= set(setups) for setups in results.values()):
+        return ""
+    shares = {kind: min(s["min"] / setups["bertforge"][0]["mean"] * s["jobs"] for s in setups["bertforge"][1:])
+              for kind, setups in results.items()}
+    quiet = {kind: setups["bertforge"][0]["mean"] / setups["bertforge-fixed"][0]["mean"] - 1
+             for kind, setups in results.items()}
+    worst = min(shares, key=shares.get)
+    fair = (f"every job kind got at least its fair share (lowest: {worst}, {shares[worst]:.2f}x)" if shares[worst] >= 1
+            else f"{worst} got {shares[worst]:.2f}x its fair share (target 1.00x: missed)")
+    changes = ", ".join(f"{kind} {100 * change:+.0f}%" for kind, change in quiet.items())
+    return (f"**Targets.** With the thread policy {fair}. Alone, its figures against the same models with torch's "
+            f"defaults: {changes} (one batch in the window is {100 * 32 / payload['window_s'] / 30:.0f}% of a "
+            "30 sequences/s figure; serve counts single requests, so its change is finer than that).")
 
 
 if __name__ == "__main__":
