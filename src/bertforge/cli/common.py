@@ -3,11 +3,14 @@ input, and small argument helpers."""
 
 from __future__ import annotations
 
+import functools
 import inspect as pyinspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, ClassVar
 
 import typer
+from typer.core import TyperGroup
 
 PRECISION_HELP = ("fp32, bf16, int8 (dynamic quantization of the encoder's Linear layers) or auto "
                   "(bf16 where the CPU has AMX or AVX512-BF16, else fp32).")
@@ -58,3 +61,30 @@ def text_lines(path: Path, pairs: bool) -> list[str | tuple[str, str]]:
         first, sep, second = line.partition(" ||| ")
         out.append((first, second) if sep else line)
     return out
+
+
+class TaskFamilyGroup(TyperGroup):
+    """A command group with a subcommand for each family in `bertforge.tasks.FAMILIES`, made when it is
+    asked for, so that a family registered later (by a plugin, by a test) is a command too. A subclass
+    names the factory that makes one family's command function (`make_command(name, family)`)."""
+
+    make_command: ClassVar[Callable[[str, type], Callable[..., None]]]
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        from bertforge.tasks import FAMILIES
+
+        return list(FAMILIES)
+
+    def get_command(self, ctx: Any, name: str) -> Any:
+        from bertforge.tasks import FAMILIES
+
+        if name not in FAMILIES:
+            return None
+        return _family_command(type(self).make_command, name, FAMILIES[name], self.rich_markup_mode)
+
+
+@functools.cache
+def _family_command(make: Callable[[str, type], Callable[..., None]], name: str, family: type, markup: Any) -> Any:
+    single = typer.Typer(add_completion=False, rich_markup_mode=markup)
+    single.command(name)(make(name, family))
+    return typer.main.get_command(single)

@@ -8,15 +8,13 @@ settings as options (`Task.setting_options`), `--task` unless it is one task (`T
 
 from __future__ import annotations
 
-import functools
 import inspect as pyinspect
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
 
-from bertforge.cli.common import fail, flag, library_errors
+from bertforge.cli.common import TaskFamilyGroup, fail, flag, library_errors
 from bertforge.cli.options import recipe_command, task_setting_parameters
 from bertforge.finetune import FinetuneRecipe
 
@@ -48,28 +46,6 @@ _NER_STRATEGY = [
                                                     "second_to_last, sum_last_four, concat_last_four or "
                                                     "sum_all.")]),
 ]
-
-
-class FamilyGroup(TyperGroup):
-    """The `finetune` group: a subcommand for each family in `bertforge.tasks.FAMILIES` when it is asked
-    for, so that a family registered there later (by a plugin, by a test) is a command too."""
-
-    def list_commands(self, ctx: Any) -> list[str]:
-        from bertforge.tasks import FAMILIES
-
-        return list(FAMILIES)
-
-    def get_command(self, ctx: Any, name: str) -> Any:
-        from bertforge.tasks import FAMILIES
-
-        return _click_command(name, FAMILIES[name], self.rich_markup_mode) if name in FAMILIES else None
-
-
-@functools.cache
-def _click_command(name: str, family: type, markup: Any) -> Any:
-    single = typer.Typer(add_completion=False, rich_markup_mode=markup)
-    single.command(name)(family_command(name, family))
-    return typer.main.get_command(single)
 
 
 def family_command(name: str, family: type) -> Any:
@@ -124,3 +100,10 @@ def _frozen_ner(recipe: Any, out: Path, strategy: str) -> None:
     (row,) = ablate(Path(recipe.model), Path(recipe.data), out, strategies=(strategy,),
                     train_sentences=recipe.train.max_train_examples, config=FrozenNerConfig(seed=recipe.seeds[0]))
     typer.echo(f"{strategy}: hidden states {row['layers']} ({row['combine']}) -> dev F1 {100 * row['dev_f1']:.2f}")
+
+
+class FamilyGroup(TaskFamilyGroup):
+    """The `finetune` group: a subcommand for each family in `bertforge.tasks.FAMILIES` when it is asked
+    for, so that a family registered there later (by a plugin, by a test) is a command too."""
+
+    make_command = staticmethod(family_command)

@@ -7,15 +7,13 @@ lists, the grid; `--jobs` says how many configurations run at once.
 
 from __future__ import annotations
 
-import functools
 import inspect as pyinspect
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
 
-from bertforge.cli.common import fail, flag, library_errors
+from bertforge.cli.common import TaskFamilyGroup, fail, flag, library_errors
 from bertforge.cli.options import recipe_command, task_setting_parameters
 from bertforge.finetune import FinetuneRecipe
 
@@ -47,27 +45,6 @@ _LEADING = [
     flag("overwrite", "Clear every configuration's earlier run in --out and start again. Without it a rerun "
                       "reuses finished configurations and seeds and resumes an interrupted one."),
 ]
-
-
-class SearchGroup(TyperGroup):
-    """The `search` group: a subcommand per family in `bertforge.tasks.FAMILIES`, made when asked for."""
-
-    def list_commands(self, ctx: Any) -> list[str]:
-        from bertforge.tasks import FAMILIES
-
-        return list(FAMILIES)
-
-    def get_command(self, ctx: Any, name: str) -> Any:
-        from bertforge.tasks import FAMILIES
-
-        return _click_command(name, FAMILIES[name], self.rich_markup_mode) if name in FAMILIES else None
-
-
-@functools.cache
-def _click_command(name: str, family: type, markup: Any) -> Any:
-    single = typer.Typer(add_completion=False, rich_markup_mode=markup)
-    single.command(name)(search_command(name, family))
-    return typer.main.get_command(single)
 
 
 def _numbers(text: str | None, kind: type, option: str) -> list[Any] | None:
@@ -117,3 +94,9 @@ def _report(summary: dict[str, Any], out: Path) -> None:
 
     typer.echo(markdown(summary))
     typer.echo(f"wrote {out / SEARCH_MD}, {out / SEARCH_JSON}; the chosen model: {out / 'model'}")
+
+
+class SearchGroup(TaskFamilyGroup):
+    """The `search` group: a subcommand per family in `bertforge.tasks.FAMILIES`, made when asked for."""
+
+    make_command = staticmethod(search_command)
