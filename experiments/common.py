@@ -6,6 +6,8 @@ rewrites only that section, so the studies can be rerun independently.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,5 +29,22 @@ def update_doc_section(name: str, body: str, doc: Path = DOC) -> None:
     shared.update_doc_section(name, body, doc, DOC_HEADER)
 
 
-__all__ = ["DOC", "RESULTS", "ROOT", "machine", "machine_line", "markdown_table", "save_results",
+def publish(name: str, section: str, payload: dict[str, Any], render: Callable[[dict[str, Any]], str], *,
+            smoke: bool = False, work: Path | None = None, write_doc: bool = False) -> None:
+    """A study's ending: a smoke run's payload goes beside its scratch work and its section is printed
+    (and written to the doc only when asked); a real run saves its results and rewrites its section."""
+    text = render(payload)
+    if smoke:
+        assert work is not None, "a smoke run keeps its payload in its work directory"
+        (work / f"{name}.json").write_text(json.dumps(payload, indent=2))
+        if write_doc:
+            update_doc_section(section, text)
+        print(text)
+        return
+    save_results(name, payload)
+    update_doc_section(section, text)
+    print(text)
+
+
+__all__ = ["DOC", "RESULTS", "ROOT", "machine", "machine_line", "markdown_table", "publish", "save_results",
            "update_doc_section"]

@@ -41,7 +41,7 @@ from experiments.common import (
     machine,
     machine_line,
     markdown_table,
-    save_results,
+    publish,
     update_doc_section,
 )
 from experiments.electra_vs_mlm import slug
@@ -131,14 +131,7 @@ def main() -> None:
                "frozen_lr": args.frozen_lr, "lr": args.lr, "tasks": tasks, "seeds": seeds,
                "train_examples": {t: 48 if args.smoke else TASKS[t].train_examples for t in tasks}, "scores": scores,
                "wall_s": round(time.time() - started, 1)}
-    if args.smoke:
-        (work / "features_vs_finetuning.json").write_text(json.dumps(payload, indent=2))
-        print(render(payload))
-        if args.write_doc:
-            write_section(payload)
-        return
-    save_results("features_vs_finetuning", payload)
-    print(write_section(payload))
+    publish("features_vs_finetuning", "features-vs-finetuning", payload, render, smoke=args.smoke, work=work, write_doc=args.write_doc)
 
 
 def write_section(payload: dict[str, Any]) -> str:

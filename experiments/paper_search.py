@@ -40,7 +40,7 @@ from experiments.common import (
     machine,
     machine_line,
     markdown_table,
-    save_results,
+    publish,
     update_doc_section,
 )
 from experiments.features_vs_finetuning import TASKS, minilm
@@ -128,14 +128,7 @@ def main() -> None:
     payload = {"machine": machine(), "smoke": args.smoke, "model": str(model), "tasks": tasks, "grid": grid,
                "seeds": seeds, "holdout": options["holdout"], "train_examples": options["max_train_examples"],
                "jobs": args.jobs, "results": results, "wall_s": round(time.time() - started, 1)}
-    if args.smoke:
-        (work / "paper_search.json").write_text(json.dumps(payload, indent=2))
-        print(render(payload))
-        if args.write_doc:
-            write_section(payload)
-        return
-    save_results("paper_search", payload)
-    print(write_section(payload))
+    publish("paper_search", "paper-search", payload, render, smoke=args.smoke, work=work, write_doc=args.write_doc)
 
 
 def write_section(payload: dict[str, Any]) -> str:

@@ -51,7 +51,7 @@ from experiments.common import (
     machine,
     machine_line,
     markdown_table,
-    save_results,
+    publish,
     update_doc_section,
 )
 from experiments.electra_vs_mlm import slug
@@ -299,14 +299,7 @@ def main() -> None:
                "max_seq_length": length, "threads": args.threads, "seeds": seeds, "lr": args.lr, "tasks": tasks,
                "train_examples": {t: 48 if args.smoke else TASKS[t].train_examples for t in tasks}, "runs": runs, "finetune": scores,
                "wall_s": round(time.time() - started, 1)}
-    if args.smoke:
-        (work / "pretraining_tasks.json").write_text(json.dumps(payload, indent=2))
-        print(render(payload))
-        if args.write_doc:
-            write_section(payload)
-        return
-    save_results("pretraining_tasks", payload)
-    print(write_section(payload))
+    publish("pretraining_tasks", "pretraining-tasks", payload, render, smoke=args.smoke, work=work, write_doc=args.write_doc)
 
 
 def write_section(payload: dict[str, Any]) -> str:
