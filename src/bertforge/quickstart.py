@@ -541,6 +541,12 @@ def curve_section(records: dict[str, dict[str, Any]], budget: Budget, plot: str,
         records["curve_pretrained"]["points"], records["curve_random"]["points"], records["curve_minilm"]["points"],
         majority=subsamples["dev_majority_accuracy"], eval_examples=subsamples["dev_sentences"])
     epochs = f"{budget.curve_epochs:g} {'epoch' if budget.curve_epochs == 1 else 'epochs'}"
+    if budget.curve_min_steps == budget.curve_max_steps:
+        steps_rule = (f"Every size gets the same {budget.curve_min_steps} updates (many passes over the small sets, "
+                      "fewer over the large ones), so a size differs from another only in its sentences.")
+    else:
+        steps_rule = (f"Steps at a size: {epochs} over the sentences, but at least {budget.curve_min_steps} and at "
+                      f"most {budget.curve_max_steps} (fewer passes at the large sizes, to fit the budget).")
     return f"""Three starts: the {architecture} BERT pre-trained above and the same architecture and
 vocabulary with random weights (both at learning rate {budget.finetune_lr:g}), and all-MiniLM-L6-v2
 (pre-trained at scale; 6 layers, H=384; learning rate {MINILM_LR:g}). Each is fine-tuned on nested random
@@ -548,8 +554,7 @@ sub-samples of the {subsamples['available']:,} bundled training sentences (the s
 larger, and every start sees the same sentences at a size), {seeds} {"seed" if seeds == 1 else "seeds"} at each size (the seed sets
 the new output layer's initialisation and the batch order), in batches of {FINETUNE_BATCH_SIZE} of up to
 {budget.max_seq_length} tokens, and scored once, after the last step, on {dev} of SST-2's 872 dev sentences.
-Steps at a size: {epochs} over the sentences, but at least {budget.curve_min_steps} and at most
-{budget.curve_max_steps} (fewer passes at the large sizes, to fit the budget). MiniLM costs about 14 times
+{steps_rule} MiniLM costs about 14 times
 the tiny model per step, so it runs only at the sizes up to {budget.minilm_max_size:,}, for at most
 {budget.minilm_max_steps} {"step" if budget.minilm_max_steps == 1 else "steps"}.
 
