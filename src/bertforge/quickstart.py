@@ -106,9 +106,9 @@ class Budget:
 # - MiniLM (at lr 1e-4, 100 sentences and 50 steps: 0.727, 0.705, 0.706 for seeds 1-3; 87 s on one core)
 #   runs at 100 sentences only, 50 steps: 3 x (9 + 50 x 0.48) = ~100 CPU s, about 65 s quiet. At 300
 #   as well it would add another ~65 s.
-# The curve, ~180 s quiet, replaces three single fine-tunes that took ~95 s: README command 1 grows
-# from 9 min 43 s to about 11 minutes. A budget of 10 minutes or less means fewer steps (and, per the
-# above, a random start at the majority class) or fewer sizes.
+# Measured on the quiet machine (docs/recipes.md): the curve took 220 s (80 + 82 + 58), pre-training
+# 387 s, README command 1 10 min 20 s in all. Trimming it further means fewer steps (and, per the above,
+# a random start at the majority class) or fewer sizes.
 BUDGETS = {
     "full": Budget(books=None, vocab_size=8000, max_seq_length=64, objective="sop", dupe_factor=5,
                    validation_fraction=0.05, model="tiny", pretrain_steps=5000, pretrain_batch_size=32,
