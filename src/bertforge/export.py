@@ -169,13 +169,18 @@ def graph_friendly(model: nn.Module) -> Iterator[None]:
     (no data-dependent branch in the graph), on every encoder inside that has these switches."""
     switches = {"unpad": False, "always_build_mask": True}
     saved = [(m, name, getattr(m, name)) for m in model.modules() for name in switches if hasattr(m, name)]
+    split = [m for m in model.modules() if hasattr(m, "split_for_export")]  # attention ONNX Runtime can fuse
     try:
         for m, name, _ in saved:
             setattr(m, name, switches[name])
+        for m in split:
+            m.split_for_export()
         yield
     finally:
         for m, name, value in saved:
             setattr(m, name, value)
+        for m in split:
+            m.join_after_export()
 
 
 @contextlib.contextmanager
@@ -187,6 +192,12 @@ def _quiet_exporter() -> Iterator[None]:
         # every input names the same Dim objects on purpose; the exporter says it shares them
         warnings.filterwarnings("ignore", message=r".*will not be used, since it shares the same shape")
         warnings.filterwarnings("ignore", message=r".*LeafSpec.*is deprecated", category=FutureWarning)
+        # the tracer (exporter="torchscript"): Python branches on sizes it records as constants, which the
+        # engine's check on other shapes catches; and its notice that it is deprecated
+        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+        warnings.filterwarnings("ignore", message=r".*dynamo=False.*", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", message=r".*TorchScript-based ONNX export.*")
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx\._internal\.torchscript.*")
         registration.setLevel(logging.ERROR)
         try:
             yield
@@ -217,13 +228,21 @@ def export_onnx(
     opset: int = DEFAULT_OPSET,
     check: bool = True,
     int8: bool = False,
+    exporter: str = "dynamo",
 ) -> ExportResult:
     """Export a model (or a checkpoint directory) to ONNX at `out`; optionally check it with ONNX Runtime.
 
     Every input has dynamic axes `batch` and `sequence` (and `choices` for multiple choice), so one
     file serves any batch size and any length up to the model's `max_tokens`. `int8` quantizes the
     exported graph with ONNX Runtime's dynamic quantization (needs onnxruntime).
+
+    `exporter`: "dynamo" (`torch.export`, the default: shapes stay symbolic whatever the model's code
+    does with them) or "torchscript" (torch.onnx's tracer: its graphs are the ones ONNX Runtime's
+    transformer optimizer knows, so attention fuses into one op; a model whose code computes with
+    shapes in Python gets those shapes frozen, which only a check on other shapes reveals).
     """
+    if exporter not in ("dynamo", "torchscript"):
+        raise ValueError(f"unknown exporter {exporter!r}; choose dynamo or torchscript")
     if not isinstance(model, nn.Module):
         from bertforge.model import load_any
 
@@ -248,18 +267,32 @@ def export_onnx(
     started = time.perf_counter()
     traced = out.with_name(out.stem + ".fp32.tmp.onnx") if int8 else out
     with graph_friendly(model), _quiet_exporter(), torch.inference_mode(False), torch.no_grad():
-        torch.onnx.export(
-            _Exportable(model).eval(),
-            tuple(example[name] for name in INPUTS),
-            str(traced),
-            input_names=list(INPUTS),
-            output_names=output_names,
-            dynamic_shapes={name: dict(axes) for name in INPUTS},
-            opset_version=opset,
-            dynamo=True,
-            external_data=n_bytes > _EXTERNAL_DATA_BYTES,
-            verbose=False,
-        )
+        if exporter == "torchscript":
+            named_axes = {index: dim.__name__ for index, dim in axes.items()}
+            torch.onnx.export(
+                _Exportable(model).eval(),
+                tuple(example[name] for name in INPUTS),
+                str(traced),
+                input_names=list(INPUTS),
+                output_names=output_names,
+                dynamic_axes={name: named_axes for name in INPUTS},  # the outputs' follow from them
+                opset_version=opset,
+                dynamo=False,
+                verbose=False,
+            )
+        else:
+            torch.onnx.export(
+                _Exportable(model).eval(),
+                tuple(example[name] for name in INPUTS),
+                str(traced),
+                input_names=list(INPUTS),
+                output_names=output_names,
+                dynamic_shapes={name: dict(axes) for name in INPUTS},
+                opset_version=opset,
+                dynamo=True,
+                external_data=n_bytes > _EXTERNAL_DATA_BYTES,
+                verbose=False,
+            )
     if int8:
         try:
             quantize_onnx_int8(traced, out)
@@ -300,6 +333,7 @@ def quantize_onnx_int8(source: str | Path, out: str | Path, *, reduce_range: boo
     per output channel (per channel measured 0.52 against 0.74 per tensor as the largest change of
     all-MiniLM-L6-v2's final hidden states), activations quantized per call; 7-bit weights where this
     CPU lacks VNNI (`int8_reduce_range`; None decides by the CPU)."""
+    import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from bertforge.fileio import atomic_path
@@ -311,8 +345,11 @@ def quantize_onnx_int8(source: str | Path, out: str | Path, *, reduce_range: boo
     root.setLevel(logging.ERROR)  # "consider pre-processing": shape inference adds nothing to a dynamo graph
     try:
         with atomic_path(out) as tmp:
+            # a graph fused by ONNX Runtime's optimizer holds contrib ops (Attention, SkipLayerNormalization)
+            # that shape inference cannot type: their outputs are float
             quantize_dynamic(str(source), str(tmp), weight_type=QuantType.QInt8, per_channel=True,
-                             reduce_range=int8_reduce_range() if reduce_range is None else reduce_range)
+                             reduce_range=int8_reduce_range() if reduce_range is None else reduce_range,
+                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     finally:
         root.setLevel(level)
 

@@ -135,6 +135,40 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)  # rows: [query; key; value]
         self.out = nn.Linear(config.hidden_size, config.hidden_size)
         self.attention_dropout = config.attention_probs_dropout_prob
+        self.export_projections: nn.ModuleList | None = None  # see split_for_export
+
+    def split_for_export(self) -> None:
+        """Separate q, k and v projections and the textbook attention, for the duration of a graph
+        export: ONNX Runtime's transformer optimizer fuses attention written that way (three MatMul +
+        Add, QK^T / sqrt(d) + mask, Softmax, x V) into one Attention op, and one fused q/k/v matrix is not
+        a pattern it knows. `join_after_export` drops the copies."""
+        width = self.qkv.out_features // 3
+        weights = self.qkv.weight.detach().split(width)  # the query, key and value rows
+        biases = self.qkv.bias.detach().split(width) if self.qkv.bias is not None else (None, None, None)
+        self.export_projections = nn.ModuleList()
+        for weight, bias in zip(weights, biases, strict=True):
+            linear = nn.Linear(self.qkv.in_features, width, bias=bias is not None, device=weight.device,
+                               dtype=weight.dtype)
+            linear.weight = nn.Parameter(weight.clone())
+            if bias is not None:
+                linear.bias = nn.Parameter(bias.clone())
+            self.export_projections.append(linear)
+
+    def join_after_export(self) -> None:
+        self.export_projections = None
+
+    def _textbook_attention(self, hidden: torch.Tensor, attention_bias: torch.Tensor | None) -> torch.Tensor:
+        batch, length, _ = hidden.shape  # (B, T, H)
+
+        def heads(x: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, A, T, d)
+            return x.view(batch, length, self.num_heads, self.head_dim).permute(0, 2, 1, 3)
+
+        query, key, value = (heads(projection(hidden)) for projection in self.export_projections)  # type: ignore[union-attr]
+        scores = torch.matmul(query, key.transpose(-1, -2)) / math.sqrt(self.head_dim)  # (B, A, T, T)
+        if attention_bias is not None:
+            scores = scores + attention_bias
+        context = torch.matmul(scores.softmax(dim=-1), value)  # (B, A, T, d)
+        return self.out(context.permute(0, 2, 1, 3).reshape(batch, length, self.num_heads * self.head_dim))
 
     def forward(
         self,
@@ -144,6 +178,8 @@ class SelfAttention(nn.Module):
         layout: PackedLayout | None = None,
         is_causal: bool = False,  # mask future keys here (the bias does not): see the class docstring
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.export_projections is not None and layout is None and not output_attentions and not is_causal:
+            return self._textbook_attention(hidden, attention_bias), None
         qkv = self.qkv(hidden)  # (B, T, 3H) or (N, 3H)
         dropout_p = self.attention_dropout if self.training else 0.0
         if layout is not None and layout.sequence_bounds is not None:
