@@ -274,7 +274,7 @@ def run_task_part(args: argparse.Namespace, glue: Path, work: Path) -> dict[str,
     teacher_start = minilm_path()
     repeats = (5, 2) if args.smoke else (50, 10)
     part: dict[str, Any] = {}
-    for task in TASKS:
+    for task in args.tasks:
         print(f"== {task}: teacher", flush=True)
         teacher_dirs, teacher_wall = finetune_seeds(task, teacher_start, glue, work / f"teacher-{slug(task)}", [1],
                                                     args, args.teacher_lr, args.teacher_epochs)
@@ -421,6 +421,8 @@ def main() -> None:
     parser.add_argument("--glue", type=Path, default=SHARED_DATA / "glue")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seeds", default="1,2,3")
+    parser.add_argument("--tasks", default=",".join(TASKS), help="part 1: a comma-separated subset of the tasks "
+                                                                 "(results of the others are kept)")
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--train-examples", type=int, default=None, help="part 1: training sub-sample (default: all)")
     parser.add_argument("--teacher-lr", type=float, default=None, help="default: the task's for MiniLM's width")
@@ -444,6 +446,9 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     args.seeds = [int(s) for s in args.seeds.split(",")]
+    args.tasks = [t.strip() for t in args.tasks.split(",")]
+    if unknown := [t for t in args.tasks if t not in TASKS]:
+        parser.error(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)}")
     work = args.work or (Path("/tmp/distill-students-smoke") if args.smoke else ROOT / "runs" / "distill-students")
     work.mkdir(parents=True, exist_ok=True)
     glue = args.glue
@@ -459,7 +464,7 @@ def main() -> None:
     if args.general or args.smoke:
         payload["general"] = run_general_part(args, glue, work)  # keeps its own machine and seeds
     if not args.general:
-        payload["task"] = run_task_part(args, glue, work)
+        payload["task"] = {**payload.get("task", {}), **run_task_part(args, glue, work)}
         payload.update(machine=machine(), seeds=args.seeds)
         payload["settings"] = {"max_length": args.max_length, "train_examples": args.train_examples,
                                "teacher_lr": args.teacher_lr, "teacher_epochs": args.teacher_epochs,
@@ -513,6 +518,8 @@ def render_task(payload: dict[str, Any]) -> str:
         "",
     ]
     for task, metric in TASKS.items():
+        if task not in part:  # measured later (--tasks)
+            continue
         entry = part[task]
         teacher = entry["teacher"]
         reference_ms = teacher["latency"][REFERENCE]["single_ms"]
@@ -570,6 +577,9 @@ def verdict_task(payload: dict[str, Any]) -> str:
     part = payload["task"]
     sentences = []
     for task, metric in TASKS.items():
+        if task not in part:
+            sentences.append(f"{task} is not measured yet")
+            continue
         entry = part[task]
         reference = 100 * entry["teacher"]["scores"][REFERENCE][metric]["mean"]
         gains = []
