@@ -135,6 +135,7 @@ def main() -> None:
     parser.add_argument("--max-jobs", type=int, default=3)
     parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--summarize", action="store_true")
+    parser.add_argument("--no-save", action="store_true", help="print the table only (trying a setting)")
     args = parser.parse_args()
     if args.worker:
         setup, kind, warmup, window, start = args.worker
@@ -152,6 +153,9 @@ def main() -> None:
                 print(kind, setup, [round(s["mean"], 1) for s in rows[kind][setup]], flush=True)
         payload = {"machine": machine(), "warmup_s": args.warmup, "window_s": args.window,
                    "load_before": round(load_before, 2), "results": rows}
+        if args.no_save:
+            print(render(payload))
+            return
         save_results("shared_cpu", payload)
     text = render(payload)
     update_doc_section("shared-cpu", text)

@@ -29,8 +29,10 @@ def passive_wait() -> None:
     """Make OpenMP threads sleep at barriers rather than spin, unless the user chose a policy.
 
     A spinning thread holds its core for a while after each parallel region; on a shared machine
-    that core is one another job could use. Takes effect only before the OpenMP runtime loads."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    that core is one another job could use. Takes effect only before the OpenMP runtime loads. A policy
+    the user chose (OMP_WAIT_POLICY, or GNU OpenMP's spin count GOMP_SPINCOUNT) is left as it is."""
+    if "GOMP_SPINCOUNT" not in os.environ:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def usable_cores() -> int:
