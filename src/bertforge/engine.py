@@ -70,18 +70,28 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
 # (precision, CPU class, shape class) -> (engine, measured). Shape classes: "single-short" (one
 # sequence of at most 64 pieces: the latency of a request), "single-long" (one longer sequence),
-# "batch" (several sequences per call: files, dev sets, a busy server). measured=False marks a
-# guess made before benchmarks/onnx_anchor.py ran on such a CPU; replace it with the benchmark's
-# `engine_table` entry (and measured=True) once it has. The guesses: ONNX Runtime's lower per-call
-# overhead for single short sequences and its VNNI int8 kernels; bertforge's packed (unpadded)
-# attention for batches of mixed lengths.
+# "batch" (several sequences per call: files, dev sets, a busy server). MEASURED holds the
+# `engine_table` of benchmarks/onnx_anchor.py for each CPU class it has run on (docs/benchmarks.md,
+# "ONNX Runtime as an engine"); a class it has not run on takes the entries of the nearest measured
+# class, marked as guesses (measured=False, and `auto` says so).
+MEASURED_AVX512_BF16 = {  # ONNX Runtime's fused graph against torch, geometric mean over the class's cells:
+    # fp32 1 x 16 2.22x, 1 x 128 1.24x, length-sorted batches 1.01x (0.94x at 1 thread, 1.07x at 2: a tie,
+    # which goes to torch: no export, and 1.8x ONNX Runtime's speed on mixed-length batches); int8 1.5-5x
+    ("fp32", "single-short"): "onnxruntime", ("fp32", "single-long"): "onnxruntime", ("fp32", "batch"): "torch",
+    ("int8", "single-short"): "onnxruntime", ("int8", "single-long"): "onnxruntime", ("int8", "batch"): "onnxruntime",
+}
+MEASURED: dict[str, dict[tuple[str, str], str]] = {
+    # 2-core AMD EPYC (avx2, avx512f, avx512_bf16, avx512_vnni, no AMX), all-MiniLM-L6-v2 and a
+    # BERT-base-shaped model at 1 and 2 threads, torch 2.13
+    "avx512_bf16": MEASURED_AVX512_BF16,
+}
+NEAREST_MEASURED = {"amx": "avx512_bf16", "avx512_bf16": "avx512_bf16", "avx512_vnni": "avx512_bf16",
+                    "avx2": "avx512_bf16"}
 ENGINE_TABLE: dict[tuple[str, str, str], tuple[str, bool]] = {
-    **{("fp32", cpu, "single-short"): ("onnxruntime", False) for cpu in ("amx", "avx512_bf16", "avx512_vnni", "avx2")},
-    **{("fp32", cpu, "single-long"): ("onnxruntime", False) for cpu in ("amx", "avx512_bf16", "avx512_vnni", "avx2")},
-    **{("fp32", cpu, "batch"): ("torch", False) for cpu in ("amx", "avx512_bf16", "avx512_vnni", "avx2")},
-    **{("int8", cpu, shape): ("onnxruntime", False) for cpu in ("amx", "avx512_bf16", "avx512_vnni")
-       for shape in ("single-short", "single-long", "batch")},
-    **{("int8", "avx2", shape): ("onnxruntime", False) for shape in ("single-short", "single-long", "batch")},
+    (precision, cpu, shape): (MEASURED.get(cpu, MEASURED[nearest])[(precision, shape)], cpu in MEASURED)
+    for cpu, nearest in NEAREST_MEASURED.items()
+    for precision in ENGINE_PRECISIONS
+    for shape in ("single-short", "single-long", "batch")
 }
 
 
