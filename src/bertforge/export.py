@@ -269,30 +269,14 @@ def export_onnx(
     with graph_friendly(model), _quiet_exporter(), torch.inference_mode(False), torch.no_grad():
         if exporter == "torchscript":
             named_axes = {index: dim.__name__ for index, dim in axes.items()}
-            torch.onnx.export(
-                _Exportable(model).eval(),
-                tuple(example[name] for name in INPUTS),
-                str(traced),
-                input_names=list(INPUTS),
-                output_names=output_names,
-                dynamic_axes={name: named_axes for name in INPUTS},  # the outputs' follow from them
-                opset_version=opset,
-                dynamo=False,
-                verbose=False,
-            )
+            # the outputs' dynamic axes follow from the inputs'
+            specific: dict[str, Any] = {"dynamo": False, "dynamic_axes": {name: named_axes for name in INPUTS}}
         else:
-            torch.onnx.export(
-                _Exportable(model).eval(),
-                tuple(example[name] for name in INPUTS),
-                str(traced),
-                input_names=list(INPUTS),
-                output_names=output_names,
-                dynamic_shapes={name: dict(axes) for name in INPUTS},
-                opset_version=opset,
-                dynamo=True,
-                external_data=n_bytes > _EXTERNAL_DATA_BYTES,
-                verbose=False,
-            )
+            specific = {"dynamo": True, "dynamic_shapes": {name: dict(axes) for name in INPUTS},
+                        "external_data": n_bytes > _EXTERNAL_DATA_BYTES}
+        torch.onnx.export(_Exportable(model).eval(), tuple(example[name] for name in INPUTS), str(traced),
+                          input_names=list(INPUTS), output_names=output_names, opset_version=opset, verbose=False,
+                          **specific)
     if int8:
         try:
             quantize_onnx_int8(traced, out)
