@@ -276,7 +276,10 @@ def render(payload: dict[str, Any]) -> str:
                       markdown_table(header, table), ""]
     accuracy_rows = payload.get("accuracy") or []
     if accuracy_rows:
-        lines += ["Dev accuracy (%) of each engine and precision through `bertforge.pipeline`:", "",
+        models = payload.get("accuracy_models") or {}
+        lines += ["Dev accuracy (%) of each engine and precision through `bertforge.pipeline`"
+                  + (" (" + "; ".join(f"{task}: `{path}`" for task, path in models.items()) + ")" if models else "")
+                  + ":", "",
                   markdown_table(["task", "engine", "precision", "accuracy", "vs torch fp32"],
                                  [[a["task"], a["engine"], a["precision"], f"{a['accuracy']:.2f}",
                                    f"{a['delta']:+.2f}"] for a in accuracy_rows]), ""]
@@ -416,6 +419,8 @@ def main() -> None:
                  f"in batches of {BATCH} in file order and bucketed by length; median and p90 ms per call, "
                  "sequences/s."),
         "rows": rows, "accuracy": accuracy_rows,
+        "accuracy_models": {task: str(path) for task, path in (("sst2", args.sst2_model), ("mrpc", args.mrpc_model))
+                            if path is not None},
         "seconds": saved["seconds"] if saved else round(time.perf_counter() - started, 1),
         "engine_table": engine_table(rows, cpu),
     }
