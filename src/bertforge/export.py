@@ -3,7 +3,8 @@
 The graph takes `input_ids`, `attention_mask` and `token_type_ids` (int64, (batch, sequence); for
 multiple choice (batch, choices, sequence)) and returns the model's tensors under the names in
 `OUTPUTS`. It is traced with `torch.export` (torch.onnx's dynamo exporter), which needs `onnx` and
-`onnxscript`; checking it needs `onnxruntime`.
+`onnxscript`, or with `exporter="torchscript"` by torch.onnx's tracer, whose graphs ONNX Runtime's
+transformer optimizer fuses (the engine's choice); checking it needs `onnxruntime`.
 
 Two things in the eager model are data-dependent, which a graph cannot be:
 - `padding_bias` skips the mask when nothing is padded (`bool(mask.all())`, so SDPA can take its
@@ -166,7 +167,9 @@ class _Exportable(nn.Module):
 @contextlib.contextmanager
 def graph_friendly(model: nn.Module) -> Iterator[None]:
     """For the duration: the padded attention path, and an attention mask built whatever the data
-    (no data-dependent branch in the graph), on every encoder inside that has these switches."""
+    (no data-dependent branch in the graph), on every encoder inside that has these switches; and
+    attention with separate q/k/v projections where a layer offers it (`split_for_export`), the form
+    ONNX Runtime's optimizer fuses."""
     switches = {"unpad": False, "always_build_mask": True}
     saved = [(m, name, getattr(m, name)) for m in model.modules() for name in switches if hasattr(m, name)]
     split = [m for m in model.modules() if hasattr(m, "split_for_export")]  # attention ONNX Runtime can fuse
