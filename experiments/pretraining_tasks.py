@@ -31,7 +31,8 @@ Full CPU time (one torch thread on this 2-core machine; from the 1.2 s/step that
 encoder measured in experiments/electra_vs_mlm.py and MiniLM's ~500 tokens/s fine-tuning rate there,
 four times that for the smaller mini): pre-training 3 x 1,000 steps about 1.2 h; fine-tuning 5 starts
 x 5 tasks x 3 seeds about 5.5 h (SQuAD about 40% of it); about 7 hours in all. Stages already done in
---work are reused, so a stopped study continues. Results: experiments/results/pretraining_tasks.json
+--work are reused and an unfinished pre-training continues from its last checkpoint (one at each of its five evaluations),
+so a stopped study continues. Results: experiments/results/pretraining_tasks.json
 and the `pretraining-tasks` section of docs/results.md.
 """
 
@@ -197,28 +198,55 @@ def pretrain_run(label: str, data: Path, run: Path, steps: int, model: dict[str,
     """Pre-train (or reuse) one run: its steps, wall clock and held-out curve."""
     from bertforge.pretrain import pretrain, recipe_from_dict
 
+    from bertforge.train.rundir import RunMismatchError
+
     if (run / "final" / "config.json").exists() and (run / "study.json").exists():
         return json.loads((run / "study.json").read_text())
-    shutil.rmtree(run, ignore_errors=True)  # an unfinished run: start it again with these settings
     settings = recipe(label, steps, model)
     if batch_size is not None:
         settings["data"]["batch_size"] = batch_size
-    started = time.time()
-    pretrain(recipe_from_dict(settings), data, run)
-    facts = {"steps": steps, "wall_s": round(time.time() - started, 1), "curve": curve(run), "recipe": settings,
+    try:  # an unfinished run continues from its last checkpoint when its settings and data are these
+        pretrain(recipe_from_dict(settings), data, run, resume=True)
+    except RunMismatchError as mismatch:
+        print(f"{run}: {mismatch}; starting it again with these settings")
+        shutil.rmtree(run)
+        pretrain(recipe_from_dict(settings), data, run)
+    facts = {"steps": steps, "wall_s": round(training_seconds(run), 1), "curve": curve(run), "recipe": settings,
              "parameters": parameter_count(run / "final")}
     (run / "study.json").write_text(json.dumps(facts, indent=2))
     return facts
 
 
-def curve(run: Path) -> list[dict[str, Any]]:
-    """Held-out points with the minutes since the run started: every figure the evaluation wrote (masked-LM
-    and NSP figures, or the LTR model's next-token ones)."""
+def training_clock(rows: list[dict[str, Any]]) -> list[float]:
+    """Seconds of training before each record. A resumed run logs a `run` record at each start; the time
+    between the last record before it and the restart (the process was gone) is not counted."""
+    clock, elapsed, segment_start, segment_base = [], 0.0, None, 0.0
+    for row in rows:
+        if row.get("split") == "run" or segment_start is None:
+            segment_start, segment_base = row["time"], elapsed
+        elapsed = segment_base + row["time"] - segment_start
+        clock.append(elapsed)
+    return clock
+
+
+def training_seconds(run: Path) -> float:
+    """Wall-clock seconds the run trained, summed over its starts."""
     rows = records(run)
-    start = next(r["time"] for r in rows if r.get("split") in ("run", "train"))
-    return [{"step": r["step"], "minutes": round((r["time"] - start) / 60, 2),
-             **{k: v for k, v in r.items() if k not in ("step", "time", "split") and isinstance(v, (int, float))}}
-            for r in rows if r.get("split") == "eval"]
+    return training_clock(rows)[-1] if rows else 0.0
+
+
+def curve(run: Path) -> list[dict[str, Any]]:
+    """Held-out points with the training minutes before each: every figure the evaluation wrote (masked-LM
+    and NSP figures, or the LTR model's next-token ones). A step evaluated twice (a resumed run repeats the
+    steps after its last checkpoint) keeps its last figures."""
+    rows = records(run)
+    points: dict[int, dict[str, Any]] = {}
+    for row, seconds in zip(rows, training_clock(rows)):
+        if row.get("split") == "eval":
+            points[row["step"]] = {"step": row["step"], "minutes": round(seconds / 60, 2),
+                                   **{k: v for k, v in row.items()
+                                      if k not in ("step", "time", "split") and isinstance(v, (int, float))}}
+    return [points[step] for step in sorted(points)]
 
 
 def parameter_count(checkpoint: Path) -> int:

@@ -43,6 +43,24 @@ def test_pretraining_tasks_verdict_finds_mlm_over_ltr() -> None:
     assert "| LTR & No NSP + BiLSTM | 82.1 | 84.1 | 75.7 | 91.6 | 84.9 |" in text  # the paper's row
 
 
+def test_a_resumed_pretraining_counts_only_its_training_time() -> None:
+    """A run stopped after step 200 (its checkpoint at 100) and resumed an hour later: the hour is not
+    training, and the step evaluated twice keeps its later figures."""
+    rows = [{"step": 1, "split": "run", "time": 1000.0}, {"step": 100, "split": "eval", "time": 1100.0, "loss": 5.0},
+            {"step": 200, "split": "eval", "time": 1200.0, "loss": 4.0},
+            {"step": 101, "split": "run", "time": 4800.0}, {"step": 200, "split": "eval", "time": 4900.0, "loss": 3.9},
+            {"step": 300, "split": "eval", "time": 5000.0, "loss": 3.5}]
+    assert pretraining_tasks.training_clock(rows) == [0.0, 100.0, 200.0, 200.0, 300.0, 400.0]
+
+
+def test_a_resumed_pretraining_curve_has_each_step_once(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = [{"step": 1, "split": "run", "time": 0.0}, {"step": 100, "split": "eval", "time": 60.0, "loss": 5.0},
+            {"step": 101, "split": "run", "time": 900.0}, {"step": 100, "split": "eval", "time": 960.0, "loss": 4.8}]
+    monkeypatch.setattr(pretraining_tasks, "records", lambda run: rows)
+    assert pretraining_tasks.curve(tmp_path) == [{"step": 100, "minutes": 2.0, "loss": 4.8}]
+    assert pretraining_tasks.training_seconds(tmp_path) == 120.0
+
+
 def test_model_size_verdict_reads_the_trend() -> None:
     sizes = ["tiny", "mini"]
     runs = {s: {"steps": 10, "wall_s": w, "parameters": p, "curve": [{"mlm_loss": loss}],
