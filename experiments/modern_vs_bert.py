@@ -78,8 +78,7 @@ def calibration(run: Path) -> tuple[float, float]:
 
 def parameter_counts(name: str, vocab_size: int, pad_id: int) -> dict[str, int]:
     """Parameters of each model as pre-trained (encoder and MLM head, the tied decoder once)."""
-    from bertforge.model import resolve_config
-    from bertforge.model import BertForMaskedLM
+    from bertforge.model import BertForMaskedLM, resolve_config
 
     section = {k: v for k, v in MODELS[name].items() if k != "preset"}
     config = resolve_config(MODELS[name]["preset"], vocab_size=vocab_size, pad_token_id=pad_id, **section)

@@ -31,8 +31,8 @@ Full CPU time (one torch thread on this 2-core machine; from the 1.2 s/step that
 encoder measured in experiments/electra_vs_mlm.py and MiniLM's ~500 tokens/s fine-tuning rate there,
 four times that for the smaller mini): pre-training 3 x 1,000 steps about 1.2 h; fine-tuning 5 starts
 x 5 tasks x 3 seeds about 5.5 h (SQuAD about 40% of it); about 7 hours in all. Stages already done in
---work are reused and an unfinished pre-training continues from its last checkpoint (one at each of its five evaluations),
-so a stopped study continues. Results: experiments/results/pretraining_tasks.json
+--work are reused and an unfinished pre-training continues from its last checkpoint (one at each of
+its five evaluations), so a stopped study continues. Results: experiments/results/pretraining_tasks.json
 and the `pretraining-tasks` section of docs/results.md.
 """
 
@@ -197,7 +197,6 @@ def pretrain_run(label: str, data: Path, run: Path, steps: int, model: dict[str,
                  batch_size: int | None = None) -> dict[str, Any]:
     """Pre-train (or reuse) one run: its steps, wall clock and held-out curve."""
     from bertforge.pretrain import pretrain, recipe_from_dict
-
     from bertforge.train.rundir import RunMismatchError
 
     if (run / "final" / "config.json").exists() and (run / "study.json").exists():
@@ -241,7 +240,7 @@ def curve(run: Path) -> list[dict[str, Any]]:
     steps after its last checkpoint) keeps its last figures."""
     rows = records(run)
     points: dict[int, dict[str, Any]] = {}
-    for row, seconds in zip(rows, training_clock(rows)):
+    for row, seconds in zip(rows, training_clock(rows), strict=True):
         if row.get("split") == "eval":
             points[row["step"]] = {"step": row["step"], "minutes": round(seconds / 60, 2),
                                    **{k: v for k, v in row.items()
