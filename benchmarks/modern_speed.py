@@ -47,8 +47,7 @@ def prepare_checkpoint() -> Path:
     """modern-base with random weights, saved by bertforge (transformers loads the same file)."""
     import torch
 
-    from bertforge.model import ModernBertConfig
-    from bertforge.model import ModernBertModel
+    from bertforge.model import ModernBertConfig, ModernBertModel
 
     path = CACHE / "modern-base-random"
     if not (path / "model.safetensors").exists():

@@ -85,7 +85,7 @@ def test_a_numeric_text_column_is_refused_alike_by_finetune_and_predict(tmp_path
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    from bertforge.pipeline import predict_file, pipeline
+    from bertforge.pipeline import pipeline, predict_file
     from bertforge.tasks import make_task
 
     path = tmp_path / "rows.parquet"
@@ -111,9 +111,9 @@ def test_a_full_disk_is_named_as_such(tmp_path: Path, monkeypatch: pytest.Monkey
 
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9, 0))
-    with pytest.raises(OSError, match="no space left on the device writing .*optimizer.pt") as caught:
-        with fileio.atomic_path(tmp_path / "optimizer.pt"):
-            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
+    with (pytest.raises(OSError, match="no space left on the device writing .*optimizer.pt") as caught,
+          fileio.atomic_path(tmp_path / "optimizer.pt")):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
     assert caught.value.errno == errno.ENOSPC and not list(tmp_path.iterdir())  # no temporary file left
 
 

@@ -30,8 +30,8 @@ playwright_sync = pytest.importorskip("playwright.sync_api", reason="playwright 
 
 import torch  # noqa: E402
 
-from bertforge.model import BertConfig  # noqa: E402
 from bertforge.model import (  # noqa: E402
+    BertConfig,  # noqa: E402
     BertForMaskedLM,
     BertForQuestionAnswering,
     BertForSequenceClassification,

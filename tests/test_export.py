@@ -13,9 +13,13 @@ import torch  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from bertforge.cli import app  # noqa: E402
-from bertforge.model import BertConfig  # noqa: E402
 from bertforge.export import INPUTS, check_onnx, export_onnx, onnx_session, sample_inputs  # noqa: E402
-from bertforge.model import BertForMultipleChoice, BertForQuestionAnswering, BertModel  # noqa: E402
+from bertforge.model import (  # noqa: E402
+    BertConfig,  # noqa: E402
+    BertForMultipleChoice,
+    BertForQuestionAnswering,
+    BertModel,
+)
 
 TOLERANCE = 1e-4
 

@@ -20,8 +20,7 @@ from bertforge import (
     BertForSequenceClassification,
     BertModel,
 )
-from bertforge.model import FAMILY_DEFAULTS
-from bertforge.model import load_any
+from bertforge.model import FAMILY_DEFAULTS, load_any
 from bertforge.model.bert.heads import span_boundaries
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gutenberg_sample.txt"

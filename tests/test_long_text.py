@@ -14,8 +14,7 @@ import torch
 from typer.testing import CliRunner
 
 from bertforge.cli import app
-from bertforge.model import BertConfig
-from bertforge.model import BertForSequenceClassification
+from bertforge.model import BertConfig, BertForSequenceClassification
 from bertforge.pipeline import InputError, pipeline
 from bertforge.tokenizer import BertTokenizer
 

@@ -12,17 +12,20 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from bertforge.model import MODERN_PRESETS, ModernBertConfig, config_from_dict, resolve_config
 from bertforge.model import (
+    MODERN_PRESETS,
     BertForMaskedLM,
     BertForMultipleChoice,
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
     BertModel,
+    ModernBertConfig,
     ModernBertForMaskedLM,
     ModernBertModel,
+    config_from_dict,
     load_any,
+    resolve_config,
 )
 from bertforge.model.modernbert.modeling import sliding_window_attention
 

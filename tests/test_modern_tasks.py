@@ -14,9 +14,12 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # noqa: E402
 
-from bertforge.model import ModernBertConfig  # noqa: E402
 from bertforge.finetune import finetune, predict  # noqa: E402
-from bertforge.model import BertForMaskedLM, ModernBertModel  # noqa: E402
+from bertforge.model import (  # noqa: E402
+    BertForMaskedLM,
+    ModernBertConfig,  # noqa: E402
+    ModernBertModel,
+)
 from bertforge.serve.app import create_app  # noqa: E402
 from bertforge.tokenizer import BertTokenizer  # noqa: E402
 

@@ -18,9 +18,8 @@ import torch
 from typer.testing import CliRunner
 
 from bertforge.cli import app
-from bertforge.model import BertConfig
 from bertforge.finetune import finetune, predict
-from bertforge.model import BertForMaskedLM, BertModel
+from bertforge.model import BertConfig, BertForMaskedLM, BertModel
 from bertforge.pipeline import InputError, Pipeline
 from bertforge.tables import read_rows
 from bertforge.tokenizer import BertTokenizer

@@ -18,9 +18,8 @@ from typer.testing import CliRunner
 
 from bertforge import pipeline
 from bertforge.cli import app
-from bertforge.model import BertConfig
 from bertforge.finetune import finetune
-from bertforge.model import BertModel
+from bertforge.model import BertConfig, BertModel
 from bertforge.tables import read_rows
 from bertforge.tokenizer import BertTokenizer
 

@@ -180,8 +180,7 @@ def test_load_model_applies_the_precision_to_a_normal_checkpoint(tmp_path: Path)
 
 
 def test_a_modernbert_model_runs_at_bf16_and_int8_and_its_int8_copy_reloads(tmp_path: Path) -> None:
-    from bertforge.model import ModernBertConfig
-    from bertforge.model import ModernBertForSequenceClassification
+    from bertforge.model import ModernBertConfig, ModernBertForSequenceClassification
 
     torch.manual_seed(0)
     modern = set_labels(ModernBertConfig(vocab_size=90, pad_token_id=0, hidden_size=64, intermediate_size=96,

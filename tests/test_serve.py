@@ -14,8 +14,8 @@ import httpx  # noqa: E402
 import torch  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from bertforge.model import BertConfig  # noqa: E402
 from bertforge.model import (  # noqa: E402
+    BertConfig,  # noqa: E402
     BertForMaskedLM,
     BertForQuestionAnswering,
     BertForSequenceClassification,
