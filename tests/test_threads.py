@@ -70,10 +70,18 @@ def test_nothing_happens_until_installed():
     assert threads.tick() is None
 
 
-def test_passive_wait_keeps_a_users_choice(monkeypatch):
+def test_the_wait_policy_spins_briefly_and_keeps_a_users_choice(monkeypatch):
+    monkeypatch.setattr(threads, "_policy_in_force", False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
-    threads.passive_wait()
-    assert threads.os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+    threads.short_spin_wait()
+    assert "GOMP_SPINCOUNT" not in threads.os.environ and not threads.threads_should_yield()
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    assert threads.threads_should_yield()  # the user's passive waiting reaches ONNX Runtime's threads too
     monkeypatch.delenv("OMP_WAIT_POLICY")
-    threads.passive_wait()
-    assert threads.os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("GOMP_SPINCOUNT", "infinite")
+    threads.short_spin_wait()
+    assert threads.os.environ["GOMP_SPINCOUNT"] == "infinite" and not threads.threads_should_yield()
+    monkeypatch.delenv("GOMP_SPINCOUNT")
+    threads.short_spin_wait()
+    assert threads.os.environ["GOMP_SPINCOUNT"] == threads.SPIN_COUNT and threads.threads_should_yield()

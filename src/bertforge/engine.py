@@ -280,9 +280,11 @@ def _ort_version() -> str:
 
 
 def _allow_spinning() -> bool:
-    """Whether ONNX Runtime's threads may spin between calls: not where OpenMP's are told to sleep
-    (`threads.passive_wait`), since a spinning thread holds a core another job could use."""
-    return os.environ.get("OMP_WAIT_POLICY", "").upper() != "PASSIVE"
+    """Whether ONNX Runtime's threads may spin between calls: not under the sharing policy
+    (`threads.threads_should_yield`), since a spinning thread holds a core another job could use."""
+    from bertforge import threads
+
+    return not threads.threads_should_yield()
 
 
 class OnnxEngine:

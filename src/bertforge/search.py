@@ -208,7 +208,7 @@ def _start_worker(torch_threads: int) -> None:
     """A worker process's thread count: its share of the cores, fixed (before torch loads where it can)."""
     os.environ[threads.THREADS_ENV] = str(torch_threads)
     os.environ["OMP_NUM_THREADS"] = str(torch_threads)
-    threads.passive_wait()
+    threads.short_spin_wait()
     threads.install(torch_threads)
 
     import torch

@@ -9,9 +9,9 @@ also burn the cycles the competitor needs.
 `FairShare` samples the machine every 2 seconds (/proc/stat, minus this process's own CPU time)
 and sets torch's thread count to the cores the *other* processes leave idle (at least one, at most
 the cores this process may use). Two bertforge jobs that start on a quiet 2-core machine settle at one
-thread each; the last one to finish goes back to two. `passive_wait()` asks OpenMP to sleep instead of
-spin at barriers; it works only before the OpenMP runtime starts (before torch is imported), so the
-command-line entry point calls it first.
+thread each; the last one to finish goes back to two. `short_spin_wait()` lets OpenMP threads spin only
+briefly at barriers before they sleep; it works only before the OpenMP runtime starts (before torch is
+imported), so the command-line entry point calls it first.
 
 Set `BERTFORGE_THREADS=N` (or pass a thread count) to fix the count and turn the sampling off.
 """
@@ -25,14 +25,33 @@ from dataclasses import dataclass, field
 THREADS_ENV = "BERTFORGE_THREADS"
 
 
-def passive_wait() -> None:
-    """Make OpenMP threads sleep at barriers rather than spin, unless the user chose a policy.
+# GNU OpenMP's busy-wait iterations before a waiting thread sleeps (its default is 300,000, about a
+# millisecond; OMP_WAIT_POLICY=PASSIVE is 0). Measured by benchmarks/shared_cpu.py: a few microseconds
+# of spinning keeps a quiet machine's request rate (sleeping at once cost serve 8%) and the fair share
+# beside other jobs (spinning for the default millisecond gave a competitor's cores away).
+SPIN_COUNT = "10000"
+_policy_in_force = False
 
-    A spinning thread holds its core for a while after each parallel region; on a shared machine
-    that core is one another job could use. Takes effect only before the OpenMP runtime loads. A policy
-    the user chose (OMP_WAIT_POLICY, or GNU OpenMP's spin count GOMP_SPINCOUNT) is left as it is."""
-    if "GOMP_SPINCOUNT" not in os.environ:
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+def short_spin_wait() -> None:
+    """Let OpenMP threads spin only briefly at barriers before sleeping, unless the user chose a policy.
+
+    A spinning thread holds its core after each parallel region; on a shared machine that core is
+    one another job could use, while on a quiet one a thread that sleeps at once pays a wake-up on the
+    next region. Takes effect only before the OpenMP runtime loads. A policy the user chose
+    (OMP_WAIT_POLICY, or GNU OpenMP's GOMP_SPINCOUNT) is left as it is."""
+    global _policy_in_force
+    if "GOMP_SPINCOUNT" in os.environ or "OMP_WAIT_POLICY" in os.environ:
+        return
+    os.environ["GOMP_SPINCOUNT"] = SPIN_COUNT
+    _policy_in_force = True
+
+
+def threads_should_yield() -> bool:
+    """Whether waiting threads should give their cores up soon: this process runs the sharing policy
+    (`short_spin_wait`), or the user asked OpenMP for passive waiting. Thread pools outside OpenMP
+    (ONNX Runtime's) follow it."""
+    return _policy_in_force or os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
 
 
 def usable_cores() -> int:
@@ -180,5 +199,5 @@ def tick() -> int | None:
     return _policy.tick()
 
 
-__all__ = ["THREADS_ENV", "FairShare", "FixedThreads", "install", "passive_wait", "thread_policy", "tick",
-           "usable_cores"]
+__all__ = ["THREADS_ENV", "FairShare", "FixedThreads", "install", "short_spin_wait", "thread_policy",
+           "threads_should_yield", "tick", "usable_cores"]

@@ -30,9 +30,9 @@ def _main() -> None:
     """BERT end to end: WordPiece vocabularies, pre-training, fine-tuning, analysis and serving."""
     from bertforge import threads
 
-    # Before torch loads: OpenMP threads that sleep at barriers, and torch's thread count kept at a
-    # fair share of the cores other jobs leave (BERTFORGE_THREADS=N fixes it).
-    threads.passive_wait()
+    # Before torch loads: OpenMP threads that spin only briefly at barriers, and torch's thread count
+    # kept at a fair share of the cores other jobs leave (BERTFORGE_THREADS=N fixes it).
+    threads.short_spin_wait()
     threads.install()
 
 
