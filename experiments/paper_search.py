@@ -104,6 +104,8 @@ def main() -> None:
     parser.add_argument("--batch-sizes", default=",".join(map(str, PAPER_BATCH_SIZES)))
     parser.add_argument("--epochs", default=",".join(f"{v:g}" for v in PAPER_EPOCHS))
     parser.add_argument("--jobs", type=int, default=1, help="configurations at once (one torch thread each)")
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
+                        help="training precision of every run (bf16: autocast, about 1.66x faster on avx512_bf16)")
     parser.add_argument("--smoke", action="store_true", help="2 configurations, 48 examples, 1 seed")
     parser.add_argument("--write-doc", action="store_true", help="with --smoke: still rewrite the docs section")
     parser.add_argument("--summarize", action="store_true", help="only rewrite the section from the saved results")
@@ -116,7 +118,8 @@ def main() -> None:
     grid = {"lr": [float(v) for v in args.lrs.split(",")], "batch_size": [int(v) for v in args.batch_sizes.split(",")],
             "epochs": [float(v) for v in args.epochs.split(",")]}
     seeds = [int(s) for s in args.seeds.split(",")]
-    options: dict[str, Any] = {"seeds": seeds, "holdout": args.holdout, "max_train_examples": args.train_examples}
+    options: dict[str, Any] = {"seeds": seeds, "holdout": args.holdout, "max_train_examples": args.train_examples,
+                               "precision": args.precision}
     if args.smoke:
         # the path end to end, not a result: two configurations of one epoch on 48 examples, 48 scored
         grid = {"lr": [1e-4, 5e-5], "batch_size": [16], "epochs": [1.0]}
@@ -127,7 +130,7 @@ def main() -> None:
     results = {task: run_task(task, model, work, options, grid, args.jobs) for task in tasks}
     payload = {"machine": machine(), "smoke": args.smoke, "model": str(model), "tasks": tasks, "grid": grid,
                "seeds": seeds, "holdout": options["holdout"], "train_examples": options["max_train_examples"],
-               "jobs": args.jobs, "results": results, "wall_s": round(time.time() - started, 1)}
+               "jobs": args.jobs, "precision": args.precision, "results": results, "wall_s": round(time.time() - started, 1)}
     publish("paper_search", "paper-search", payload, render, smoke=args.smoke, work=work, write_doc=args.write_doc)
 
 
@@ -158,12 +161,15 @@ def render(payload: dict[str, Any]) -> str:
                                                       f" --train-examples {payload['train_examples']} --holdout "
                                                       f"{payload['holdout']} --seeds "
                                                       f"{','.join(map(str, payload['seeds']))}")
+    precision = payload.get("precision", "fp32")
+    if precision != "fp32" and not payload["smoke"]:
+        command += f" --precision {precision}"
     return "\n".join([
         "### The paper's fine-tuning search against the default recipe",
         "",
         f"`{command}`. all-MiniLM-L6-v2 fine-tuned on a fixed {payload['train_examples']:,}-example sub-sample "
         f"of each training set, with the same {payload['holdout']} training examples held out of every run and "
-        f"scored; seeds {', '.join(map(str, payload['seeds']))}. The search (`bertforge.search`): lr in "
+        f"scored; seeds {', '.join(map(str, payload['seeds']))}; {precision} training. The search (`bertforge.search`): lr in "
         f"{{{', '.join(f'{v:g}' for v in grid['lr'])}}} x batch {{{', '.join(map(str, grid['batch_size']))}}} x "
         f"epochs {{{', '.join(f'{v:g}' for v in grid['epochs'])}}}, the best mean dev score chosen; the default "
         "recipe: `finetune` with nothing set. Scores in points, mean ± std over seeds (MRPC F1, STS-B Pearson, "
