@@ -71,6 +71,28 @@ def test_cpu_flags_reads_the_flags_line(tmp_path: Path) -> None:
     assert cpu_flags(tmp_path / "absent") == set()
 
 
+def test_this_machines_flags_are_what_cpuid_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under qemu's user-mode emulation /proc/cpuinfo is the host's: cpuid (through numpy) has the last word
+    on the flags it knows, and a CPU without AVX-512 has no avx512_* or AMX flag at all."""
+    import bertforge.precision as precision
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("flags\t\t: fpu avx2 avx512f avx512_vnni avx512_bf16 amx_int8 amx_bf16\n")
+    monkeypatch.setattr(precision, "CPUINFO", str(info))
+    haswell = {"avx2": True, "avx512f": False, "avx512_vnni": False, "avx512_bf16": False}
+    monkeypatch.setattr(precision, "cpuid_flags", lambda: haswell)
+    assert cpu_flags() == {"fpu", "avx2"}
+    assert cpu_flags(info) == {"fpu", "avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_int8", "amx_bf16"}
+    # no /proc/cpuinfo (another OS): cpuid's answers alone
+    monkeypatch.setattr(precision, "CPUINFO", str(tmp_path / "absent"))
+    monkeypatch.setattr(precision, "cpuid_flags", lambda: {"avx2": True, "avx512f": True, "avx512_vnni": True})
+    assert cpu_flags() == {"avx2", "avx512f", "avx512_vnni"}
+    # numpy silent: the file as it is
+    monkeypatch.setattr(precision, "CPUINFO", str(info))
+    monkeypatch.setattr(precision, "cpuid_flags", lambda: {})
+    assert "amx_int8" in cpu_flags()
+
+
 def config(labels: int = 3) -> BertConfig:
     # A wider init than BERT's 0.02 so that the logits are of order 1, where rounding shows.
     return set_labels(BertConfig(vocab_size=90, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,

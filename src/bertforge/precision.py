@@ -47,14 +47,26 @@ class PrecisionError(ValueError):
     """An unknown precision, or a saved quantized model that cannot be read."""
 
 
-def cpu_flags(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> set[str]:
+CPUINFO = "/proc/cpuinfo"
+# numpy's own CPU detection (the cpuid instruction, at import) -> the flag names of /proc/cpuinfo
+CPUID_FLAGS = {"AVX2": "avx2", "AVX512F": "avx512f", "AVX512VNNI": "avx512_vnni", "AVX512BF16": "avx512_bf16"}
+
+
+def cpu_flags(cpuinfo: str | os.PathLike[str] | None = None) -> set[str]:
     """The CPU's feature flags as Linux lists them (`avx512_bf16`, `amx_bf16`, ...); empty where unknown.
 
-    Only Linux's /proc/cpuinfo is read: elsewhere the set is empty and `auto` falls back to fp32,
-    the safe choice when nothing says bf16 is native.
+    This machine's (no argument): /proc/cpuinfo's flags line, corrected by what the cpuid instruction
+    reports for the flags numpy detects (`as_cpuid_sees`), since kernels pick their instructions by
+    cpuid: under user-mode emulation (`qemu-x86_64 -cpu Haswell`) /proc/cpuinfo shows the host's
+    flags, and off Linux there is no /proc/cpuinfo at all. `cpuinfo` reads that file alone.
     """
+    flags = _flags_line(Path(cpuinfo if cpuinfo is not None else CPUINFO))
+    return flags if cpuinfo is not None else as_cpuid_sees(flags, cpuid_flags())
+
+
+def _flags_line(path: Path) -> set[str]:
     try:
-        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
+        text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return set()
     for line in text.splitlines():
@@ -62,6 +74,29 @@ def cpu_flags(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> set[str]:
         if key.strip() == "flags":
             return set(value.split())
     return set()
+
+
+def cpuid_flags() -> dict[str, bool]:
+    """{flag: present} for the flags of CPUID_FLAGS, as numpy's runtime detection found them (empty
+    where numpy does not say)."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as features
+    except ImportError:  # numpy < 2
+        try:
+            from numpy.core._multiarray_umath import __cpu_features__ as features
+        except ImportError:
+            return {}
+    return {name: bool(features[key]) for key, name in CPUID_FLAGS.items() if key in features}
+
+
+def as_cpuid_sees(flags: set[str], cpuid: dict[str, bool]) -> set[str]:
+    """`flags` with each flag cpuid has an answer for set by that answer; without AVX-512 by cpuid,
+    no avx512_* or amx_* flag (every AMX CPU has AVX-512) is kept either."""
+    seen = {flag for flag in flags if cpuid.get(flag, True)} | {flag for flag, present in cpuid.items() if present}
+    if cpuid.get("avx512f") is False:
+        seen = {flag for flag in seen if not flag.startswith(("avx512", "amx"))}
+    return seen
+
 
 
 def cpu_name(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> str:
