@@ -11,8 +11,9 @@ throughput over the same window (after a warm-up), for three setups:
   wait policy, as a user gets them;
 - bertforge-fixed: bertforge's models with the same defaults (what bertforge did before its thread
   policy);
-- bertforge: what its command line does: OpenMP threads that sleep at barriers and the thread count
-  kept at the cores the other processes leave idle (`bertforge.threads`, one `tick()` per step or batch,
+- bertforge: what its command line does: OpenMP threads that spin only briefly at barriers before
+  they sleep (GOMP_SPINCOUNT=10000; a wait policy set in the environment is kept, for trials of
+  another) and the thread count kept at the cores the other processes leave idle (`bertforge.threads`, one `tick()` per step or batch,
   as the training loop and inference batches call it).
 
 Job kinds (random weights and token ids: the figures are about speed): pretrain = masked-LM steps of
@@ -189,7 +190,7 @@ def render(payload: dict[str, Any]) -> str:
         f"{payload['window_s']:g}-second window after a {payload['warmup_s']:g}-second warm-up; the fair share "
         "beside k others is 1/(k+1) of the figure alone (1.00x fair share = exactly that). transformers and "
         "bertforge-fixed run with torch's default threads and OpenMP's default waiting; 'bertforge' with its "
-        "command line's policy (threads sleep at barriers, thread count = the cores other processes leave "
+        "command line's policy (threads spin briefly and then sleep at barriers, thread count = the cores other processes leave "
         "idle). pretrain/finetune: BERT-mini steps on 32 x 128 tokens; predict: a MiniLM-sized encoder on "
         "32 x 128; serve: the same encoder on 1 x 64 requests. Last column: the thread counts the jobs ran "
         "at in the busiest scenario. Counts are whole batches inside the window, so a figure's resolution is "
