@@ -192,9 +192,8 @@ def distill_seeds(task: str, teacher: Path, glue: Path, out: Path, every: str, s
                    "lr": args.student_lr, "epochs": args.epochs, "max_length": args.max_length,
                    "max_train_examples": student_examples(args), "precision": args.precision, "progress": False,
                    **DISTILL_LOSSES}
-        results_file = run / "results.json"
-        results = json.loads(results_file.read_text()) if results_file.exists() else \
-            distill(build_recipe("task", options=options), run, verbose=True)
+        recipe = build_recipe("task", options=options)
+        results = finished_distillation(run, recipe, teacher) or distill(recipe, run, verbose=True)
         dirs.append(run / "final")
         wall_s += results["wall_s"]
         step_s.append(seconds_per_step(run / "run"))
@@ -228,14 +227,39 @@ def dev_scores(task: str, model_dirs: list[Path], glue: Path, out: Path) -> dict
             where = out / slug(runtime) / str(index)
             record = where / "metrics.json"
             saved = json.loads(record.read_text()) if record.exists() else None
-            if saved is not None and saved.get("model") == str(model_dir):  # scored before: the same numbers
-                per_model.append(saved["splits"]["dev"]["metrics"])
+            if saved is not None and saved.get("model") == str(model_dir) and newer(record, model_dir):
+                per_model.append(saved["splits"]["dev"]["metrics"])  # this model scored before: the same numbers
                 continue
             done = predict("glue", task, model_dir, glue, where, splits=["dev"],
                            precision=precision, engine=None if engine is None else EngineRequest(engine))
             per_model.append(done["dev"]["metrics"])
         scores[runtime] = summarize(per_model)
     return scores
+
+
+def newer(record: Path, model_dir: Path) -> bool:
+    """Whether `record` was written after the model's weights (a model retrained in place is scored again)."""
+    weights = [p.stat().st_mtime for p in model_dir.glob("*.safetensors")]
+    return bool(weights) and record.stat().st_mtime > max(weights)
+
+
+def finished_distillation(run: Path, recipe: Any, teacher: Path) -> dict[str, Any] | None:
+    """results.json of a distillation finished in `run` with this recipe from this teacher's weights;
+    None when there is none; an error when `run` holds one made otherwise (delete it to redo it)."""
+    import yaml
+
+    from bertforge.recipe import to_mapping
+
+    results = run / "results.json"
+    if not results.exists():
+        return None
+    saved = yaml.safe_load((run / "run_config.yaml").read_text(encoding="utf-8"))
+    if saved != to_mapping(recipe):
+        changed = sorted(k for k in set(saved) | set(to_mapping(recipe)) if saved.get(k) != to_mapping(recipe).get(k))
+        raise SystemExit(f"{run} was distilled with other settings ({', '.join(changed)}): delete it to redo it")
+    if not newer(results, teacher):
+        raise SystemExit(f"{run} was distilled from an older {teacher}: delete it to redo it")
+    return json.loads(results.read_text())
 
 
 def timed_ms(call: Any, repeats: int) -> float:
@@ -295,7 +319,9 @@ class Timings:
             self.saved[key] = {**latency(model_dir, runtime, length, repeats),
                                "load_1min": round(os.getloadavg()[0], 2), "date": time.strftime("%Y-%m-%d %H:%M")}
             self.fresh.add(key)
-            self.path.write_text(json.dumps(self.saved, indent=2))
+            from bertforge.fileio import write_text_atomic
+
+            write_text_atomic(self.path, json.dumps(self.saved, indent=2))
         return self.saved[key]
 
 
@@ -307,8 +333,9 @@ def parameters(model_dir: Path) -> int:
 
 
 def task_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """What one task's teacher and students were trained with (tasks may be run with different ones)."""
-    return {"max_length": args.max_length, "train_examples": args.train_examples,
+    """What one task's teacher and students were trained with, and where (tasks may be run with
+    different ones, on different days)."""
+    return {"seeds": args.seeds, "threads": args.threads, "machine": machine(), "max_length": args.max_length, "train_examples": args.train_examples,
             "student_train_examples": student_examples(args), "precision": args.precision,
             "teacher_lr": args.teacher_lr, "teacher_epochs": args.teacher_epochs, "student_lr": args.student_lr,
             "epochs": args.epochs, "losses": DISTILL_LOSSES}
@@ -564,10 +591,9 @@ def render_task(payload: dict[str, Any]) -> str:
         f"distilled (`bertforge distill task`: soft targets at T={losses['temperature']:g} and "
         f"labels {1 - losses['alpha']:g} / {losses['alpha']:g}, hidden states at the "
         f"copied layers x {losses['hidden_weight']:g}) or fine-tuned directly from the same layers "
-        "of the pre-trained MiniLM, the same settings for both, the last step's model, seeds "
-        f"{', '.join(map(str, payload['seeds']))} (mean ± std). Dev scores through `finetune.predict` at each "
-        "runtime; latency: median of 1 x 128 and 32 x 128 calls of full rows, one thread (the 1-minute load "
-        "average when each was timed is in experiments/results/distill_students.json and the task's line).",
+        "of the pre-trained MiniLM, the same settings for both, the last step's model, mean ± std over seeds. "
+        "Dev scores through `finetune.predict` at each runtime; latency: median of 1 x L and 32 x L calls of "
+        "full rows (L: the task's max length), one thread, with the 1-minute load average when they were taken.",
         "",
     ]
     for task, metric in TASKS.items():
@@ -575,6 +601,9 @@ def render_task(payload: dict[str, Any]) -> str:
             continue
         entry = part[task]
         teacher = entry["teacher"]
+        settings = {"seeds": payload.get("seeds"), "machine": payload.get("machine"),
+                    **(entry.get("settings") or payload["settings"])}
+        length = settings["max_length"]
         reference_ms = teacher["latency"][REFERENCE]["single_ms"]
         rows = []
         for runtime in RUNTIMES:
@@ -592,10 +621,11 @@ def render_task(payload: dict[str, Any]) -> str:
                                  f"{lat['single_ms'] / reference_ms:.2f}"])
         lines += [f"**{task}** (dev {metric}; the teacher has {teacher['parameters'] / 1e6:.1f} M parameters, the "
                   + ", ".join(f"{label} students {s['parameters'] / 1e6:.1f} M" for label, s in entry["students"].items())
-                  + f"; {settings_words(entry.get('settings') or payload['settings'])}; {timing_words(entry)}):", "",
-                  markdown_table(["model", "runtime", f"dev {metric} %", "per seed", "1 x 128 ms", "32 x 128 ms",
-                                  "sequences/s", "1 x 128 vs teacher (torch fp32)"], rows), ""]
-    lines += [verdict_task(payload), "", machine_line(payload["machine"])]
+                  + f"; {settings_words(settings)}; {timing_words(entry)}):", "",
+                  markdown_table(["model", "runtime", f"dev {metric} %", "per seed", f"1 x {length} ms",
+                                  f"32 x {length} ms", "sequences/s", f"1 x {length} vs teacher (torch fp32)"], rows),
+                  "", machine_line(settings["machine"]), ""]
+    lines += [verdict_task(payload)]
     return "\n".join(lines) + "\n"
 
 
@@ -607,12 +637,13 @@ def settings_words(settings: dict[str, Any]) -> str:
     students = settings.get("student_train_examples", settings["train_examples"])
     data = (f"teacher and students on {examples(settings['train_examples'])}" if students == settings["train_examples"]
             else f"teacher on {examples(settings['train_examples'])}, students on {examples(students)}")
+
     def epochs(count: float) -> str:
         return f"{count:g} epoch" + ("" if count == 1 else "s")
 
-    return (f"{data}; teacher {epochs(settings['teacher_epochs'])}, students {epochs(settings['epochs'])} at lr "
-            f"{settings['student_lr']:g}; batch 32, {settings['max_length']} pieces, "
-            f"{settings.get('precision', 'fp32')} training")
+    return (f"{data}; teacher {epochs(settings['teacher_epochs'])} (seed 1), students {epochs(settings['epochs'])} "
+            f"at lr {settings['student_lr']:g}, seeds {', '.join(map(str, settings['seeds']))}; batch 32, "
+            f"{settings['max_length']} pieces, {settings.get('precision', 'fp32')} training")
 
 
 def timing_words(entry: dict[str, Any]) -> str:
@@ -679,7 +710,7 @@ def verdict_task(payload: dict[str, Any]) -> str:
             call = "target **missed**" + (f": closest, {'; '.join(near)}" if near else
                                           ": no student met two of the three conditions at any runtime")
         sentences.append(f"On {task} ({metric}, teacher {reference:.1f} at torch fp32) {'; '.join(gains)}; {call}")
-    return ("**Verdict.** Targets per task: a distilled student at <= 1/4 of the teacher's 1 x 128 latency (torch "
+    return ("**Verdict.** Targets per task: a distilled student at <= 1/4 of the teacher's single-sequence latency (torch "
             f"fp32), within {POINTS_TARGET:g} points of its dev score, and ahead of the same student fine-tuned "
             "without the teacher at the same runtime. " + ". ".join(sentences) + ".")
 

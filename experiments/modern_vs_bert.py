@@ -62,7 +62,10 @@ def recipe(name: str, max_steps: int, mask_rate: float, evaluations: int = EVALU
 
 
 def records(run: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    """The run's metrics records (a torn line from a killed run skipped)."""
+    from bertforge.train.log import read_metrics
+
+    return read_metrics(run)
 
 
 def calibration(run: Path) -> tuple[float, float]:

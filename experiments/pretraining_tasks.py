@@ -207,8 +207,10 @@ def pretrain_run(label: str, data: Path, run: Path, steps: int, model: dict[str,
         settings["data"]["batch_size"] = batch_size
     try:  # an unfinished run continues from its last checkpoint when its settings and data are these
         pretrain(recipe_from_dict(settings), data, run, resume=True)
-    except RunMismatchError as mismatch:
-        print(f"{run}: {mismatch}; starting it again with these settings")
+    except ValueError as cannot_resume:
+        if not isinstance(cannot_resume, RunMismatchError) and "no checkpoint loads" not in str(cannot_resume):
+            raise
+        print(f"{run}: {cannot_resume}; starting it again with these settings")
         shutil.rmtree(run)
         pretrain(recipe_from_dict(settings), data, run)
     facts = {"steps": steps, "wall_s": round(training_seconds(run), 1), "curve": curve(run), "recipe": settings,

@@ -181,6 +181,8 @@ def test_int8_keeps_its_bound_on_an_emulated_avx2_only_cpu(tmp_path: Path) -> No
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
+    if "avx2" not in report["flags"]:
+        pytest.skip("this qemu emulates no AVX2 (qemu 7.2 or later does)")
     assert report["flags"] == ["avx2"] and report["reduce_range"], report
     assert report["chosen"] <= 0.15, report
     assert report["full_range"] > 0.15, report

@@ -82,6 +82,14 @@ def test_this_machines_flags_are_what_cpuid_reports(tmp_path: Path, monkeypatch:
     haswell = {"avx2": True, "avx512f": False, "avx512_vnni": False, "avx512_bf16": False}
     monkeypatch.setattr(precision, "cpuid_flags", lambda: haswell)
     assert cpu_flags() == {"fpu", "avx2"}
+    # a host with AVX-VNNI (Alder Lake, Zen 5): numpy cannot check that flag, but the file is not this CPU's
+    info.write_text("flags\t\t: fpu avx2 avx_vnni avx512f avx512_vnni\n")
+    assert cpu_flags() == {"fpu", "avx2"}
+    native = {"avx2": True, "avx512f": False, "avx512_vnni": False, "avx512_bf16": False}
+    monkeypatch.setattr(precision, "cpuid_flags", lambda: native)
+    info.write_text("flags\t\t: fpu avx2 avx_vnni\n")
+    assert cpu_flags() == {"fpu", "avx2", "avx_vnni"}  # the file agrees with cpuid: its AVX-VNNI stands
+    info.write_text("flags\t\t: fpu avx2 avx512f avx512_vnni avx512_bf16 amx_int8 amx_bf16\n")
     assert cpu_flags(info) == {"fpu", "avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_int8", "amx_bf16"}
     # no /proc/cpuinfo (another OS): cpuid's answers alone
     monkeypatch.setattr(precision, "CPUINFO", str(tmp_path / "absent"))

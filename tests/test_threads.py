@@ -71,7 +71,6 @@ def test_nothing_happens_until_installed():
 
 
 def test_the_wait_policy_spins_briefly_and_keeps_a_users_choice(monkeypatch):
-    monkeypatch.setattr(threads, "_policy_in_force", False)
     monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
     threads.short_spin_wait()
@@ -83,5 +82,24 @@ def test_the_wait_policy_spins_briefly_and_keeps_a_users_choice(monkeypatch):
     threads.short_spin_wait()
     assert threads.os.environ["GOMP_SPINCOUNT"] == "infinite" and not threads.threads_should_yield()
     monkeypatch.delenv("GOMP_SPINCOUNT")
-    threads.short_spin_wait()
-    assert threads.os.environ["GOMP_SPINCOUNT"] == threads.SPIN_COUNT and threads.threads_should_yield()
+    threads.short_spin_wait()  # GNU OpenMP spins briefly (its spin count wins), other runtimes wait passively
+    assert threads.os.environ["GOMP_SPINCOUNT"] == threads.SPIN_COUNT
+    assert threads.os.environ["OMP_WAIT_POLICY"] == "PASSIVE" and threads.threads_should_yield()
+
+
+@pytest.mark.skipif(threads.usable_cores() < 2, reason="libgomp throttles spinning when threads outnumber cores")
+def test_gnu_openmp_takes_the_spin_count_over_the_passive_policy():
+    """The policy sets both variables and relies on libgomp preferring GOMP_SPINCOUNT: with an endless
+    spin count and PASSIVE, a worker thread spins through an idle second."""
+    import subprocess
+    import sys
+
+    script = ("import time, torch; torch.set_num_threads(2); x = torch.randn(256, 256)\n"
+              "for _ in range(5): x @ x\n"
+              "t = time.process_time(); time.sleep(1.0); print(time.process_time() - t)")
+    spent = {}
+    for count in ("infinite", "0"):
+        env = {**threads.os.environ, "GOMP_SPINCOUNT": count, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "2"}
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+        spent[count] = float(done.stdout.strip().splitlines()[-1])
+    assert spent["infinite"] > 0.3 and spent["0"] < 0.1, spent

@@ -89,12 +89,19 @@ def cpuid_flags() -> dict[str, bool]:
     return {name: bool(features[key]) for key, name in CPUID_FLAGS.items() if key in features}
 
 
+# matrix-instruction flags numpy cannot check: kept from /proc/cpuinfo only while it agrees with cpuid
+UNCHECKED_MATRIX_FLAGS = ("avx_vnni", "amx_")
+
+
 def as_cpuid_sees(flags: set[str], cpuid: dict[str, bool]) -> set[str]:
-    """`flags` with each flag cpuid has an answer for set by that answer; without AVX-512 by cpuid,
-    no avx512_* or amx_* flag (every AMX CPU has AVX-512) is kept either."""
+    """`flags` with each flag cpuid has an answer for set by that answer. Where cpuid contradicts the
+    file on any of them, the file describes another CPU (the host of an emulator or VM): its flags that
+    cpuid cannot confirm (AVX-VNNI, AMX) are dropped too, and without AVX-512 no avx512_* flag stays."""
     seen = {flag for flag in flags if cpuid.get(flag, True)} | {flag for flag, present in cpuid.items() if present}
+    if any((flag in flags) != present for flag, present in cpuid.items()):
+        seen = {flag for flag in seen if not flag.startswith(UNCHECKED_MATRIX_FLAGS)}
     if cpuid.get("avx512f") is False:
-        seen = {flag for flag in seen if not flag.startswith(("avx512", "amx"))}
+        seen = {flag for flag in seen if not flag.startswith("avx512")}
     return seen
 
 

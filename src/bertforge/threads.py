@@ -25,12 +25,11 @@ from dataclasses import dataclass, field
 THREADS_ENV = "BERTFORGE_THREADS"
 
 
-# GNU OpenMP's busy-wait iterations before a waiting thread sleeps (its default is 300,000, about a
-# millisecond; OMP_WAIT_POLICY=PASSIVE is 0). Measured by benchmarks/shared_cpu.py: a few microseconds
-# of spinning keeps a quiet machine's request rate (sleeping at once cost serve 8%) and the fair share
-# beside other jobs (spinning for the default millisecond gave a competitor's cores away).
+# GNU OpenMP's busy-wait iterations before a waiting thread sleeps: its default is 300,000 (about 3 ms
+# by its own estimate of 100,000 spins a millisecond), OMP_WAIT_POLICY=PASSIVE is 0; 10,000 is about
+# 0.1 ms. benchmarks/shared_cpu.py: sleeping at once cost serve requests on a quiet machine, and
+# spinning for milliseconds holds cores a competing job needs.
 SPIN_COUNT = "10000"
-_policy_in_force = False
 
 
 def short_spin_wait() -> None:
@@ -38,20 +37,20 @@ def short_spin_wait() -> None:
 
     A spinning thread holds its core after each parallel region; on a shared machine that core is
     one another job could use, while on a quiet one a thread that sleeps at once pays a wake-up on the
-    next region. Takes effect only before the OpenMP runtime loads. A policy the user chose
-    (OMP_WAIT_POLICY, or GNU OpenMP's GOMP_SPINCOUNT) is left as it is."""
-    global _policy_in_force
+    next region. Sets GOMP_SPINCOUNT (GNU OpenMP, pip's torch: it takes precedence over the wait policy)
+    and OMP_WAIT_POLICY=PASSIVE (for other OpenMP runtimes, which ignore GOMP_SPINCOUNT); child
+    processes inherit both. Takes effect only before the OpenMP runtime loads. A policy the user chose
+    (OMP_WAIT_POLICY or GOMP_SPINCOUNT) is left as it is."""
     if "GOMP_SPINCOUNT" in os.environ or "OMP_WAIT_POLICY" in os.environ:
         return
     os.environ["GOMP_SPINCOUNT"] = SPIN_COUNT
-    _policy_in_force = True
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
 
 def threads_should_yield() -> bool:
-    """Whether waiting threads should give their cores up soon: this process runs the sharing policy
-    (`short_spin_wait`), or the user asked OpenMP for passive waiting. Thread pools outside OpenMP
-    (ONNX Runtime's) follow it."""
-    return _policy_in_force or os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
+    """Whether waiting threads should give their cores up soon: OpenMP is asked for passive waiting
+    (by `short_spin_wait` or the user). Thread pools outside OpenMP (ONNX Runtime's) follow it."""
+    return os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
 
 
 def usable_cores() -> int:
