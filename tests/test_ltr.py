@@ -306,7 +306,7 @@ def test_pretrain_ltr_learns_the_next_token_and_exports_transformers_bertlmheadm
     assert losses[-1] < losses[0] - 0.1
     assert evals[-1]["perplexity"] == pytest.approx(2.718281828 ** losses[-1], rel=1e-6)
     trains = [r["loss"] for r in records if r["split"] == "train"]
-    # the training loss falls too: about 5.7 -> 5.2 over the run (0.497 to 0.55 by thread count and load)
+    # the training loss falls too: about 5.7 -> 5.2 (a drop of 0.497 in one run at another thread count)
     assert sum(trains[-2:]) / 2 < sum(trains[:2]) / 2 - 0.3
 
     final = ltr_run / "final"
