@@ -254,8 +254,9 @@ def finished_distillation(run: Path, recipe: Any, teacher: Path) -> dict[str, An
     if not results.exists():
         return None
     saved = yaml.safe_load((run / "run_config.yaml").read_text(encoding="utf-8"))
-    if saved != to_mapping(recipe):
-        changed = sorted(k for k in set(saved) | set(to_mapping(recipe)) if saved.get(k) != to_mapping(recipe).get(k))
+    wanted = to_mapping(recipe)
+    if saved != wanted:
+        changed = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
         raise SystemExit(f"{run} was distilled with other settings ({', '.join(changed)}): delete it to redo it")
     if not newer(results, teacher):
         raise SystemExit(f"{run} was distilled from an older {teacher}: delete it to redo it")
