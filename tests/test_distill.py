@@ -170,6 +170,19 @@ def test_task_distillation_moves_the_student_to_the_teacher(reviews, tmp_path: P
     assert "mode: task" in saved and "relation_weight: 0.5" in saved
 
 
+def test_augmented_copies_are_labelled_by_the_teacher_and_counted_in_every_epoch(reviews, tmp_path: Path) -> None:
+    recipe = _task_recipe(reviews, augment=2, epochs=3, temperature=1.0, alpha=0.3)
+    results = distill(recipe, tmp_path / "kd", verbose=False)
+    augmented = results["augmented_examples"]
+    assert 208 < augmented <= 2 * 208  # short reviews: a few give fewer than two distinct copies
+    assert results["steps"] == 3 * -(-(208 + augmented) // 16)
+    assert results["final_metrics"]["agreement"] > results["start_metrics"]["agreement"]
+    assert "augment: 2" in (tmp_path / "kd" / "run_config.yaml").read_text()
+    # another augmentation is another run: continuing this one with it is refused, naming the setting
+    with pytest.raises(ValueError, match="augment"):
+        distill(_task_recipe(reviews, augment=3, epochs=1, alpha=0.5), tmp_path / "kd", verbose=False)
+
+
 def test_student_from_the_teachers_layers_copies_them() -> None:
     from bertforge.distill.run import build_student
     from bertforge.model.registry import model_class

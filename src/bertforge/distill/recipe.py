@@ -78,6 +78,12 @@ class DistillLoop:
     max_train_examples: int | None = setting(None, help="Task distillation: a fixed random sub-sample of the "
                                                         "labelled training examples.")
     max_unlabelled: int | None = setting(None, help="Task distillation: read at most this many unlabelled texts.")
+    augment: int = setting(0, help="Task distillation: up to this many perturbed copies of each training input "
+                                   "(words masked, n-grams sampled: Tang et al. 2019), labelled by the teacher "
+                                   "only; each copy adds a row to every epoch.")
+    augment_mask_prob: float = setting(0.1, help="Augmentation: the chance that a word of a copy is masked.")
+    augment_ngram_prob: float = setting(0.25, help="Augmentation: the chance that a copy keeps only a random "
+                                                   "1- to 5-word run of its words.")
     max_eval_examples: int | None = setting(None, help="Score only the first N dev examples.")
     seed: int = setting(1, help="Seed of the student's initialisation, the batch order and dropout.")
     precision: str = setting(TrainConfig.precision, help="fp32, bf16 (CPU or GPU) or fp16 (GPU).")
@@ -94,10 +100,13 @@ class DistillLoop:
         if self.epochs <= 0 or self.batch_size < 1 or self.max_steps < 0:
             raise ValueError(f"epochs must be positive, batch_size at least 1 and max_steps 0 or more, got "
                              f"{self.epochs}, {self.batch_size}, {self.max_steps}")
-        if min(self.eval_every_steps, self.eval_max_batches, self.save_every_steps, self.keep_last) < 0 \
-                or self.save_every_minutes < 0:
-            raise ValueError("eval_every_steps, eval_max_batches, save_every_steps, save_every_minutes and "
-                             "keep_last must be 0 or more")
+        if min(self.eval_every_steps, self.eval_max_batches, self.save_every_steps, self.keep_last,
+               self.augment) < 0 or self.save_every_minutes < 0:
+            raise ValueError("eval_every_steps, eval_max_batches, save_every_steps, save_every_minutes, "
+                             "keep_last and augment must be 0 or more")
+        if not (0.0 <= self.augment_mask_prob <= 1.0 and 0.0 <= self.augment_ngram_prob <= 1.0):
+            raise ValueError(f"augment_mask_prob and augment_ngram_prob are probabilities, got "
+                             f"{self.augment_mask_prob} and {self.augment_ngram_prob}")
 
 
 def _task_setting_names(recipe: DistillRecipe) -> list[str]:

@@ -2,8 +2,8 @@
 
 Task distillation (`distill_task`): the teacher is a fine-tuned model directory; its task.json names
 the task family, task, settings and max length, so the student reads the same training data the
-teacher was fine-tuned on (through the task's own reader and features), plus unlabelled inputs the
-teacher labels softly. Every epoch (or `eval_every_steps`) the student is scored on dev by the task's
+teacher was fine-tuned on (through the task's own reader and features), plus unlabelled inputs and
+perturbed copies of the training inputs (`bertforge.distill.augment`) that the teacher labels softly. Every epoch (or `eval_every_steps`) the student is scored on dev by the task's
 metric, with its agreement with the teacher's predictions; the best evaluation's student is written to
 OUT/student/, an ordinary fine-tuned model directory (config.json with the labels, model.safetensors,
 the tokenizer's files, task.json, dev predictions) that predict, serve and export-onnx take as they
@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from bertforge.distill.augment import augment_examples
 from bertforge.distill.recipe import DistillRecipe, teacher_layers
 from bertforge.fileio import run_lock, write_text_atomic
 from bertforge.finetune import examples_digest, main_metric_key
@@ -416,6 +417,13 @@ def distill_task(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool = 
         unlabelled_examples = read_unlabelled(Path(recipe.unlabelled), spec, loop.max_unlabelled)
         extra = spec.featurize(unlabelled_examples, tokenizer, max_length, label_names=None)
         train_features = train_features + _with_placeholders(extra, train_features)
+    augmented: list[Any] = []  # perturbed copies of the training inputs, labelled by the teacher only
+    if loop.augment:
+        augmented = augment_examples(spec, train_examples, loop.augment, mask_token=tokenizer.mask_token,
+                                     seed=loop.seed, mask_prob=loop.augment_mask_prob,
+                                     ngram_prob=loop.augment_ngram_prob)
+        extra = spec.featurize(augmented, tokenizer, max_length, label_names=None)
+        train_features = train_features + _with_placeholders(extra, train_features)
     eval_sets = {}
     for split in spec.eval_splits():
         examples = spec.read(data_dir, split)
@@ -469,8 +477,9 @@ def distill_task(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool = 
                              max_grad_norm=loop.max_grad_norm, eval_every=eval_every, save_every=loop.save_every_steps,
                              save_every_minutes=loop.save_every_minutes, keep_last=loop.keep_last,
                              log_every=max(1, min(50, steps_per_epoch // 5)), progress=loop.progress)
+        added = f" + {len(augmented)} augmented" if augmented else ""
         _say(f"distilling {task_title(spec.family, spec.name)}: {len(train_examples)} labelled + "
-             f"{len(unlabelled_examples)} unlabelled examples -> {len(train_features)} features; teacher "
+             f"{len(unlabelled_examples)} unlabelled{added} examples -> {len(train_features)} features; teacher "
              f"{_size(teacher)} parameters, student {_size(student)} ({student_from}); {max_steps} steps -> {out_dir}",
              verbose)
         result = train(model, batches, run_dir, config, recipe.optim, evaluate=scorer, resume=True,
@@ -484,6 +493,7 @@ def distill_task(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool = 
             "mode": "task", "family": spec.family, "task": spec.name, "teacher": str(teacher_dir),
             "student": student_from, "parameters": {"teacher": _size(teacher), "student": _size(student)},
             "train_examples": len(train_examples), "unlabelled_examples": len(unlabelled_examples),
+            "augmented_examples": len(augmented),
             "steps": result.step, "selection_metric": selection_metric, "teacher_metrics": teacher_metrics,
             "start_metrics": start, "final_metrics": final_metrics,
             "best": {"dir": STUDENT_DIR, "step": selection.best_step, "score": selection.best_score},

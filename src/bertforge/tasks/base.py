@@ -301,6 +301,11 @@ class Task(ABC):
         inputs hold: text and text_pair; words; question and context; context, start and endings."""
         raise NotImplementedError(f"the {self.family} task family does not run in the pipeline")
 
+    def inference_fields(self, example: Any) -> dict[str, Any]:
+        """The pipeline's fields of one of this task's examples, its label left out: the inverse of
+        `inference_example` (distillation perturbs them to make inputs the teacher labels)."""
+        raise NotImplementedError(f"the {self.family} task family does not give its examples as pipeline inputs")
+
     @classmethod
     def learning_rate_for(cls, hidden_size: int | None) -> float:
         """The default peak learning rate for an encoder of width `hidden_size` (None: unknown).

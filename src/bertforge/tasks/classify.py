@@ -138,6 +138,9 @@ class Classify(Task):
     def inference_example(self, index: int, fields: dict[str, Any]) -> ClassifyExample:
         return ClassifyExample(fields["text"], fields.get("text_pair"))
 
+    def inference_fields(self, example: ClassifyExample) -> dict[str, Any]:
+        return {"text": example.text, "text_pair": example.text_pair}
+
     @property
     def problem_type(self) -> str:
         """The resolved problem type ("auto" until the training file has been read)."""

@@ -230,6 +230,9 @@ class Glue(Task):
     def inference_example(self, index: int, fields: dict[str, Any]) -> GlueExample:
         return GlueExample(str(index), fields["text"], fields.get("text_pair"), None)
 
+    def inference_fields(self, example: GlueExample) -> dict[str, Any]:
+        return {"text": example.text_a, "text_pair": example.text_b}
+
     @property
     def main_metric(self) -> str:
         """The figure GLUE ranks the task by: F1 for MRPC, Pearson for STS-B, Matthews for CoLA, else accuracy."""

@@ -225,6 +225,9 @@ class Ner(Task):
     def inference_example(self, index: int, fields: dict[str, Any]) -> NerSentence:
         return NerSentence(str(index), list(fields["words"]), [], [], [], 0)
 
+    def inference_fields(self, example: NerSentence) -> dict[str, Any]:
+        return {"words": list(example.words)}
+
     def read(self, data_dir: str | Path, split: str) -> list[NerSentence]:
         root = Path(data_dir)
         names = NER_FILES.get(split, (split,))
