@@ -1,6 +1,7 @@
 """Distilled students of all-MiniLM-L6-v2 against the same students fine-tuned without a teacher.
 
     python -m experiments.distill_students                 # part 1: task distillation (SST-2, MRPC)
+    python -m experiments.distill_students --tasks MRPC --augment 5   # part 1 plus augmented 2-layer students
     python -m experiments.distill_students --general       # part 2: general distillation of a tiny student
     python -m experiments.distill_students --smoke         # both parts on tiny data in a few minutes; no docs
 
@@ -9,6 +10,9 @@ SST-2 (67,349 sentences) and MRPC (3,668 pairs) training sets: the teachers. Fro
 students made of its own layers (`bertforge distill task --student-layers-from-teacher`: every 3rd
 layer, 2 layers; every 2nd, 3 layers; embeddings and head copied) learn the teacher's soft targets
 (T=2) half and the labels half, plus the teacher's hidden states at the layers they were copied from.
+With `--augment K`, the 2-layer student (`--augment-depths`) is also distilled on the training
+inputs plus up to K perturbed copies of each (`bertforge distill --augment`: words masked, n-grams
+sampled), which the teacher alone labels, for `--augment-epochs` over the larger set.
 The same students fine-tuned directly start from the same layers of the pre-trained MiniLM (what
 someone without the teacher would cut) and learn the labels alone. Both kinds: the same learning rate,
 batch, epochs and max length (128), seeds 1-3, and the last step's model (not a dev-selected one).
@@ -180,9 +184,11 @@ def finetune_seeds(task: str, model: Path, glue: Path, out: Path, seeds: list[in
 
 
 def distill_seeds(task: str, teacher: Path, glue: Path, out: Path, every: str, seeds: list[int],
-                  args: argparse.Namespace) -> tuple[list[Path], float, list[float]]:
+                  args: argparse.Namespace, augment: dict[str, Any] | None = None,
+                  ) -> tuple[list[Path], float, list[float]]:
     """Distil `teacher` into its every-`every`-th layers once per seed; the students (last step's
-    model, as for fine-tuning), the wall time and each run's seconds per step."""
+    model, as for fine-tuning), the wall time and each run's seconds per step. `augment`: the
+    augmentation's copies and epochs (`bertforge distill --augment`)."""
     from bertforge.distill import build_recipe, distill
 
     dirs, wall_s, step_s = [], 0.0, []
@@ -192,6 +198,8 @@ def distill_seeds(task: str, teacher: Path, glue: Path, out: Path, every: str, s
                    "lr": args.student_lr, "epochs": args.epochs, "max_length": args.max_length,
                    "max_train_examples": student_examples(args), "precision": args.precision, "progress": False,
                    **DISTILL_LOSSES}
+        if augment:
+            options.update(augment=augment["copies"], epochs=augment["epochs"])
         recipe = build_recipe("task", options=options)
         results = finished_distillation(run, recipe, teacher) or distill(recipe, run, verbose=True)
         dirs.append(run / "final")
@@ -333,16 +341,27 @@ def parameters(model_dir: Path) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def task_settings(args: argparse.Namespace) -> dict[str, Any]:
+def task_settings(args: argparse.Namespace, augment: dict[str, Any] | None) -> dict[str, Any]:
     """What one task's teacher and students were trained with, and where (tasks may be run with
     different ones, on different days)."""
-    return {"seeds": args.seeds, "threads": args.threads, "machine": machine(), "max_length": args.max_length, "train_examples": args.train_examples,
+    return {"augment": augment, "seeds": args.seeds, "threads": args.threads, "machine": machine(), "max_length": args.max_length, "train_examples": args.train_examples,
             "student_train_examples": student_examples(args), "precision": args.precision,
             "teacher_lr": args.teacher_lr, "teacher_epochs": args.teacher_epochs, "student_lr": args.student_lr,
             "epochs": args.epochs, "losses": DISTILL_LOSSES}
 
 
-def run_task_part(args: argparse.Namespace, glue: Path, work: Path) -> dict[str, Any]:
+def augmentation(args: argparse.Namespace, saved: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The augmented students' copies, epochs and depths: --augment's, else those the task was last run
+    with (a rerun for --retime keeps them), else none."""
+    if args.augment is None:
+        return ((saved or {}).get("settings") or {}).get("augment")
+    if args.augment == 0:
+        return None
+    return {"copies": args.augment, "epochs": args.augment_epochs or args.epochs,
+            "depths": sorted(int(d) for d in args.augment_depths.split(","))}
+
+
+def run_task_part(args: argparse.Namespace, glue: Path, work: Path, saved: dict[str, Any]) -> dict[str, Any]:
     teacher_start = minilm_path()
     repeats = (5, 2) if args.smoke else (50, 10)
     timed = Timings(work / "timings.json", args.retime)
@@ -352,8 +371,9 @@ def run_task_part(args: argparse.Namespace, glue: Path, work: Path) -> dict[str,
         teacher_dirs, teacher_wall = finetune_seeds(task, teacher_start, glue, work / f"teacher-{slug(task)}", [1],
                                                     args, args.teacher_lr, args.teacher_epochs, args.train_examples)
         teacher = teacher_dirs[0]
+        augment = augmentation(args, saved.get(task))
         entry: dict[str, Any] = {
-            "settings": task_settings(args),
+            "settings": task_settings(args, augment),
             "teacher": {"dir": str(teacher), "parameters": parameters(teacher), "wall_s": round(teacher_wall, 1),
                         "step_s": seconds_per_step(teacher / "run"),
                         "scores": dev_scores(task, [teacher], glue, work / "eval" / slug(task) / "teacher"),
@@ -380,6 +400,14 @@ def run_task_part(args: argparse.Namespace, glue: Path, work: Path) -> dict[str,
                            "step_s": statistics.fmean(seconds_per_step(d / "run") for d in direct),
                            "scores": dev_scores(task, direct, glue, work / "eval" / slug(task) / f"direct-{depth}l")},
             }
+            if augment and depth in augment["depths"]:
+                name = f"distilled-aug{augment['copies']}-{augment['epochs']:g}ep-{depth}l"
+                print(f"== {task}: {label}, distilled with {augment['copies']} augmented copies", flush=True)
+                augmented, augmented_wall, augmented_steps = distill_seeds(
+                    task, teacher, glue, work / f"{slug(task)}-{name}", every, args.seeds, args, augment)
+                entry["students"][label]["augmented"] = {
+                    "wall_s": round(augmented_wall, 1), "step_s": statistics.fmean(augmented_steps),
+                    "scores": dev_scores(task, augmented, glue, work / "eval" / slug(task) / name)}
         part[task] = entry
     return part
 
@@ -510,6 +538,12 @@ def main() -> None:
     parser.add_argument("--student-lr", type=float, default=1e-4,
                         help="distilled and direct students alike (distillation's default)")
     parser.add_argument("--epochs", type=float, default=3.0, help="students, distilled and direct alike")
+    parser.add_argument("--augment", type=int, default=None,
+                        help="part 1: also distil students with this many augmented copies of each training input "
+                             "(default: as the task was last run; 0: none)")
+    parser.add_argument("--augment-epochs", type=float, default=None, help="epochs of the augmented runs "
+                                                                           "(default: --epochs)")
+    parser.add_argument("--augment-depths", default="2", help="students (layers) that get an augmented run")
     parser.add_argument("--budget-min", type=float, default=round(QUICKSTART_BUDGET_MIN, 1),
                         help="part 2: one-thread training minutes per pre-training (the quickstart's)")
     parser.add_argument("--general-lr", type=float, default=1e-3, help="part 2: the quickstart's pre-training rate")
@@ -537,6 +571,7 @@ def main() -> None:
         args.seeds = args.seeds[:2]
         args.teacher_epochs = args.epochs = args.general_epochs = 1.0
         args.budget_min, args.general_train_examples = 0.15, 64
+        args.augment = 2 if args.augment is None else args.augment
     saved = RESULTS / "distill_students.json"
     payload = json.loads(saved.read_text()) if saved.exists() and not args.smoke else {}
     payload.update(threads=args.threads, smoke=args.smoke)
@@ -547,7 +582,7 @@ def main() -> None:
         shared = payload.pop("settings", None)  # results saved when one set of settings served every task
         for entry in payload.get("task", {}).values():
             entry.setdefault("settings", shared)
-        payload["task"] = {**payload.get("task", {}), **run_task_part(args, glue, work)}
+        payload["task"] = {**payload.get("task", {}), **run_task_part(args, glue, work, payload.get("task", {}))}
         payload.update(machine=machine(), seeds=args.seeds)
     payload["wall_s"] = round(time.time() - started, 1)
     if args.smoke:
@@ -612,11 +647,12 @@ def render_task(payload: dict[str, Any]) -> str:
             rows.append(["teacher (6 layers)", runtime, _points(teacher["scores"][runtime], metric), "",
                          f"{t_lat['single_ms']:.1f}", f"{t_lat['batch_ms']:.0f}", f"{t_lat['sequences_per_s']:.0f}",
                          f"{t_lat['single_ms'] / reference_ms:.2f}"])
+        augment = settings.get("augment")
         for label, student in entry["students"].items():
             for runtime in RUNTIMES:
                 lat = student["latency"][runtime]
-                for kind in ("distilled", "direct"):
-                    rows.append([f"{label}, {kind}", runtime, _points(student[kind]["scores"][runtime], metric),
+                for kind in student_kinds(student):
+                    rows.append([f"{label}, {kind_words(kind, augment)}", runtime, _points(student[kind]["scores"][runtime], metric),
                                  ", ".join(f"{100 * v:.1f}" for v in student[kind]["scores"][runtime][metric]["values"]),
                                  f"{lat['single_ms']:.1f}", f"{lat['batch_ms']:.0f}", f"{lat['sequences_per_s']:.0f}",
                                  f"{lat['single_ms'] / reference_ms:.2f}"])
@@ -628,6 +664,18 @@ def render_task(payload: dict[str, Any]) -> str:
                   "", machine_line(settings["machine"]), ""]
     lines += [verdict_task(payload)]
     return "\n".join(lines) + "\n"
+
+
+def student_kinds(student: dict[str, Any]) -> list[str]:
+    """The ways one student architecture was trained: distilled, distilled with augmentation, direct."""
+    return [kind for kind in ("distilled", "augmented", "direct") if kind in student]
+
+
+def kind_words(kind: str, augment: dict[str, Any] | None) -> str:
+    if kind != "augmented" or not augment:
+        return kind
+    epochs = augment["epochs"]
+    return f"distilled + {augment['copies']} augmented copies, {epochs:g} epoch{'' if epochs == 1 else 's'}"
 
 
 def settings_words(settings: dict[str, Any]) -> str:
@@ -664,10 +712,12 @@ def target_check(entry: dict[str, Any], metric: str) -> tuple[bool, list[str]]:
     reference_ms = teacher["latency"][REFERENCE]["single_ms"]
     reference = 100 * teacher["scores"][REFERENCE][metric]["mean"]
     met, notes = False, []
-    for label, student in entry["students"].items():
+    trained = [(name if kind == "distilled" else f"{name} augmented", student, kind)
+               for name, student in entry["students"].items() for kind in student_kinds(student) if kind != "direct"]
+    for label, student, kind in trained:
         for runtime in RUNTIMES:
             ratio = student["latency"][runtime]["single_ms"] / reference_ms
-            score = 100 * student["distilled"]["scores"][runtime][metric]["mean"]
+            score = 100 * student[kind]["scores"][runtime][metric]["mean"]
             direct = 100 * student["direct"]["scores"][runtime][metric]["mean"]
             misses = []
             if ratio > LATENCY_TARGET:
@@ -696,13 +746,15 @@ def verdict_task(payload: dict[str, Any]) -> str:
         reference = 100 * entry["teacher"]["scores"][REFERENCE][metric]["mean"]
         gains = []
         for label, student in entry["students"].items():
-            ours = student["distilled"]["scores"][REFERENCE][metric]
             theirs = student["direct"]["scores"][REFERENCE][metric]
-            gap = 100 * (ours["mean"] - theirs["mean"])
-            spread = 100 * max(ours["std"], theirs["std"])
-            size = "beyond" if abs(gap) > spread else "within"
-            gains.append(f"the {label} student distilled {100 * ours['mean']:.1f} against {100 * theirs['mean']:.1f} "
-                         f"directly ({gap:+.1f}, {size} the seeds' spread of {spread:.1f})")
+            for kind in student_kinds(student)[:-1]:
+                ours = student[kind]["scores"][REFERENCE][metric]
+                gap = 100 * (ours["mean"] - theirs["mean"])
+                spread = 100 * max(ours["std"], theirs["std"])
+                size = "beyond" if abs(gap) > spread else "within"
+                how = "distilled" if kind == "distilled" else "distilled with augmentation"
+                gains.append(f"the {label} student {how} {100 * ours['mean']:.1f} against "
+                             f"{100 * theirs['mean']:.1f} directly ({gap:+.1f}, {size} the seeds' spread of {spread:.1f})")
         met, notes = target_check(entry, metric)
         if met:
             call = f"target **met** by {'; '.join(n for n in notes if 'missed' not in n)}"
