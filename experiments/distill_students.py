@@ -16,8 +16,8 @@ sampled), which the teacher alone labels, for `--augment-epochs` over the larger
 The same students fine-tuned directly start from the same layers of the pre-trained MiniLM (what
 someone without the teacher would cut) and learn the labels alone. Both kinds: the same learning rate,
 batch, epochs and max length (128), seeds 1-3, and the last step's model (not a dev-selected one).
-Every model is then scored on dev and timed, at torch fp32, torch int8 (dynamic quantization) and
-ONNX Runtime fp32 (`bertforge.engine`); the dev scores come from `finetune.predict` with each engine,
+Every model is then scored on dev and timed, at torch fp32, bf16 and int8 (dynamic quantization), and
+ONNX Runtime fp32 and int8 (`bertforge.engine`); the dev scores come from `finetune.predict` with each engine,
 so the task's own post-processing and metric score every row. Latency is the median of one call of
 1 x 128 and of 32 x 128 pieces (full rows, one thread); sequences/s = 32 / the batch call. A
 student's architecture is timed once (seed 1 of the distilled one; the direct one has the same).
@@ -92,8 +92,10 @@ STUDENTS = {2: "3", 3: "2"}
 # name -> (engine for finetune.predict / pipeline(), precision); None: the model runs itself in torch
 RUNTIMES: dict[str, tuple[str | None, str]] = {
     "torch fp32": (None, "fp32"),
+    "torch bf16": (None, "bf16"),
     "torch int8": (None, "int8"),
     "ONNX Runtime fp32": ("onnxruntime", "fp32"),
+    "ONNX Runtime int8": ("onnxruntime", "int8"),
 }
 REFERENCE = "torch fp32"  # the teacher as fine-tuned and served by default: what the targets compare with
 LATENCY_TARGET = 0.25
@@ -261,10 +263,15 @@ def finished_distillation(run: Path, recipe: Any, teacher: Path) -> dict[str, An
     results = run / "results.json"
     if not results.exists():
         return None
-    saved = yaml.safe_load((run / "run_config.yaml").read_text(encoding="utf-8"))
-    wanted = to_mapping(recipe)
-    if saved != wanted:
-        changed = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
+    from bertforge.distill.recipe import DistillRecipe
+    from bertforge.train.rundir import flat_settings
+
+    saved = flat_settings(yaml.safe_load((run / "run_config.yaml").read_text(encoding="utf-8")))
+    wanted = flat_settings(to_mapping(recipe))
+    defaults = flat_settings(to_mapping(DistillRecipe()))
+    # a setting added since the run was made counts as unchanged at its default (the old behaviour)
+    changed = sorted(k for k in set(saved) | set(wanted) if saved.get(k, defaults.get(k)) != wanted.get(k))
+    if changed:
         raise SystemExit(f"{run} was distilled with other settings ({', '.join(changed)}): delete it to redo it")
     if not newer(results, teacher):
         raise SystemExit(f"{run} was distilled from an older {teacher}: delete it to redo it")
@@ -642,14 +649,14 @@ def render_task(payload: dict[str, Any]) -> str:
         length = settings["max_length"]
         reference_ms = teacher["latency"][REFERENCE]["single_ms"]
         rows = []
-        for runtime in RUNTIMES:
+        for runtime in measured_runtimes(entry):
             t_lat = teacher["latency"][runtime]
             rows.append(["teacher (6 layers)", runtime, _points(teacher["scores"][runtime], metric), "",
                          f"{t_lat['single_ms']:.1f}", f"{t_lat['batch_ms']:.0f}", f"{t_lat['sequences_per_s']:.0f}",
                          f"{t_lat['single_ms'] / reference_ms:.2f}"])
         augment = settings.get("augment")
         for label, student in entry["students"].items():
-            for runtime in RUNTIMES:
+            for runtime in measured_runtimes(entry):
                 lat = student["latency"][runtime]
                 for kind in student_kinds(student):
                     rows.append([f"{label}, {kind_words(kind, augment)}", runtime, _points(student[kind]["scores"][runtime], metric),
@@ -664,6 +671,11 @@ def render_task(payload: dict[str, Any]) -> str:
                   "", machine_line(settings["machine"]), ""]
     lines += [verdict_task(payload)]
     return "\n".join(lines) + "\n"
+
+
+def measured_runtimes(entry: dict[str, Any]) -> list[str]:
+    """The runtimes a task's results hold (a task measured before a runtime was added lacks it)."""
+    return [runtime for runtime in RUNTIMES if runtime in entry["teacher"]["latency"]]
 
 
 def student_kinds(student: dict[str, Any]) -> list[str]:
@@ -697,8 +709,8 @@ def settings_words(settings: dict[str, Any]) -> str:
 
 def timing_words(entry: dict[str, Any]) -> str:
     """When the task's latencies were taken and how loaded the machine was."""
-    timings = [entry["teacher"]["latency"][r] for r in RUNTIMES]
-    timings += [s["latency"][r] for s in entry["students"].values() for r in RUNTIMES]
+    timings = [entry["teacher"]["latency"][r] for r in measured_runtimes(entry)]
+    timings += [s["latency"][r] for s in entry["students"].values() for r in measured_runtimes(entry)]
     loads = [t["load_1min"] for t in timings if "load_1min" in t]
     if not loads:
         return "timed while the study trained on the machine's other core"
@@ -715,7 +727,7 @@ def target_check(entry: dict[str, Any], metric: str) -> tuple[bool, list[str]]:
     trained = [(name if kind == "distilled" else f"{name} augmented", student, kind)
                for name, student in entry["students"].items() for kind in student_kinds(student) if kind != "direct"]
     for label, student, kind in trained:
-        for runtime in RUNTIMES:
+        for runtime in measured_runtimes(entry):
             ratio = student["latency"][runtime]["single_ms"] / reference_ms
             score = 100 * student[kind]["scores"][runtime][metric]["mean"]
             direct = 100 * student["direct"]["scores"][runtime][metric]["mean"]
