@@ -3,8 +3,9 @@
 Task distillation (`distill_task`): the teacher is a fine-tuned model directory; its task.json names
 the task family, task, settings and max length, so the student reads the same training data the
 teacher was fine-tuned on (through the task's own reader and features), plus unlabelled inputs and
-perturbed copies of the training inputs (`bertforge.distill.augment`) that the teacher labels softly. Every epoch (or `eval_every_steps`) the student is scored on dev by the task's
-metric, with its agreement with the teacher's predictions; the best evaluation's student is written to
+perturbed copies of the training inputs (`bertforge.distill.augment`) that the teacher labels
+softly. Every epoch (or `eval_every_steps`) the student is scored on dev by the task's metric, with
+its agreement with the teacher's predictions; the best evaluation's student is written to
 OUT/student/, an ordinary fine-tuned model directory (config.json with the labels, model.safetensors,
 the tokenizer's files, task.json, dev predictions) that predict, serve and export-onnx take as they
 take `finetune`'s seed directories.
