@@ -60,6 +60,7 @@ PAPER = [(3, 768, 12, 5.84, 77.9, 79.8, 88.4), (6, 768, 3, 5.24, 80.6, 82.2, 90.
          (6, 768, 12, 4.68, 81.9, 84.8, 91.3), (12, 768, 12, 3.99, 84.4, 86.7, 92.9),
          (12, 1024, 16, 3.54, 85.7, 86.9, 93.3), (24, 1024, 16, 3.23, 86.6, 87.8, 93.7)]
 PLOT = RESULTS / "img" / "model_size.png"
+BASE_LR, BASE_WIDTH = 1e-3, 256  # Table 5's pre-training rate, for BERT-mini's width
 
 
 def shape(preset: str) -> str:
@@ -76,6 +77,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1000, help="pre-training steps, the same for every size")
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--lr", type=float, default=3e-4, help="fine-tuning peak learning rate")
+    parser.add_argument("--pretrain-lr", default="width",
+                        help="pre-training peak learning rate: a number for every size, or `width`: Table 5's 1e-3 "
+                             "for mini's H=256, scaled by 256/H (2e-3 tiny, 5e-4 small and medium)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
                         help="fine-tuning precision (pre-training stays fp32; bf16: autocast, 1.5x on avx512_bf16)")
@@ -105,20 +109,26 @@ def main() -> None:
     inputs, held_out = corpus(work, args.smoke)
     vocab = tokenizer_dir(inputs, work / "tokenizer", 2000 if args.smoke else 16000)
     data = shards(inputs, held_out, vocab, work / f"data-nsp{length}", "nsp", length)
+    try:
+        rates = {size: pretrain_lr(args.pretrain_lr, size) for size in sizes}
+    except ValueError as error:
+        parser.error(str(error))
     runs, scores = {}, {}
     for size in sizes:
-        run = work / f"{size}-pretrain"
+        name = run_name(size, rates[size])
+        run = work / f"{name}-pretrain"
         # batch 8 in smoke runs: the model sizes, not the batch, are what the smoke run must exercise
         runs[size] = pretrain_run(f"BERT-{size}", data, run, steps, {**MODEL, "preset": size},
-                                  batch_size=8 if args.smoke else None)
-        start = with_dropout(run / "final", work / f"{size}-finetune-start", 0.1)
+                                  batch_size=8 if args.smoke else None, lr=rates[size])
+        start = with_dropout(run / "final", work / f"{name}-finetune-start", 0.1)
         for task in FINETUNE:
             print(f"fine-tuning BERT-{size} on {task}", flush=True)
-            scores.setdefault(size, {})[task] = finetune_task(TASKS[task], start, work / f"{task.lower()}-{size}",
+            scores.setdefault(size, {})[task] = finetune_task(TASKS[task], start, work / f"{task.lower()}-{name}",
                                                               seeds, args.lr, smoke=args.smoke,
                                                               precision=args.precision)
     payload = {"machine": machine(), "smoke": args.smoke, "sizes": sizes, "steps": steps, "max_seq_length": length,
                "threads": args.threads, "seeds": seeds, "lr": args.lr, "precision": args.precision,
+               "pretrain_lr": rates, "pretrain_lr_rule": args.pretrain_lr,
                "train_examples": {t: 48 if args.smoke else TASKS[t].train_examples for t in FINETUNE},
                "shapes": {size: shape(size) for size in sizes}, "runs": runs, "finetune": scores,
                "wall_s": round(time.time() - started, 1)}
@@ -132,6 +142,26 @@ def main() -> None:
     save_results("model_size", payload)
     plot(payload)
     print(write_section(payload))
+
+
+def pretrain_lr(rule: str, size: str) -> float:
+    """The size's peak pre-training learning rate: a number as given, or `width`: 1e-3 (Table 5's rate,
+    for BERT-mini's H=256) x 256 / H. One rate for every width left BERT-small (H=512) on the
+    frequent-piece plateau for all 1,000 steps at 1e-3; Adam's best rate falls about as 1/width."""
+    if rule != "width":
+        try:
+            return float(rule)
+        except ValueError:
+            raise ValueError(f"--pretrain-lr {rule!r}: expected a number or `width`") from None
+    from bertforge.model.bert.config import PRESETS
+
+    return BASE_LR * BASE_WIDTH / PRESETS[size][1]
+
+
+def run_name(size: str, lr: float) -> str:
+    """Folders of a size's runs: `small`, or `small-lr0.0005` when its rate is not Table 5's 1e-3 (a
+    finished run is reused only under its own name, so runs at other rates never mix)."""
+    return size if lr == BASE_LR else f"{size}-lr{lr:g}"
 
 
 def perplexity(run: dict[str, Any]) -> float:
@@ -180,7 +210,8 @@ def write_section(payload: dict[str, Any]) -> str:
 
 def render(payload: dict[str, Any]) -> str:
     sizes, runs, scores = payload["sizes"], payload["runs"], payload["finetune"]
-    rows = [[f"BERT-{s}", payload["shapes"][s], f"{runs[s]['parameters'] / 1e6:.2f} M",
+    rates = {s: runs[s]["recipe"]["optim"]["lr"] for s in sizes}
+    rows = [[f"BERT-{s}", payload["shapes"][s], f"{runs[s]['parameters'] / 1e6:.2f} M", f"{rates[s]:g}",
              f"{runs[s]['wall_s'] / 60:.1f}", f"{perplexity(runs[s]):.1f}",
              *(cell(scores[s][t]) for t in FINETUNE)] for s in sizes]
     paper = [[f"L={layers}, H={hidden}, A={heads}", f"{ppl:.2f}", f"{mnli:.1f}", f"{mrpc:.1f}", f"{sst:.1f}"]
@@ -191,18 +222,23 @@ def render(payload: dict[str, Any]) -> str:
     precision = payload.get("precision", "fp32")
     if precision != "fp32" and not payload["smoke"]:
         command += f" --precision {precision}"
+    rule = payload.get("pretrain_lr_rule", "1e-3")
+    if rule != "width" and not payload["smoke"]:
+        command += f" --pretrain-lr {rule}"
+    lr_words = ("peak lr 1e-3 x 256/H (Table 5's rate for mini's width; the best Adam rate falls about as "
+                "1/width)" if rule == "width" else f"peak lr {float(rule):g}")
     return "\n".join([
         "### Model size: the paper's Table 6 at one CPU's scale",
         "",
         f"`{command}`. Each size pre-trained with masked LM + NSP for the same {payload['steps']:,} steps "
-        f"(batch {batch}, {payload['max_seq_length']}-token sequences, AdamW lr 1e-3, 60 warm-up steps, linear "
+        f"(batch {batch}, {payload['max_seq_length']}-token sequences, AdamW, {lr_words}, 60 warm-up steps, linear "
         "decay, dropout 0, one torch thread) on the same text and shards (the shared books + WikiText-2 valid; "
         f"the held-out perplexity is over WikiText-2 test), then fine-tuned ({precision} training) with dropout 0.1, lr "
         f"{payload['lr']:g}, batch 32, 3 epochs, seeds {', '.join(map(str, payload['seeds']))} on SST-2 "
         f"({payload['train_examples']['SST-2']:,}-sentence sub-sample; dev accuracy) and MRPC (all pairs; dev F1). "
         "Mean ± std over seeds:",
         "",
-        markdown_table(["model", "shape", "encoder params", "pre-training min", "held-out MLM ppl",
+        markdown_table(["model", "shape", "encoder params", "pre-training lr", "pre-training min", "held-out MLM ppl",
                         "SST-2 acc. %", "MRPC F1 %"], rows),
         "",
         f"![perplexity and dev scores against parameters](../experiments/results/img/{PLOT.name})",

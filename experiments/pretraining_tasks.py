@@ -195,16 +195,25 @@ def recipe(label: str, steps: int, model: dict[str, Any] | None = None) -> dict[
 
 
 def pretrain_run(label: str, data: Path, run: Path, steps: int, model: dict[str, Any] | None = None,
-                 batch_size: int | None = None) -> dict[str, Any]:
-    """Pre-train (or reuse) one run: its steps, wall clock and held-out curve."""
+                 batch_size: int | None = None, lr: float | None = None) -> dict[str, Any]:
+    """Pre-train (or reuse) one run: its steps, wall clock and held-out curve. `lr` replaces the shared
+    peak learning rate (1e-3)."""
     from bertforge.pretrain import pretrain, recipe_from_dict
     from bertforge.train.rundir import RunMismatchError
 
-    if (run / "final" / "config.json").exists() and (run / "study.json").exists():
-        return json.loads((run / "study.json").read_text())
     settings = recipe(label, steps, model)
     if batch_size is not None:
         settings["data"]["batch_size"] = batch_size
+    if lr is not None:
+        settings["optim"]["lr"] = lr
+    if (run / "final" / "config.json").exists() and (run / "study.json").exists():
+        facts = json.loads((run / "study.json").read_text())
+        # a finished run is reused only for the settings it was made with (its label may differ: a study
+        # can share another's run)
+        made = {k: v for k, v in facts["recipe"].items() if k != "source"}
+        if made != {k: v for k, v in settings.items() if k != "source"}:
+            raise ValueError(f"{run} was pre-trained with other settings ({made}); give the run another folder")
+        return facts
     try:  # an unfinished run continues from its last checkpoint when its settings and data are these
         pretrain(recipe_from_dict(settings), data, run, resume=True)
     except ValueError as cannot_resume:

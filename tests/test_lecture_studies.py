@@ -7,6 +7,8 @@ with numbers chosen so that each verdict has a clear answer to give.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -64,10 +66,10 @@ def test_a_resumed_pretraining_curve_has_each_step_once(tmp_path, monkeypatch: p
 def test_model_size_verdict_reads_the_trend() -> None:
     sizes = ["tiny", "mini"]
     runs = {s: {"steps": 10, "wall_s": w, "parameters": p, "curve": [{"mlm_loss": loss}],
-                "recipe": {"data": {"batch_size": 32}}}
-            for s, w, p, loss in (("tiny", 10.0, 500_000, 5.0), ("mini", 30.0, 4_000_000, 4.0))}
+                "recipe": {"data": {"batch_size": 32}, "optim": {"lr": lr}}}
+            for s, w, p, loss, lr in (("tiny", 10.0, 500_000, 5.0, 2e-3), ("mini", 30.0, 4_000_000, 4.0, 1e-3))}
     payload = {"machine": MACHINE, "smoke": False, "sizes": sizes, "steps": 10, "max_seq_length": 128, "seeds": [1, 2],
-               "lr": 3e-4, "train_examples": {"SST-2": 6000, "MRPC": None},
+               "lr": 3e-4, "pretrain_lr_rule": "width", "train_examples": {"SST-2": 6000, "MRPC": None},
                "shapes": {"tiny": "L=2, H=128, A=2", "mini": "L=4, H=256, A=4"}, "runs": runs,
                "finetune": {"tiny": {"SST-2": score(70.0), "MRPC": score(75.0, metric="f1")},
                             "mini": {"SST-2": score(75.0), "MRPC": score(75.2, metric="f1")}}}
@@ -76,6 +78,28 @@ def test_model_size_verdict_reads_the_trend() -> None:
     assert "SST-2 70.0 -> 75.0 (1 of 1 steps up beyond the seed spread)" in text
     assert "MRPC 75.0 -> 75.2 (0 of 1" in text
     assert "took 3.0x the smallest's" in text
+    assert "| BERT-tiny | L=2, H=128, A=2 | 0.50 M | 0.002 |" in text and "peak lr 1e-3 x 256/H" in text
+
+
+def test_model_size_scales_the_pretraining_rate_with_width_and_keeps_other_rates_apart() -> None:
+    assert [model_size.pretrain_lr("width", s) for s in ("tiny", "mini", "small")] == [2e-3, 1e-3, 5e-4]
+    assert model_size.pretrain_lr("3e-4", "small") == 3e-4
+    with pytest.raises(ValueError, match="expected a number or `width`"):
+        model_size.pretrain_lr("fast", "small")
+    # Table 5's rate keeps the shared run's folder; any other rate gets its own
+    assert model_size.run_name("mini", 1e-3) == "mini" and model_size.run_name("small", 5e-4) == "small-lr0.0005"
+
+
+def test_a_finished_pretraining_run_is_not_reused_for_other_settings(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "final").mkdir(parents=True)
+    (run / "final" / "config.json").write_text("{}")
+    made = pretraining_tasks.recipe("BERT-mini", 10)
+    (run / "study.json").write_text(json.dumps({"recipe": made, "steps": 10}))
+    # the same settings under another study's label: reused
+    assert pretraining_tasks.pretrain_run("MLM + NSP", tmp_path, run, 10)["steps"] == 10
+    with pytest.raises(ValueError, match="pre-trained with other settings"):
+        pretraining_tasks.pretrain_run("MLM + NSP", tmp_path, run, 10, lr=5e-4)
 
 
 def test_features_vs_finetuning_names_no_unchecked_paper_figure() -> None:
