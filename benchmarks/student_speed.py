@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, machine_line, markdown_table, save_results, update_doc_section  # noqa: E402
+from common import RESULTS, machine, machine_line, markdown_table, save_results, update_doc_section  # noqa: E402
 from onnx_anchor import CACHE, classifier_dir, minilm_dir, paths, read_dev, time_path, workloads  # noqa: E402
 
 from bertforge.distill.recipe import teacher_layers  # noqa: E402
@@ -88,7 +88,13 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--students", default=None,
                         help="comma-separated classifier directories to time instead of students cut from the teacher")
+    parser.add_argument("--summarize", action="store_true", help="only rewrite the docs section from the saved results")
     args = parser.parse_args()
+    if args.summarize:
+        import json
+
+        update_doc_section("student-speed", render(json.loads((RESULTS / "student_speed.json").read_text())))
+        return
 
     import torch
 
@@ -166,7 +172,25 @@ def render(payload: dict[str, Any]) -> str:
                 table.append([model, path, *cells, ratio])
         lines += [f"**{threads} thread{'s' if threads > 1 else ''}**: median ms per call (vs transformers)", "",
                   markdown_table(["model", "path", *WORKLOADS, "1x128 vs teacher"], table), ""]
-    return "\n".join(lines).rstrip()
+    return "\n".join(lines + [reading(payload)]).rstrip()
+
+
+def reading(payload: dict[str, Any]) -> str:
+    """Per model and thread count at 1 x 128: bertforge's fastest path against transformers' fastest (eager or
+    on ONNX Runtime), and the fastest path's latency against the teacher's."""
+    rows, teacher = payload["rows"], payload["teacher"]
+    parts = []
+    for model in dict.fromkeys(r["model"] for r in rows):
+        for threads in payload["threads"]:
+            times = {r["path"]: r["median_ms"] for r in rows
+                     if (r["model"], r["threads"], r["workload"]) == (model, threads, "1x128")}
+            ours = min((p for p in times if not p.startswith("transformers-")), key=times.__getitem__)
+            theirs = min((p for p in times if p.startswith("transformers-")), key=times.__getitem__)
+            reference = median(rows, teacher, threads, "1x128", REFERENCE)
+            parts.append(f"{model} at {threads} thread{'s' if threads > 1 else ''}: {ours} {times[ours]:.2f} ms "
+                         f"({times[theirs] / times[ours]:.2f}x transformers' fastest, {theirs}; "
+                         f"{times[ours] / reference:.2f}x the teacher at {REFERENCE})")
+    return "At 1 x 128, each model's fastest bertforge path: " + "; ".join(parts) + "."
 
 
 if __name__ == "__main__":
