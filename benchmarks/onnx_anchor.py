@@ -219,6 +219,29 @@ def time_path(call: Any, batches: list[dict[str, Any]], repeats: int, warmup: in
             "sequences_per_s": sequences / sum(times), "calls": len(times)}
 
 
+def time_model(name: str, model_dir: Path, threads: list[int], precisions: list[str],
+               batches: dict[str, list[dict[str, Any]]], repeats: int, warmup: int, **fields: Any) -> list[dict[str, Any]]:
+    """Every path of one model on every workload at each thread count: a row per (threads, workload, path),
+    with `repeats` and `fields` added to each."""
+    import torch
+
+    rows = []
+    print(f"{name}: loading the paths", flush=True)
+    for count in threads:
+        torch.set_num_threads(count)
+        made = paths(model_dir, precisions)
+        for workload, work in batches.items():
+            for path, call in made.items():
+                result = time_path(call, work, repeats, warmup)
+                rows.append({"model": name, "threads": count, "workload": workload, "path": path, "repeats": repeats,
+                             **fields, **result})
+                print(f"  {count} thr  {workload:18s} {path:30s} {result['median_ms']:8.2f} ms  "
+                      f"{result['sequences_per_s']:8.1f} seq/s", flush=True)
+        del made
+        gc.collect()
+    return rows
+
+
 def accuracy(model_dir: Path, texts: list[Any], gold: list[int], engine: str, precision: str) -> float:
     from bertforge.pipeline import pipeline
 
@@ -384,20 +407,8 @@ def main() -> None:
     elif not args.quick and saved_path.exists():  # keep the other models' rows (each row names its settings)
         rows = [r for r in json.loads(saved_path.read_text())["rows"] if r["model"] not in models]
     for name in models:
-        model_dir = classifier_dir(name, args.quick)
-        print(f"{name}: loading the paths", flush=True)
-        for count in threads:
-            torch.set_num_threads(count)
-            made = paths(model_dir, precisions)
-            for workload, work in batches.items():
-                for path, call in made.items():
-                    result = time_path(call, work, args.repeats, args.warmup)
-                    rows.append({"model": name, "threads": count, "workload": workload, "path": path,
-                                 "examples": args.examples, "repeats": args.repeats, **result})
-                    print(f"  {count} thr  {workload:18s} {path:24s} {result['median_ms']:8.2f} ms  "
-                          f"{result['sequences_per_s']:8.1f} seq/s", flush=True)
-            del made
-            gc.collect()
+        rows += time_model(name, classifier_dir(name, args.quick), threads, precisions, batches, args.repeats,
+                           args.warmup, examples=args.examples)
     accuracy_rows = []
     for task, model_dir in (("sst2", args.sst2_model), ("mrpc", args.mrpc_model)):
         if model_dir is None:

@@ -23,7 +23,6 @@ of docs/benchmarks.md (--quick writes benchmarks/.cache/onnx_anchor/student_spee
 from __future__ import annotations
 
 import argparse
-import gc
 import sys
 import time
 from pathlib import Path
@@ -31,32 +30,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, machine, machine_line, markdown_table, save_results, update_doc_section  # noqa: E402
-from onnx_anchor import CACHE, classifier_dir, minilm_dir, paths, read_dev, time_path, workloads  # noqa: E402
+from onnx_anchor import CACHE, classifier_dir, minilm_dir, read_dev, time_model, workloads  # noqa: E402
 
 from bertforge.distill.recipe import teacher_layers  # noqa: E402
+from bertforge.distill.run import save_layer_student  # noqa: E402
 
 TEACHER = "all-MiniLM-L6-v2"
 STUDENT_EVERY = ("3", "2")  # every k-th teacher layer, as the distillation study picks its 2- and 3-layer students
 WORKLOADS = ("1x16", "1x128", "sst2-bucketed", "mrpc-bucketed")
 REFERENCE = "torch-fp32"  # the teacher as fine-tuned and served without options
-
-
-def cut_student(teacher_dir: Path, layers: list[int], out: Path) -> Path:
-    """The teacher's embeddings, its `layers` (bottom to top) and its classifier, saved as a classifier."""
-    if (out / "model.safetensors").exists():
-        return out
-    from bertforge.distill.run import copy_teacher_weights
-    from bertforge.model import load_any
-    from bertforge.model.registry import model_class
-    from bertforge.tokenizer import BertTokenizer
-
-    teacher, _ = load_any(teacher_dir)
-    config = teacher.config.with_overrides(num_hidden_layers=len(layers))
-    config.extra = dict(teacher.config.extra)
-    student = model_class(config.model_type, "sequence-classification")(config)
-    copy_teacher_weights(student, teacher, layers)
-    student.save_pretrained(out, tokenizer=BertTokenizer.from_pretrained(teacher_dir))
-    return out
 
 
 def models_to_time(students: list[Path] | None, quick: bool) -> dict[str, Path]:
@@ -75,8 +57,8 @@ def models_to_time(students: list[Path] | None, quick: bool) -> dict[str, Path]:
         except ValueError:  # k above the teacher's depth
             continue
         if 0 < len(layers) < depth:
-            found[f"{len(layers)}-layer student"] = cut_student(teacher, layers,
-                                                               CACHE / f"{teacher.name}-layers-{'-'.join(map(str, layers))}")
+            out = CACHE / f"{teacher.name}-layers-{'-'.join(map(str, layers))}"
+            found[f"{len(layers)}-layer student"] = save_layer_student(teacher, layers, out, "sequence-classification")
     return found
 
 
@@ -96,7 +78,6 @@ def main() -> None:
         update_doc_section("student-speed", render(json.loads((RESULTS / "student_speed.json").read_text())))
         return
 
-    import torch
 
     from bertforge.precision import choose_precision
     from bertforge.threads import usable_cores
@@ -118,17 +99,7 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
     for name, model_dir in models.items():
-        print(f"{name}: loading the paths", flush=True)
-        for count in threads:
-            torch.set_num_threads(count)
-            made = paths(model_dir, precisions)
-            for workload, work in batches.items():
-                for path, call in made.items():
-                    result = time_path(call, work, args.repeats, args.warmup)
-                    rows.append({"model": name, "threads": count, "workload": workload, "path": path, **result})
-                    print(f"  {count} thr  {workload:14s} {path:30s} {result['median_ms']:8.2f} ms", flush=True)
-            del made
-            gc.collect()
+        rows += time_model(name, model_dir, threads, precisions, batches, args.repeats, args.warmup)
     payload = {"machine": machine(), "quick": args.quick, "threads": threads, "repeats": args.repeats,
                "teacher": next(iter(models)), "models": {k: str(v) for k, v in models.items()}, "rows": rows,
                "seconds": round(time.perf_counter() - started, 1)}

@@ -154,25 +154,6 @@ def corpus(work: Path, smoke: bool) -> tuple[list[Path], list[Path]]:
 # ------------------------------------------------------------------------------------------------
 # part 1: teachers, students, scores and timings
 # ------------------------------------------------------------------------------------------------
-def cut_layers(source: Path, layers: list[int], out: Path) -> Path:
-    """A checkpoint of `source`'s embeddings and its layers `layers` (bottom to top): the student a
-    practitioner without the teacher would cut from the pre-trained model."""
-    if (out / "config.json").exists():
-        return out
-    from bertforge.distill.run import copy_teacher_weights
-    from bertforge.model.auto import load_for_job
-    from bertforge.model.registry import model_class
-    from bertforge.tokenizer import BertTokenizer
-
-    encoder = load_for_job(source, "embeddings")
-    config = encoder.config.with_overrides(num_hidden_layers=len(layers))
-    config.extra = dict(encoder.config.extra)
-    student = model_class(config.model_type, "embeddings")(config)
-    copy_teacher_weights(student, encoder, layers)
-    student.save_pretrained(out, tokenizer=BertTokenizer.from_pretrained(source))
-    return out
-
-
 def finetune_seeds(task: str, model: Path, glue: Path, out: Path, seeds: list[int], args: argparse.Namespace,
                    lr: float | None, epochs: float, train_examples: int | None) -> tuple[list[Path], float]:
     """Fine-tune `model` on `task` once per seed; the seed directories (last step's model) and the wall time."""
@@ -390,11 +371,12 @@ def run_task_part(args: argparse.Namespace, glue: Path, work: Path, saved: dict[
             label = f"{depth}-layer"
             print(f"== {task}: {label} (teacher layers every {every})", flush=True)
             from bertforge.distill.recipe import teacher_layers
+            from bertforge.distill.run import save_layer_student
 
             layers = teacher_layers(every, TEACHER_DEPTH)
             distilled, distill_wall, distill_steps = distill_seeds(
                 task, teacher, glue, work / f"{slug(task)}-distilled-{depth}l", every, args.seeds, args)
-            cut = cut_layers(teacher_start, layers, work / f"minilm-layers-{'-'.join(map(str, layers))}")
+            cut = save_layer_student(teacher_start, layers, work / f"minilm-layers-{'-'.join(map(str, layers))}")
             direct, direct_wall = finetune_seeds(task, cut, glue, work / f"{slug(task)}-direct-{depth}l", args.seeds,
                                                  args, args.student_lr, args.epochs, student_examples(args))
             entry["students"][label] = {

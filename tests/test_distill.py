@@ -206,6 +206,32 @@ def test_student_from_the_teachers_layers_copies_them() -> None:
         assert torch.equal(student_weights[key], teacher_weights[key]), key
 
 
+def test_a_saved_layer_student_is_the_teachers_layers_and_head_with_its_labels(tmp_path: Path) -> None:
+    from bertforge.distill.run import save_layer_student
+    from bertforge.model import load_any
+    from bertforge.model.registry import model_class
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=32)
+    config.extra.update(id2label={"0": "neg", "1": "pos"}, label2id={"neg": 0, "pos": 1})
+    teacher = model_class(config.model_type, "sequence-classification")(config)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(45)]) + "\n")
+    teacher.save_pretrained(tmp_path / "teacher", tokenizer=BertTokenizer(str(vocab)))
+    out = save_layer_student(tmp_path / "teacher", [0, 2], tmp_path / "student", "sequence-classification")
+    student, _ = load_any(out)
+    assert student.config.num_hidden_layers == 2 and student.config.extra["id2label"] == {"0": "neg", "1": "pos"}
+    theirs = teacher.transformer_layers()
+    for j, i in enumerate([0, 2]):
+        for (name, a), b in zip(student.transformer_layers()[j].state_dict().items(), theirs[i].state_dict().values(),
+                                strict=True):
+            assert torch.equal(a, b), name
+    assert torch.equal(student.state_dict()["classifier.weight"], teacher.state_dict()["classifier.weight"])
+    assert (out / "vocab.txt").exists()
+    assert save_layer_student(tmp_path / "teacher", [1], out) == out  # a folder with a model in it is kept
+
+
 def test_an_interrupted_distillation_resumes_bit_exactly(reviews, tmp_path: Path, monkeypatch) -> None:
     recipe = _task_recipe(reviews, unlabelled=str(reviews["unlabelled"]), epochs=2, save_every_steps=3,
                           hidden_weight=0.5, relation_weight=0.5)

@@ -195,6 +195,27 @@ def copy_teacher_weights(student: Any, teacher: Any, layers: Sequence[int]) -> N
                 tensor.copy_(source[origin])
 
 
+def save_layer_student(source: str | Path, layers: Sequence[int], out: str | Path,
+                       job: str = "embeddings") -> Path:
+    """Save to `out` (unless it holds a model already) a model of `source`'s family made of `source`'s
+    layers `layers` (0-based, bottom to top) with its embeddings and, for a task `job`, its head: the
+    student one cuts from a model without distilling (or times, since its speed is its shape's)."""
+    from bertforge.model.auto import load_for_job
+    from bertforge.model.registry import model_class
+    from bertforge.tokenizer import BertTokenizer
+
+    out = Path(out)
+    if (out / "config.json").exists():
+        return out
+    model = load_for_job(source, job)
+    config = model.config.with_overrides(num_hidden_layers=len(layers))
+    config.extra = dict(model.config.extra)  # labels and the family's extra settings go with the head
+    student = model_class(config.model_type, job)(config)
+    copy_teacher_weights(student, model, layers)
+    student.save_pretrained(out, tokenizer=BertTokenizer.from_pretrained(source))
+    return out
+
+
 def _load_task_teacher(recipe: DistillRecipe) -> tuple[Task, Any, Any, TaskRecord]:
     """The teacher's task (from its task.json, the recipe's family/task/settings over it), its model with
     the trained head, its tokenizer and its record. Refuses a teacher whose head would be new."""
