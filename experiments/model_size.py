@@ -10,8 +10,9 @@ experiments/pretraining_tasks.py (the shared books + WikiText-2 valid; WikiText-
 with the same optimiser, schedule, batch and number of steps: the paper's Table 6 also trains every
 size for the same steps (1M) on the same data. The peak learning rate follows the width (1e-3, Table
 5's, for mini's H=256, times 256/H; `--pretrain-lr 1e-3` gives every size the same): at 1e-3 BERT-small
-(H=512) stayed on the frequent-piece plateau (held-out MLM accuracy 3.7%) for all 1,000 steps. Each gets its held-out masked-LM perplexity (exp of the
-mean loss over the same 1,024 held-out sequences) and SST-2 and MRPC dev scores fine-tuned from it
+(H=512) stayed on the frequent-piece plateau (held-out MLM accuracy 3.7%) for all 1,000 steps. Each
+gets its held-out masked-LM perplexity (exp of the mean loss over the same 1,024 held-out sequences)
+and SST-2 and MRPC dev scores fine-tuned from it
 (3 seeds). A plot (experiments/results/img/model_size.png) shows the three against parameters, and
 the table is set beside the paper's Table 6.
 

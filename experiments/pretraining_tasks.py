@@ -199,7 +199,7 @@ def pretrain_run(label: str, data: Path, run: Path, steps: int, model: dict[str,
     """Pre-train (or reuse) one run: its steps, wall clock and held-out curve. `lr` replaces the shared
     peak learning rate (1e-3)."""
     from bertforge.pretrain import pretrain, recipe_from_dict
-    from bertforge.train.rundir import RunMismatchError
+    from bertforge.train.rundir import RunMismatchError, flat_settings, setting_differences
 
     settings = recipe(label, steps, model)
     if batch_size is not None:
@@ -210,9 +210,10 @@ def pretrain_run(label: str, data: Path, run: Path, steps: int, model: dict[str,
         facts = json.loads((run / "study.json").read_text())
         # a finished run is reused only for the settings it was made with (its label may differ: a study
         # can share another's run)
-        made = {k: v for k, v in facts["recipe"].items() if k != "source"}
-        if made != {k: v for k, v in settings.items() if k != "source"}:
-            raise ValueError(f"{run} was pre-trained with other settings ({made}); give the run another folder")
+        changed = setting_differences(flat_settings(facts["recipe"]), flat_settings(settings))
+        if changed := [line for line in changed if not line.startswith("source ")]:
+            raise ValueError(f"{run} was pre-trained with other settings ({'; '.join(changed)}); give the run "
+                             "another folder")
         return facts
     try:  # an unfinished run continues from its last checkpoint when its settings and data are these
         pretrain(recipe_from_dict(settings), data, run, resume=True)

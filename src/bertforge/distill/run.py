@@ -146,11 +146,7 @@ def build_student(recipe: DistillRecipe, teacher: Any, teacher_dir: Path, teache
                              f"({teacher.config.hidden_groups} distinct for {depth}); taking every k-th of them "
                              "means nothing: give a --student preset instead")
         layers = teacher_layers(recipe.student_layers_from_teacher, depth)
-        config = teacher.config.with_overrides(num_hidden_layers=len(layers))
-        config.extra = dict(teacher.config.extra)
-        student = model_class(config.model_type, job)(config)
-        copy_teacher_weights(student, teacher, layers)
-        return student, [0, *(i + 1 for i in layers)], f"teacher layers {layers}", None
+        return layer_student(teacher, layers, job), [0, *(i + 1 for i in layers)], f"teacher layers {layers}", None
     if recipe.student is None:
         raise ValueError("no student: give --student (a preset, a config.json or a checkpoint directory) or "
                          "--student-layers-from-teacher")
@@ -195,23 +191,31 @@ def copy_teacher_weights(student: Any, teacher: Any, layers: Sequence[int]) -> N
                 tensor.copy_(source[origin])
 
 
+def layer_student(teacher: Any, layers: Sequence[int], job: str) -> Any:
+    """A model for `job` of the teacher's family and config with only the teacher's `layers` (0-based,
+    bottom to top), those layers and everything else the two share by name (embeddings, pooler, head)
+    copied from the teacher."""
+    from bertforge.model.registry import model_class
+
+    config = teacher.config.with_overrides(num_hidden_layers=len(layers))
+    config.extra = dict(teacher.config.extra)  # labels and the family's extra settings go with the head
+    student = model_class(config.model_type, job)(config)
+    copy_teacher_weights(student, teacher, layers)
+    return student
+
+
 def save_layer_student(source: str | Path, layers: Sequence[int], out: str | Path,
                        job: str = "embeddings") -> Path:
     """Save to `out` (unless it holds a model already) a model of `source`'s family made of `source`'s
     layers `layers` (0-based, bottom to top) with its embeddings and, for a task `job`, its head: the
     student one cuts from a model without distilling (or times, since its speed is its shape's)."""
     from bertforge.model.auto import load_for_job
-    from bertforge.model.registry import model_class
     from bertforge.tokenizer import BertTokenizer
 
     out = Path(out)
     if (out / "config.json").exists():
         return out
-    model = load_for_job(source, job)
-    config = model.config.with_overrides(num_hidden_layers=len(layers))
-    config.extra = dict(model.config.extra)  # labels and the family's extra settings go with the head
-    student = model_class(config.model_type, job)(config)
-    copy_teacher_weights(student, model, layers)
+    student = layer_student(load_for_job(source, job), layers, job)
     student.save_pretrained(out, tokenizer=BertTokenizer.from_pretrained(source))
     return out
 
