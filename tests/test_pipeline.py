@@ -99,7 +99,8 @@ def test_the_task_and_its_settings_come_from_the_model_dir(models: dict[str, Pat
     results = clf(["a gripping film", "dull"])
     assert [set(r) for r in results] == [{"label", "score"}] * 2
     assert all(r["label"] in ("0", "1") and 0.5 <= r["score"] <= 1 for r in results)  # SST-2's own labels
-    assert clf("dull") == results[1]  # one input, one result
+    single = clf("dull")  # one input, one result; batched with a longer input, kernels may round apart
+    assert single["label"] == results[1]["label"] and single["score"] == pytest.approx(results[1]["score"], abs=1e-5)
     ner = pipeline(models["ner"])
     assert ner.task == "token-classification" and ner.max_length == 8 and ner.labels[1] == "B-PER"
     qa = pipeline(models["qa"])
