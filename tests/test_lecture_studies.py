@@ -79,6 +79,30 @@ def test_model_size_verdict_reads_the_trend() -> None:
     assert "MRPC 75.0 -> 75.2 (0 of 1" in text
     assert "took 3.0x the smallest's" in text
     assert "| BERT-tiny | L=2, H=128, A=2 | 0.50 M | 0.002 |" in text and "peak lr 1e-3 x 256/H" in text
+    assert "Why, at this scale" not in text  # no held-out masked-LM accuracy saved: nothing to read
+
+
+def test_model_size_reading_sets_the_scores_against_the_commonest_label() -> None:
+    sizes = ["tiny", "mini"]
+    runs = {s: {"steps": 10, "wall_s": 10.0, "parameters": p,
+                "curve": [{"mlm_loss": 6.0, "mlm_accuracy": acc, "nsp_accuracy": nsp}],
+                "recipe": {"data": {"batch_size": 32}, "optim": {"lr": 1e-3}}}
+            for s, p, acc, nsp in (("tiny", 500_000, 0.10, 0.49), ("mini", 4_000_000, 0.12, 0.51))}
+    payload = {"machine": MACHINE, "smoke": False, "sizes": sizes, "steps": 1000, "max_seq_length": 128,
+               "seeds": [1, 2], "lr": 3e-4, "pretrain_lr_rule": "width", "train_examples": {"SST-2": 6000, "MRPC": None},
+               "shapes": {"tiny": "L=2, H=128, A=2", "mini": "L=4, H=256, A=4"}, "runs": runs,
+               "majority": {"SST-2": {"accuracy": 0.509}, "MRPC": {"accuracy": 0.684, "f1": 0.812}},
+               "finetune": {"tiny": {"SST-2": score(71.0), "MRPC": score(77.0, metric="f1")},
+                            "mini": {"SST-2": score(74.0), "MRPC": score(81.5, metric="f1")}}}
+    text = model_size.reading(payload)
+    assert "held-out masked-LM accuracy 10.0 / 12.0% (tiny / mini), for 8x the parameters" in text
+    assert "next-sentence accuracy on held-out pairs 49.0-51.0%" in text
+    assert "8,000 times as many" in text  # 1M x 256 against 1,000 x 32
+    assert "every size clears the commonest label's 50.9 (accuracy) by 20.1-23.1 points" in text
+    assert "On MRPC every size scores 77.0-81.5 (f1), no better than answering the commonest label" in text
+    payload["finetune"]["mini"]["MRPC"] = score(84.0, metric="f1")
+    assert "On MRPC tiny scores no better than the commonest label (81.2 f1)" in model_size.reading(payload)
+    assert "Why, at this scale" in model_size.render(payload)
 
 
 def test_model_size_scales_the_pretraining_rate_with_width_and_keeps_other_rates_apart() -> None:
