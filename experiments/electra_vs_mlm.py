@@ -275,17 +275,19 @@ def render(payload: dict[str, Any]) -> str:
 
 
 def majority_baselines(glue: Path) -> dict[str, dict[str, float]]:
-    """Dev scores of always answering the commonest label: SST-2 accuracy, MRPC accuracy and F1 (a model
-    that has learned nothing of MRPC says "paraphrase" to every pair and scores F1 about 81)."""
+    """Dev scores of always answering the commonest label: SST-2 and RTE accuracy, MRPC accuracy and F1 (a
+    model that has learned nothing of MRPC says "paraphrase" to every pair and scores F1 about 81)."""
     def labels(path: Path, column: int) -> list[str]:
         rows = path.read_text(encoding="utf-8-sig").splitlines()[1:]
         return [row.split("\t")[column] for row in rows if row.strip()]
 
     sst2 = labels(glue / "SST-2" / "dev.tsv", -1)
     mrpc = labels(glue / "MRPC" / "dev.tsv", 0)
+    rte = labels(glue / "RTE" / "dev.tsv", -1)
     sst2_common = max(set(sst2), key=sst2.count)
     positive = mrpc.count("1") / len(mrpc)  # answering 1 everywhere: precision = that share, recall 1
     return {"SST-2": {"accuracy": sst2.count(sst2_common) / len(sst2)},
+            "RTE": {"accuracy": max(rte.count(label) for label in set(rte)) / len(rte)},
             "MRPC": {"accuracy": max(positive, 1 - positive), "f1": 2 * positive / (positive + 1)}}
 
 

@@ -156,3 +156,20 @@ def test_paper_search_verdict_separates_dev_from_holdout() -> None:
     assert "leads the default by +4.0 on dev" in text and "+0.2 on the hold-out (within the seed spread" in text
     assert "no better than the default recipe beyond the seed spread, so whatever it leads by" in text
     assert "| MRPC | lr3e-05-bs32-ep4 | failed | - |  |" in text
+
+
+def test_commonest_label_floors_come_from_the_dev_files(tmp_path: Path) -> None:
+    from experiments.electra_vs_mlm import majority_baselines
+
+    def write(task: str, header: str, rows: list[str]) -> None:
+        (tmp_path / task).mkdir()
+        (tmp_path / task / "dev.tsv").write_text("\n".join([header, *rows]) + "\n", encoding="utf-8")
+
+    write("SST-2", "sentence\tlabel", ["good\t1", "bad\t0", "fine\t1", "great\t1"])
+    write("MRPC", "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String", ["1\t1\t2\ta\tb", "0\t3\t4\tc\td"] + ["1\t5\t6\te\tf"] * 2)
+    write("RTE", "index\tsentence1\tsentence2\tlabel", ["0\ta\tb\tnot_entailment", "1\tc\td\tentailment",
+                                                         "2\te\tf\tnot_entailment"])
+    floors = majority_baselines(tmp_path)
+    assert floors["SST-2"] == {"accuracy": 0.75} and floors["RTE"]["accuracy"] == pytest.approx(2 / 3)
+    # "paraphrase" to every pair: precision 3/4, recall 1
+    assert floors["MRPC"]["accuracy"] == 0.75 and floors["MRPC"]["f1"] == pytest.approx(2 * 0.75 / 1.75)
