@@ -44,8 +44,8 @@ from experiments.common import (
     publish,
     update_doc_section,
 )
-from experiments.electra_vs_mlm import slug
-from experiments.pretraining_tasks import SMOKE_NOTE, Task, cell, clearly_ahead, finetune_task
+from experiments.electra_vs_mlm import majority_baselines, slug
+from experiments.pretraining_tasks import SHARED_DATA, SMOKE_NOTE, Task, cell, clearly_ahead, finetune_task
 from experiments.pretraining_tasks import TASKS as BASE_TASKS
 
 TASKS: dict[str, Task] = {
@@ -90,7 +90,12 @@ def main() -> None:
     parser.add_argument("--summarize", action="store_true", help="only rewrite the section from the saved results")
     args = parser.parse_args()
     if args.summarize:
-        print(write_section(json.loads((RESULTS / "features_vs_finetuning.json").read_text())))
+        saved = RESULTS / "features_vs_finetuning.json"
+        payload = json.loads(saved.read_text())
+        if "majority" not in payload:  # results saved before the floors were
+            payload["majority"] = majority_baselines(SHARED_DATA / "glue")
+            saved.write_text(json.dumps(payload, indent=2) + "\n")
+        print(write_section(payload))
         return
     import torch
 
@@ -132,7 +137,7 @@ def main() -> None:
                "modes": list(modes), "frozen_layers": args.frozen_layers, "frozen_head": args.frozen_head,
                "frozen_lr": args.frozen_lr, "lr": args.lr, "tasks": tasks, "seeds": seeds, "precision": args.precision,
                "train_examples": {t: 48 if args.smoke else TASKS[t].train_examples for t in tasks}, "scores": scores,
-               "wall_s": round(time.time() - started, 1)}
+               "majority": majority_baselines(SHARED_DATA / "glue"), "wall_s": round(time.time() - started, 1)}
     publish("features_vs_finetuning", "features-vs-finetuning", payload, render, smoke=args.smoke, work=work, write_doc=args.write_doc)
 
 
@@ -177,6 +182,7 @@ def render(payload: dict[str, Any]) -> str:
         *([SMOKE_NOTE, ""] if payload["smoke"] else []),
         verdict(payload) + paper,
         "",
+        *([text, ""] if (text := reading(payload)) else []),
         machine_line(payload["machine"]),
     ]) + "\n"
 
@@ -211,6 +217,62 @@ def verdict(payload: dict[str, Any]) -> str:
                       f"pairs ({', '.join(pairs)}) and {mean_gap(others):+.1f} on the rest ({', '.join(others)}).")
     return "**Verdict.** " + "; ".join(sentences) + "." + pair_words
 
+
+def floor_cells(payload: dict[str, Any]) -> list[tuple[str, str, str, float, float]]:
+    """(encoder, mode, task, mean, floor) for every cell no better than answering the commonest label
+    everywhere: within its seed spread, or a point, of that score."""
+    majority, found = payload.get("majority") or {}, []
+    for encoder, modes in payload["scores"].items():
+        for mode, row in modes.items():
+            for task, value in row.items():
+                metric = TASKS[task].metric
+                if metric not in majority.get(task, {}):
+                    continue
+                floor = 100 * majority[task][metric]
+                if value["mean"] - floor <= max(value["std"], 1.0):
+                    found.append((encoder, mode, task, value["mean"], floor))
+    return found
+
+
+def reading(payload: dict[str, Any]) -> str:
+    """Why the table looks as it does: which cells learned nothing of their task (a gap between two such
+    cells is noise about the floor; a gap to a cell that learned is all that mode adds), and where a
+    sentence-similarity model's frozen features come closest to fine-tuning."""
+    if payload["smoke"] or len(payload["seeds"]) < 2:
+        return ""
+    stuck: dict[tuple[str, str], list[tuple[str, float, float]]] = {}
+    for encoder, mode, task, mean, floor in floor_cells(payload):
+        stuck.setdefault((encoder, task), []).append((mode.split(" (")[0], mean, floor))
+    words = []
+    for (encoder, task), cells in stuck.items():
+        floor = cells[0][2]
+        scored = ", ".join(f"{mode} {mean:.1f}" for mode, mean, _ in cells)
+        if len(cells) == len(payload["scores"][encoder]):
+            words.append(f"{encoder} learned nothing of {task} either way ({scored}, against {floor:.1f} for "
+                         "answering the commonest label everywhere): the gap there is noise about that floor.")
+        else:
+            learned = [(mode, row[task]) for mode, row in payload["scores"][encoder].items()
+                       if mode.split(" (")[0] not in {m for m, _, _ in cells}]
+            other = ", ".join(f"{mode.split(' (')[0]} {value['mean']:.1f}" for mode, value in learned)
+            words.append(f"{encoder} {scored} on {task} is no better than answering the commonest label everywhere "
+                         f"({floor:.1f}, within the seed spread or a point), {other} is: there one mode learned the "
+                         "task and the other did not.")
+    modes = payload["scores"].get(MINILM, {})
+    tasks = [task for task in payload["tasks"] if (MINILM, task) not in stuck]
+    if len(modes) == 2 and tasks:
+        tuned, frozen = modes["fine-tuned"], next(v for k, v in modes.items() if k != "fine-tuned")
+        gaps = {task: tuned[task]["mean"] - frozen[task]["mean"] for task in tasks}
+        closest, furthest = min(gaps, key=lambda task: abs(gaps[task])), max(gaps, key=gaps.get)
+        among = "Among the tasks both modes learned, "
+        if closest == "STS-B":
+            words.append(f"{among}{MINILM}'s frozen features come closest to fine-tuning on STS-B "
+                         f"({gaps['STS-B']:+.1f}): the model was trained to place sentences of like meaning near "
+                         "each other (a contrastive objective over sentence pairs), which is the STS-B task; "
+                         f"fine-tuning buys most on {furthest} ({gaps[furthest]:+.1f}).")
+        else:
+            words.append(f"{among}{MINILM}'s frozen features come closest to fine-tuning on {closest} "
+                         f"({gaps[closest]:+.1f}) and furthest on {furthest} ({gaps[furthest]:+.1f}).")
+    return ("**Why, at this scale.** " + " ".join(words)) if words else ""
 
 if __name__ == "__main__":
     main()

@@ -138,6 +138,24 @@ def test_features_vs_finetuning_names_no_unchecked_paper_figure() -> None:
     assert "96.4 fine-tuned and 96.1 from frozen concat_last_four features" in text  # the BERT paper's Table 7
     assert "could not be checked" in text
     assert "+8.0 points on the sentence pairs (MRPC) and +0.2 on the rest (CoNLL-2003)" in text
+    assert "commonest label" not in text  # no floors saved: none read
+
+
+def test_features_vs_finetuning_reading_tells_a_learned_task_from_the_floor() -> None:
+    tasks = ["SST-2", "MRPC", "STS-B", "RTE"]
+    frozen = "frozen (concat_last_four, bilstm head)"
+    minilm = {"fine-tuned": {"SST-2": score(85.0), "MRPC": score(85.4, metric="f1"), "STS-B": score(82.4, metric="pearson"),
+                             "RTE": score(53.0)},
+              frozen: {"SST-2": score(83.0), "MRPC": score(81.1, metric="f1"), "STS-B": score(81.8, metric="pearson"),
+                       "RTE": score(52.0)}}
+    payload = {"smoke": False, "tasks": tasks, "seeds": [1, 2], "scores": {"all-MiniLM-L6-v2": minilm},
+               "majority": {"SST-2": {"accuracy": 0.509}, "RTE": {"accuracy": 0.527},
+                            "MRPC": {"accuracy": 0.684, "f1": 0.812}}}
+    text = features_vs_finetuning.reading(payload)
+    assert ("all-MiniLM-L6-v2 frozen 81.1 on MRPC is no better than answering the commonest label everywhere (81.2, "
+            "within the seed spread or a point), fine-tuned 85.4 is") in text
+    assert "learned nothing of RTE either way (fine-tuned 53.0, frozen 52.0, against 52.7" in text
+    assert "closest to fine-tuning on STS-B (+0.6)" in text and "fine-tuning buys most on SST-2 (+2.0)" in text
 
 
 def test_paper_search_verdict_separates_dev_from_holdout() -> None:
