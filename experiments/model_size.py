@@ -94,6 +94,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.summarize:
         payload = json.loads((RESULTS / "model_size.json").read_text())
+        if "other_rates" not in payload and not payload["smoke"]:  # saved before these were
+            payload["other_rates"] = other_rates(args.work or ROOT / "runs" / "model-size", payload["runs"])
+            save_results("model_size", payload)
         plot(payload)
         print(write_section(payload))
         return
@@ -136,7 +139,8 @@ def main() -> None:
                "pretrain_lr": rates, "pretrain_lr_rule": args.pretrain_lr,
                "train_examples": {t: 48 if args.smoke else TASKS[t].train_examples for t in FINETUNE},
                "shapes": {size: shape(size) for size in sizes}, "runs": runs, "finetune": scores,
-               "majority": majority_baselines(SHARED_DATA / "glue"), "wall_s": round(time.time() - started, 1)}
+               "other_rates": other_rates(work, runs), "majority": majority_baselines(SHARED_DATA / "glue"),
+               "wall_s": round(time.time() - started, 1)}
     if args.smoke:
         (work / "model_size.json").write_text(json.dumps(payload, indent=2))
         plot(payload, work / "model_size.png")
@@ -161,6 +165,25 @@ def pretrain_lr(rule: str, size: str) -> float:
     from bertforge.model.bert.config import PRESETS
 
     return BASE_LR * BASE_WIDTH / PRESETS[size][1]
+
+
+def other_rates(work: Path, runs: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each size's finished pre-training runs in `work` that differ from the table's only in the peak
+    learning rate: the rate and the held-out figures at the end, so the table's rates can be judged."""
+    from bertforge.train.rundir import flat_settings, setting_differences
+
+    found: dict[str, list[dict[str, Any]]] = {}
+    for size, run in runs.items():
+        for study in sorted(work.glob(f"{size}*-pretrain/study.json")):
+            facts = json.loads(study.read_text())
+            changed = [line.split(" ")[0] for line in setting_differences(flat_settings(run["recipe"]),
+                                                                         flat_settings(facts["recipe"]))]
+            if changed != ["optim.lr"] or facts["steps"] != run["steps"] or not facts.get("curve"):
+                continue
+            end = facts["curve"][-1]
+            found.setdefault(size, []).append({"lr": facts["recipe"]["optim"]["lr"], "mlm_loss": end["mlm_loss"],
+                                               "mlm_accuracy": end.get("mlm_accuracy")})
+    return found
 
 
 def run_name(size: str, lr: float) -> str:
@@ -305,6 +328,16 @@ def reading(payload: dict[str, Any]) -> str:
                      "so no size has learned how two segments relate.")
     else:
         words.append(".")
+    tried = payload.get("other_rates") or {}
+    if tried:
+        other = "; ".join(f"{size} at {point['lr']:g}: perplexity {math.exp(point['mlm_loss']):.1f}, masked-LM accuracy "
+                          f"{100 * point['mlm_accuracy']:.1f}%" for size in sizes for point in tried.get(size, []))
+        best = [min([math.exp(runs[s]["curve"][-1]["mlm_loss"])] + [math.exp(p["mlm_loss"]) for p in tried.get(s, [])])
+                for s in sizes]
+        falling = all(b < a for a, b in zip(best, best[1:], strict=False))
+        words.append(f" Other peak rates tried at the same steps ({other}) show how much of a size's figure is its "
+                     f"rate; at each size's best rate tried, perplexity goes {' -> '.join(f'{b:.1f}' for b in best)}"
+                     f" ({'still falling with size' if falling else 'no longer falling at every step up'}).")
     majority = payload.get("majority") or {}
     for task in FINETUNE:
         metric = scores[sizes[0]][task]["metric"]

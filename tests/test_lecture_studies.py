@@ -191,3 +191,25 @@ def test_commonest_label_floors_come_from_the_dev_files(tmp_path: Path) -> None:
     assert floors["SST-2"] == {"accuracy": 0.75} and floors["RTE"]["accuracy"] == pytest.approx(2 / 3)
     # "paraphrase" to every pair: precision 3/4, recall 1
     assert floors["MRPC"]["accuracy"] == 0.75 and floors["MRPC"]["f1"] == pytest.approx(2 * 0.75 / 1.75)
+
+
+def test_model_size_reads_other_rates_tried_at_the_same_settings(tmp_path: Path) -> None:
+    def study(folder: str, lr: float, loss: float, batch: int = 32) -> dict[str, Any]:
+        facts = {"steps": 10, "wall_s": 1.0, "parameters": 1, "curve": [{"mlm_loss": loss, "mlm_accuracy": 0.1}],
+                 "recipe": {"data": {"batch_size": batch}, "optim": {"lr": lr}}}
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "study.json").write_text(json.dumps(facts))
+        return facts
+
+    table = study("tiny-lr0.002-pretrain", 2e-3, 7.0)
+    study("tiny-pretrain", 1e-3, 6.0)
+    study("tiny-lr0.0005-pretrain", 5e-4, 5.0, batch=8)  # another batch too: not a rate comparison
+    tried = model_size.other_rates(tmp_path, {"tiny": table})
+    assert tried == {"tiny": [{"lr": 1e-3, "mlm_loss": 6.0, "mlm_accuracy": 0.1}]}
+    mini = {**table, "curve": [{"mlm_loss": 6.2, "mlm_accuracy": 0.12, "nsp_accuracy": 0.5}], "parameters": 4}
+    payload = {"smoke": False, "sizes": ["tiny", "mini"], "steps": 10, "seeds": [1, 2], "other_rates": tried,
+               "runs": {"tiny": table, "mini": mini},
+               "finetune": {s: {"SST-2": score(70.0), "MRPC": score(75.0, metric="f1")} for s in ("tiny", "mini")}}
+    text = model_size.reading(payload)
+    assert "tiny at 0.001: perplexity 403.4, masked-LM accuracy 10.0%" in text
+    assert "perplexity goes 403.4 -> 492.7 (no longer falling at every step up)" in text
