@@ -214,10 +214,16 @@ def plot(payload: dict[str, Any], out: Path = PLOT) -> None:
     for task in FINETUNE:
         means = [scores[s][task]["mean"] for s in sizes]
         spreads = [scores[s][task]["std"] for s in sizes]
-        right.errorbar(params, means, yerr=spreads, marker="o", capsize=3,
-                       label=f"{task} ({scores[sizes[0]][task]['metric']})")
+        metric = scores[sizes[0]][task]["metric"]
+        line = right.errorbar(params, means, yerr=spreads, marker="o", capsize=3, label=f"{task} ({metric})")
+        floor = (payload.get("majority") or {}).get(task, {}).get(metric)
+        if floor is not None and 100 * floor > min(means) - 10:  # a floor far below the scores would squash them
+            right.axhline(100 * floor, linestyle="--", linewidth=1, color=line[0].get_color(),
+                          label=f"{task}: commonest label everywhere")
     right.set_ylabel("dev score (mean ± std over seeds)")
-    right.legend()
+    low, high = right.get_ylim()
+    right.set_ylim(low, high + 0.4 * (high - low))  # room for the legend above the lines
+    right.legend(fontsize=8, loc="upper right")
     for axis in (left, right):
         axis.set_xscale("log")
         axis.set_xticks(params, [f"{p:.1f}" for p in params])  # the sizes' own counts, not powers of ten
