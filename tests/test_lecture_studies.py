@@ -156,6 +156,16 @@ def test_features_vs_finetuning_reading_tells_a_learned_task_from_the_floor() ->
             "within the seed spread or a point), fine-tuned 85.4 is") in text
     assert "learned nothing of RTE either way (fine-tuned 53.0, frozen 52.0, against 52.7" in text
     assert "closest to fine-tuning on STS-B (+0.6)" in text and "fine-tuning buys most on SST-2 (+2.0)" in text
+    # a left-to-right encoder that learned nothing of RTE either way, and whose frozen BiLSTM model leads on SST-2
+    payload["scores"]["bertforge ltr"] = {"fine-tuned": {**minilm["fine-tuned"], "SST-2": score(70.0)},
+                                          frozen: {**minilm[frozen], "SST-2": score(75.0)}}
+    payload.update(frozen_head="bilstm", machine=MACHINE, frozen_layers="concat_last_four", frozen_lr=1e-3,
+                   train_examples={"SST-2": 6000})
+    text = features_vs_finetuning.reading(payload)
+    assert "Frozen features lead fine-tuning for the left-to-right bertforge ltr on SST-2 (+5.0)" in text
+    verdict = features_vs_finetuning.verdict(payload)
+    assert "(RTE: no better than the commonest label either way)" in verdict
+    assert "cells at the floor either way left out" in verdict
 
 
 def test_paper_search_verdict_separates_dev_from_holdout() -> None:
