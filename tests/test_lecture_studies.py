@@ -184,6 +184,26 @@ def test_paper_search_verdict_separates_dev_from_holdout() -> None:
     assert "leads the default by +4.0 on dev" in text and "+0.2 on the hold-out (within the seed spread" in text
     assert "no better than the default recipe beyond the seed spread, so whatever it leads by" in text
     assert "| MRPC | lr3e-05-bs32-ep4 | failed | - |  |" in text
+    assert "commonest label" not in text and "rises with the rate" in text  # no floors saved; 2e-5 < 5e-5 best
+
+
+def test_paper_search_reading_sets_the_grid_against_the_floor_and_the_default() -> None:
+    def config(lr: float, batch: int, epochs: float, dev: float, steps: int) -> dict[str, Any]:
+        return {"name": f"lr{lr:g}-bs{batch}-ep{epochs:g}", "lr": lr, "batch_size": batch, "epochs": epochs,
+                "steps": steps, "dev": score(dev), "holdout": score(dev - 1)}
+
+    rows = [config(2e-5, 32, 3.0, 81.3, 94), config(4e-5, 32, 3.0, 81.9, 94), config(4e-5, 16, 2.0, 83.0, 125)]
+    result = {"metric": "f1", "configurations": rows, "chosen": rows[2]["name"], "search_wall_s": 1.0,
+              "default": {"lr": 4e-5, "batch_size": 32, "epochs": 3.0, "dev": score(81.9), "holdout": score(80.9),
+                          "wall_s": 1.0}, "train_examples": 800, "holdout_examples": 200}
+    payload = {"smoke": False, "seeds": [1, 2, 3], "grid": {"lr": [4e-5, 2e-5], "batch_size": [16, 32],
+                                                               "epochs": [2.0, 3.0]},
+               "results": {"MRPC": result}, "majority": {"MRPC": {"accuracy": 0.684, "f1": 0.812}}}
+    text = paper_search.reading(payload)
+    assert "2 of 3 configurations score within their seed spread or a point of answering the commonest" in text
+    assert "2e-05: 81.3, 4e-05: 83.0 rises with the rate" in text
+    assert "(lr 4e-05, batch 32, 3 epochs) is itself one of the grid's configurations" in text
+    assert "trains for 94-125 steps" in text
 
 
 def test_commonest_label_floors_come_from_the_dev_files(tmp_path: Path) -> None:
