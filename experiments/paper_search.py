@@ -125,7 +125,10 @@ def main() -> None:
             "epochs": [float(v) for v in args.epochs.split(",")]}
     seeds = [int(s) for s in args.seeds.split(",")]
     options: dict[str, Any] = {"seeds": seeds, "holdout": args.holdout, "max_train_examples": args.train_examples,
-                               "precision": args.precision}
+                               "precision": args.precision,
+                               # each seed's final model is what the search scores and keeps; a best/ copy of
+                               # every one of 72 runs per task would double the disk (about 13 GB a task)
+                               "save_best": False}
     if args.smoke:
         # the path end to end, not a result: two configurations of one epoch on 48 examples, 48 scored
         grid = {"lr": [1e-4, 5e-5], "batch_size": [16], "epochs": [1.0]}
