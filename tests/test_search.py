@@ -283,3 +283,35 @@ def test_default_settings_learn_a_small_file_where_the_papers_rate_does_not(
 def test_search_layout_names_are_stable() -> None:
     assert (MODEL_LINK, SEARCH_JSON, SEARCH_MD) == ("model", "search.json", "search.md")
     assert os.sep not in Configuration(1e-4, 8, 2.5).name and Configuration(1e-4, 8, 2.5).name == "lr0.0001-bs8-ep2.5"
+
+
+# ------------------------------------------------------------------------------------------------
+# disk
+# ------------------------------------------------------------------------------------------------
+def test_a_search_whose_models_will_not_fit_warns_before_training(encoder_dir: Path, files: dict[str, Path],
+                                                                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+    import warnings
+
+    from safetensors import safe_open
+
+    import bertforge.search as search_module
+
+    with safe_open(str(encoder_dir / "model.safetensors"), "pt") as weights:
+        float32_bytes = sum(4 * _count(weights.get_slice(name).get_shape()) for name in weights.keys())  # noqa: SIM118 (a safe_open handle is not iterable)
+    assert search_module.saved_model_bytes(encoder_dir) == float32_bytes > 0
+    usage = shutil.disk_usage(tmp_path)
+    # room for 7 models: 2 configurations x 2 seeds x (final + best/) is 8, without best/ copies 4
+    monkeypatch.setattr(search_module.shutil, "disk_usage", lambda path: usage._replace(free=7 * float32_bytes))
+    with pytest.warns(search_module.DiskSpaceWarning, match=r"2 configuration\(s\) still to run .*--no-save-best"):
+        search_module.warn_if_short_of_disk(_recipe(encoder_dir, files, seeds=[1, 2], save_best=True), 2, tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        search_module.warn_if_short_of_disk(_recipe(encoder_dir, files, seeds=[1, 2]), 2, tmp_path)  # no best/
+
+
+def _count(shape: list[int]) -> int:
+    total = 1
+    for size in shape:
+        total *= size
+    return total

@@ -45,6 +45,7 @@ import shutil
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -70,6 +71,10 @@ SEARCH_MD = "search.md"
 
 class SearchError(RuntimeError):
     """Configurations of a search that failed; the others' results are written, and a rerun retries them."""
+
+
+class DiskSpaceWarning(UserWarning):
+    """A search whose models will not fit on the disk it writes to."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +149,8 @@ def search(recipe: FinetuneRecipe, out_dir: str | Path, *, lrs: Sequence[float] 
         save_recipe(recipe, out_dir / RUN_CONFIG_FILE, header=header)
         runs = {c: recipe_override(recipe, {"lr": c.lr, "batch_size": c.batch_size, "epochs": c.epochs},
                                    source="search") for c in configurations}
+        to_run = [c for c in configurations if not (out_dir / CONFIGS_DIR / c.name / "results.json").exists()]
+        warn_if_short_of_disk(recipe, len(to_run), out_dir)
         results, failures = _run_all(runs, out_dir / CONFIGS_DIR, jobs, progress=progress, verbose=verbose)
         summary = _summarize(recipe, configurations, results, failures, out_dir, lrs, batch_sizes, epochs, jobs)
         summary["wall_s"] = round(time.perf_counter() - started, 1)
@@ -154,6 +161,37 @@ def search(recipe: FinetuneRecipe, out_dir: str | Path, *, lrs: Sequence[float] 
         raise SearchError(f"{len(failures)} of {len(configurations)} configuration(s) failed ({names}); the others' "
                           f"results are in {out_dir / SEARCH_JSON}, and rerunning the search retries only these")
     return summary
+
+
+def saved_model_bytes(model_dir: str | Path) -> int:
+    """About what one fine-tuned copy of `model_dir` takes on disk: its weights in float32, counted from
+    the safetensors headers (no weights read); 0 where there are none to count."""
+    total = 0
+    for path in Path(model_dir).glob("*.safetensors"):
+        with path.open("rb") as handle:
+            header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
+        for name, tensor in header.items():
+            if name != "__metadata__":
+                count = 1
+                for size in tensor["shape"]:
+                    count *= size
+                total += 4 * count
+    return total
+
+
+def warn_if_short_of_disk(recipe: FinetuneRecipe, configurations: int, out_dir: Path) -> None:
+    """Warn before training when the models the configurations still to run will keep (one per seed, two
+    with best/ copies) need more than the free space where they go: a full disk stops the search hours in."""
+    per_seed = saved_model_bytes(recipe.model) if recipe.model and Path(recipe.model).is_dir() else 0
+    copies = 2 if recipe.train.save_best else 1
+    needed = per_seed * copies * len(recipe.seeds) * configurations
+    free = shutil.disk_usage(out_dir).free
+    if needed > free:
+        warnings.warn(f"search: the {configurations} configuration(s) still to run keep about {needed / 1e9:.1f} GB "
+                      f"of models ({per_seed / 1e6:.0f} MB per seed x {len(recipe.seeds)} seed(s)"
+                      f"{', twice with best/ copies' if copies == 2 else ''}), more than the {free / 1e9:.1f} GB "
+                      f"free under {out_dir}"
+                      f"{'; --no-save-best halves it' if copies == 2 else ''}", DiskSpaceWarning, stacklevel=3)
 
 
 # ------------------------------------------------------------------------------------------------
