@@ -94,8 +94,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.summarize:
         payload = json.loads((RESULTS / "model_size.json").read_text())
-        if "other_rates" not in payload and not payload["smoke"]:  # saved before these were
-            payload["other_rates"] = other_rates(args.work or ROOT / "runs" / "model-size", payload["runs"])
+        work = args.work or ROOT / "runs" / "model-size"
+        if not payload["smoke"] and work.is_dir():  # runs at other rates may have finished since
+            payload["other_rates"] = other_rates(work, payload["runs"])
             save_results("model_size", payload)
         plot(payload)
         print(write_section(payload))
@@ -180,10 +181,31 @@ def other_rates(work: Path, runs: dict[str, dict[str, Any]]) -> dict[str, list[d
                                                                          flat_settings(facts["recipe"]))]
             if changed != ["optim.lr"] or facts["steps"] != run["steps"] or not facts.get("curve"):
                 continue
-            end = facts["curve"][-1]
-            found.setdefault(size, []).append({"lr": facts["recipe"]["optim"]["lr"], "mlm_loss": end["mlm_loss"],
-                                               "mlm_accuracy": end.get("mlm_accuracy")})
+            end, lr = facts["curve"][-1], facts["recipe"]["optim"]["lr"]
+            found.setdefault(size, []).append({"lr": lr, "mlm_loss": end["mlm_loss"],
+                                               "mlm_accuracy": end.get("mlm_accuracy"),
+                                               "finetune": other_finetunes(work, size, lr, run)})
     return found
+
+
+def other_finetunes(work: Path, size: str, lr: float, table_run: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The dev scores fine-tuned from a size's run at another pre-training rate, for each task whose
+    fine-tuning settings match the table's own run of that size except for the start."""
+    table_lr = table_run["recipe"]["optim"]["lr"]
+    scores = {}
+    for task in FINETUNE:
+        mine, table = work / f"{task.lower()}-{run_name(size, lr)}", work / f"{task.lower()}-{run_name(size, table_lr)}"
+        if not ((mine / "results.json").exists() and (table / "fingerprint.json").exists()
+                and (mine / "fingerprint.json").exists()):
+            continue
+        settings = [{k: v for k, v in json.loads((d / "fingerprint.json").read_text())["settings"].items()
+                     if k != "model"} for d in (mine, table)]
+        if settings[0] != settings[1]:
+            continue
+        summary = json.loads((mine / "results.json").read_text())["summary"]
+        metric = TASKS[task].metric
+        scores[task] = {"metric": metric, **{k: TASKS[task].points(summary[metric][k]) for k in ("mean", "std")}}
+    return scores
 
 
 def run_name(size: str, lr: float) -> str:
@@ -337,7 +359,10 @@ def reading(payload: dict[str, Any]) -> str:
     tried = payload.get("other_rates") or {}
     if tried:
         other = "; ".join(f"{size} at {point['lr']:g}: perplexity {math.exp(point['mlm_loss']):.1f}, masked-LM accuracy "
-                          f"{100 * point['mlm_accuracy']:.1f}%" for size in sizes for point in tried.get(size, []))
+                          f"{100 * point['mlm_accuracy']:.1f}%"
+                          + "".join(f", {task} {value['mean']:.1f} ± {value['std']:.1f}"
+                                    for task, value in (point.get("finetune") or {}).items())
+                          for size in sizes for point in tried.get(size, []))
         best = [min([math.exp(runs[s]["curve"][-1]["mlm_loss"])] + [math.exp(p["mlm_loss"]) for p in tried.get(s, [])])
                 for s in sizes]
         falling = all(b < a for a, b in zip(best, best[1:], strict=False))

@@ -231,15 +231,28 @@ def test_model_size_reads_other_rates_tried_at_the_same_settings(tmp_path: Path)
         (tmp_path / folder / "study.json").write_text(json.dumps(facts))
         return facts
 
+    def finetuned(folder: str, start: str, lr: float, accuracy: float | None) -> None:
+        (tmp_path / folder).mkdir()
+        settings = {"model": str(tmp_path / start), "lr": lr}
+        (tmp_path / folder / "fingerprint.json").write_text(json.dumps({"format": 1, "settings": settings}))
+        if accuracy is not None:
+            summary = {"accuracy": {"mean": accuracy, "std": 0.01}}
+            (tmp_path / folder / "results.json").write_text(json.dumps({"summary": summary}))
+
     table = study("tiny-lr0.002-pretrain", 2e-3, 7.0)
     study("tiny-pretrain", 1e-3, 6.0)
     study("tiny-lr0.0005-pretrain", 5e-4, 5.0, batch=8)  # another batch too: not a rate comparison
+    finetuned("sst-2-tiny-lr0.002", "tiny-lr0.002-finetune-start", 3e-4, 0.70)
+    finetuned("sst-2-tiny", "tiny-finetune-start", 3e-4, 0.72)  # the same fine-tuning from the other start
+    finetuned("mrpc-tiny-lr0.002", "tiny-lr0.002-finetune-start", 3e-4, None)
+    finetuned("mrpc-tiny", "tiny-finetune-start", 1e-4, 0.5)  # fine-tuned otherwise: left out
     tried = model_size.other_rates(tmp_path, {"tiny": table})
-    assert tried == {"tiny": [{"lr": 1e-3, "mlm_loss": 6.0, "mlm_accuracy": 0.1}]}
+    sst2 = {"metric": "accuracy", "mean": 72.0, "std": 1.0}
+    assert tried == {"tiny": [{"lr": 1e-3, "mlm_loss": 6.0, "mlm_accuracy": 0.1, "finetune": {"SST-2": sst2}}]}
     mini = {**table, "curve": [{"mlm_loss": 6.2, "mlm_accuracy": 0.12, "nsp_accuracy": 0.5}], "parameters": 4}
     payload = {"smoke": False, "sizes": ["tiny", "mini"], "steps": 10, "seeds": [1, 2], "other_rates": tried,
                "runs": {"tiny": table, "mini": mini},
                "finetune": {s: {"SST-2": score(70.0), "MRPC": score(75.0, metric="f1")} for s in ("tiny", "mini")}}
     text = model_size.reading(payload)
-    assert "tiny at 0.001: perplexity 403.4, masked-LM accuracy 10.0%" in text
+    assert "tiny at 0.001: perplexity 403.4, masked-LM accuracy 10.0%, SST-2 72.0 ± 1.0)" in text
     assert "perplexity goes 403.4 -> 492.7 (no longer falling at every step up)" in text
