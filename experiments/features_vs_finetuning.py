@@ -295,7 +295,7 @@ def reading(payload: dict[str, Any]) -> str:
         if closest == "STS-B":
             words.append(f"{among}{MINILM}'s frozen features come closest to fine-tuning on STS-B "
                          f"({gaps['STS-B']:+.1f}): the model was trained to place sentences of like meaning near "
-                         "each other (a contrastive objective over sentence pairs), which is the STS-B task; "
+                         "each other (a contrastive objective over sentence pairs), close to what STS-B asks; "
                          f"fine-tuning buys most on {furthest} ({gaps[furthest]:+.1f}).")
         else:
             words.append(f"{among}{MINILM}'s frozen features come closest to fine-tuning on {closest} "
