@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import random
 from pathlib import Path
@@ -298,7 +299,7 @@ def test_a_search_whose_models_will_not_fit_warns_before_training(encoder_dir: P
     import bertforge.search as search_module
 
     with safe_open(str(encoder_dir / "model.safetensors"), "pt") as weights:
-        float32_bytes = sum(4 * _count(weights.get_slice(name).get_shape()) for name in weights.keys())  # noqa: SIM118 (a safe_open handle is not iterable)
+        float32_bytes = sum(4 * math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())  # noqa: SIM118 (a safe_open handle is not iterable)
     assert search_module.saved_model_bytes(encoder_dir) == float32_bytes > 0
     usage = shutil.disk_usage(tmp_path)
     # room for 7 models: 2 configurations x 2 seeds x (final + best/) is 8, without best/ copies 4
@@ -309,9 +310,3 @@ def test_a_search_whose_models_will_not_fit_warns_before_training(encoder_dir: P
         warnings.simplefilter("error")
         search_module.warn_if_short_of_disk(_recipe(encoder_dir, files, seeds=[1, 2]), 2, tmp_path)  # no best/
 
-
-def _count(shape: list[int]) -> int:
-    total = 1
-    for size in shape:
-        total *= size
-    return total

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import shutil
 import statistics
@@ -170,12 +171,7 @@ def saved_model_bytes(model_dir: str | Path) -> int:
     for path in Path(model_dir).glob("*.safetensors"):
         with path.open("rb") as handle:
             header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
-        for name, tensor in header.items():
-            if name != "__metadata__":
-                count = 1
-                for size in tensor["shape"]:
-                    count *= size
-                total += 4 * count
+        total += sum(4 * math.prod(tensor["shape"]) for name, tensor in header.items() if name != "__metadata__")
     return total
 
 
