@@ -195,7 +195,8 @@ def test_paper_search_reading_sets_the_grid_against_the_floor_and_the_default() 
     rows = [config(2e-5, 32, 3.0, 81.3, 94), config(4e-5, 32, 3.0, 81.9, 94), config(4e-5, 16, 2.0, 83.0, 125)]
     result = {"metric": "f1", "configurations": rows, "chosen": rows[2]["name"], "search_wall_s": 1.0,
               "default": {"lr": 4e-5, "batch_size": 32, "epochs": 3.0, "dev": score(81.9), "holdout": score(80.9),
-                          "wall_s": 1.0}, "train_examples": 800, "holdout_examples": 200}
+                          "wall_s": 1.0, "same_runs_as": "lr4e-05-bs32-ep3"},
+              "train_examples": 800, "holdout_examples": 200}
     payload = {"smoke": False, "seeds": [1, 2, 3], "grid": {"lr": [4e-5, 2e-5], "batch_size": [16, 32],
                                                                "epochs": [2.0, 3.0]},
                "results": {"MRPC": result}, "majority": {"MRPC": {"accuracy": 0.684, "f1": 0.812}}}
@@ -203,6 +204,7 @@ def test_paper_search_reading_sets_the_grid_against_the_floor_and_the_default() 
     assert "2 of 3 configurations score within their seed spread or a point of answering the commonest" in text
     assert "2e-05: 81.3, 4e-05: 83.0 rises with the rate" in text
     assert "(lr 4e-05, batch 32, 3 epochs) is itself one of the grid's configurations" in text
+    assert "(its runs are lr4e-05-bs32-ep3's: the same resolved settings and seeds)" in text
     assert "trains for 94-125 steps" in text
 
 
@@ -256,3 +258,34 @@ def test_model_size_reads_other_rates_tried_at_the_same_settings(tmp_path: Path)
     text = model_size.reading(payload)
     assert "tiny at 0.001: perplexity 403.4, masked-LM accuracy 10.0%, SST-2 72.0 ± 1.0)" in text
     assert "perplexity goes 403.4 -> 492.7 (no longer falling at every step up)" in text
+
+
+def test_paper_search_reuses_the_grid_configuration_that_is_the_default_recipe(tmp_path: Path) -> None:
+    from bertforge.finetune import RESULTS_FILE, build_recipe, hyperparameters, model_hidden_size
+    from bertforge.tasks import make_task
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 384, "num_hidden_layers": 2,
+                                                   "num_attention_heads": 6, "intermediate_size": 64,
+                                                   "vocab_size": 100}))
+
+    def recipe(**options: Any) -> Any:
+        return build_recipe("glue", options={"task": "MRPC", "model": str(model), "data": str(tmp_path),
+                                             "seeds": [1, 2], **options})
+
+    def saved(name: str, built: Any, seeds: list[int]) -> dict[str, Any]:
+        resolved = built.resolved(make_task("glue", "MRPC", {}), model_hidden_size(model))
+        (tmp_path / "search" / "configs" / name).mkdir(parents=True)
+        (tmp_path / "search" / "configs" / name / RESULTS_FILE).write_text(json.dumps(
+            {"hyperparameters": hyperparameters(resolved), "seeds": [{"seed": s} for s in seeds],
+             "summary": {"f1": {"mean": 0.8}}}))
+        return {"name": name, "dir": f"configs/{name}"}
+
+    default_rate = recipe().resolved(make_task("glue", "MRPC", {}), 384).optim.lr
+    rows = [saved("other-rate", recipe(lr=1e-4), [1, 2]), saved("other-seeds", recipe(lr=default_rate), [1, 3]),
+            {"name": "failed", "dir": "configs/failed", "error": "out of memory"},
+            saved("same", recipe(lr=default_rate, batch_size=32, epochs=3.0), [1, 2])]
+    twin = paper_search.grid_twin(recipe(), tmp_path / "search", {"configurations": rows})
+    assert twin is not None and twin["configuration"] == "same"
+    assert paper_search.grid_twin(recipe(warmup_ratio=0.2), tmp_path / "search", {"configurations": rows}) is None
