@@ -285,8 +285,8 @@ def reading(payload: dict[str, Any]) -> str:
                                           "settings and seeds)" if default.get("same_runs_as") else ""))
         paper = next((r for r in rows if (r["lr"], r["batch_size"], float(r["epochs"])) == PAPER_RECIPE), None)
         if paper is not None and (default["lr"], default["batch_size"], float(default["epochs"])) != PAPER_RECIPE:
-            parts.append(f"the paper's BERT-base recipe (lr 2e-5, batch 32, 3 epochs) scores {_cell(paper['dev'])} on dev and {_cell(paper['holdout'])} on "
-                         "the hold-out")
+            parts.append(f"the paper's BERT-base recipe (lr 2e-5, batch 32, 3 epochs) scores {_cell(paper['dev'])} "
+                         f"on dev and {_cell(paper['holdout'])} on the hold-out")
         words.append(f"On {task}, " + "; ".join(parts) + ".")
     if not words:
         return ""

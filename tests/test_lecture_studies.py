@@ -205,7 +205,8 @@ def test_paper_search_reading_sets_the_grid_against_the_floor_and_the_default() 
     assert "2e-05: 81.3, 4e-05: 83.0 rises with the rate" in text
     assert "(lr 4e-05, batch 32, 3 epochs) is itself one of the grid's configurations" in text
     assert "(its runs are lr4e-05-bs32-ep3's: the same resolved settings and seeds)" in text
-    assert "the paper's BERT-base recipe (lr 2e-5, batch 32, 3 epochs) scores 81.3 ± 0.5 on dev and 80.3 ± 0.5 on the hold-out" in text
+    assert ("the paper's BERT-base recipe (lr 2e-5, batch 32, 3 epochs) scores 81.3 ± 0.5 on dev and 80.3 ± 0.5 "
+            "on the hold-out") in text
     assert "trains for 94-125 steps" in text
 
 
