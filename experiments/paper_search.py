@@ -275,6 +275,15 @@ def reading(payload: dict[str, Any]) -> str:
         parts.append("the best dev score at each rate " + ", ".join(f"{lr:g}: {best[lr]:.1f}" for lr in rates)
                      + (" rises with the rate, so the best rate for this model lies at or above the grid's top"
                         if rising else ""))
+        by_steps: dict[int, list[float]] = {}
+        for r in rows:
+            by_steps.setdefault(r["steps"], []).append(r["dev"]["mean"])
+        counts = sorted(by_steps)
+        mean_at = {n: sum(by_steps[n]) / len(by_steps[n]) for n in counts}
+        if len(counts) > 2 and all(mean_at[b] >= mean_at[a] for a, b in zip(counts, counts[1:], strict=False)):
+            parts.append("the mean dev score over the configurations of each length rises with the optimiser steps ("
+                         + ", ".join(f"{n}: {mean_at[n]:.1f}" for n in counts) + "), so the run's length, more than "
+                         "its rate, decides the score")
         on_grid = (default["lr"] in grid["lr"] and default["batch_size"] in grid["batch_size"]
                    and float(default["epochs"]) in [float(e) for e in grid["epochs"]])
         if on_grid:

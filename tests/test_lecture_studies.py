@@ -208,6 +208,13 @@ def test_paper_search_reading_sets_the_grid_against_the_floor_and_the_default() 
     assert ("the paper's BERT-base recipe (lr 2e-5, batch 32, 3 epochs) scores 81.3 ± 0.5 on dev and 80.3 ± 0.5 "
             "on the hold-out") in text
     assert "trains for 94-125 steps" in text
+    assert "rises with the optimiser steps" not in text  # two lengths only: no trend to read
+
+    longer = [config(4e-5, 32, 2.0, 20.0, 63), config(4e-5, 32, 3.0, 30.0, 94), config(2e-5, 16, 3.0, 70.0, 189),
+              config(4e-5, 16, 3.0, 60.0, 189)]
+    payload["results"]["MRPC"] = {**result, "configurations": longer, "chosen": longer[2]["name"]}
+    assert ("rises with the optimiser steps (63: 20.0, 94: 30.0, 189: 65.0), so the run's length, more than its "
+            "rate, decides the score") in paper_search.reading(payload)
 
 
 def test_commonest_label_floors_come_from_the_dev_files(tmp_path: Path) -> None:
