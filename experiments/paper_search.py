@@ -23,14 +23,15 @@ core, experiments/hf_finetune_baseline.py): with 1,000 training examples per tas
 (3 epochs on average) x 3 seeds cost about 7 h for MRPC, 9 h for RTE and 4 h for STS-B, about 20 hours
 in all (half with --jobs 2 on two free cores). Finished configurations in --work are reused, and so is
 the grid configuration whose resolved settings and seeds are the default recipe's (for all-MiniLM-L6-v2
-lr 4e-5, batch 32, 3 epochs): the default is fine-tuned on its own only when it is off the grid. Results: experiments/results/paper_search.json and the
-`paper-search` section of docs/results.md.
+lr 4e-5, batch 32, 3 epochs): the default is fine-tuned on its own only when it is off the grid.
+Results: experiments/results/paper_search.json and the `paper-search` section of docs/results.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -251,6 +252,10 @@ def verdict(payload: dict[str, Any]) -> str:
     return ("**Verdict.** " + "; ".join(sentences) + f". Of {total} configurations per task, {call}.")
 
 
+def _never_falls(values: list[float]) -> bool:
+    return all(later >= earlier for earlier, later in zip(values, values[1:], strict=False))
+
+
 def reading(payload: dict[str, Any]) -> str:
     """Why the search comes out as it does: where the grid's scores sit against answering the commonest
     label, how dev moves with the rate, and whether the default recipe is itself on the grid."""
@@ -271,16 +276,13 @@ def reading(payload: dict[str, Any]) -> str:
         by_rate = {lr: [r["dev"]["mean"] for r in rows if r["lr"] == lr] for lr in sorted(grid["lr"])}
         best = {lr: max(v) for lr, v in by_rate.items() if v}
         rates = list(best)
-        rising = len(rates) > 1 and all(best[b] >= best[a] for a, b in zip(rates, rates[1:], strict=False))
+        rising = len(rates) > 1 and _never_falls([best[lr] for lr in rates])
         parts.append("the best dev score at each rate " + ", ".join(f"{lr:g}: {best[lr]:.1f}" for lr in rates)
                      + (" rises with the rate, so the best rate for this model lies at or above the grid's top"
                         if rising else ""))
-        by_steps: dict[int, list[float]] = {}
-        for r in rows:
-            by_steps.setdefault(r["steps"], []).append(r["dev"]["mean"])
-        counts = sorted(by_steps)
-        mean_at = {n: sum(by_steps[n]) / len(by_steps[n]) for n in counts}
-        if len(counts) > 2 and all(mean_at[b] >= mean_at[a] for a, b in zip(counts, counts[1:], strict=False)):
+        counts = sorted({r["steps"] for r in rows})
+        mean_at = {n: statistics.fmean(r["dev"]["mean"] for r in rows if r["steps"] == n) for n in counts}
+        if len(counts) > 2 and _never_falls([mean_at[n] for n in counts]):
             parts.append("the mean dev score over the configurations of each length rises with the optimiser steps ("
                          + ", ".join(f"{n}: {mean_at[n]:.1f}" for n in counts) + "), so the run's length, more than "
                          "its rate, decides the score")
