@@ -337,7 +337,7 @@ def test_init_from_continues_from_a_checkpoint_s_weights_and_refuses_one_that_do
     lines = (first / "vocab.txt").read_text(encoding="utf-8").splitlines()
     lines[10], lines[11] = lines[11], lines[10]  # same size, two ids swapped
     (other_vocab / "vocab.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="vocab.txt: not the vocabulary"):
+    with pytest.raises(ValueError, match="its tokenizer.s vocabulary is not the one the pre-training data"):
         pretrain("tiny", data, tmp_path / "bad-vocab", max_steps=1, init_from=other_vocab, **settings)
 
     shallower = tmp_path / "one-layer"

@@ -234,7 +234,7 @@ class InputRange:
     @property
     def weight(self) -> int:
         """Bytes on disk: what shards and parts are balanced by."""
-        return self.size if self.kind == "parquet" or self.compressed else self.end - self.start
+        return self.size if self.kind in ("parquet", "csv", "tsv") or self.compressed else self.end - self.start
 
     def to_json(self) -> list:
         row = [self.path, self.file_index, self.start, self.end, self.first_line]

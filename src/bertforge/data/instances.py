@@ -22,7 +22,8 @@ block is dropped and counted), and a NotNext draw that finds no other document c
 to IsNext rather than silently biasing the label.
 
 `none` (RoBERTa's FULL-SENTENCES) packs whole sentences into `[CLS] ... [SEP]` up to the length,
-crossing document boundaries with an extra `[SEP]` between documents.
+crossing document boundaries with an extra `[SEP]` between documents; or, `line_by_line`, makes each
+sentence (a line of the input) its own `[CLS] ... [SEP]`, cut at the length.
 """
 
 from __future__ import annotations
@@ -226,6 +227,7 @@ class InstanceMaker:
     sep_id: int
     objective: str = "nsp"
     short_seq_prob: float = 0.1
+    line_by_line: bool = False  # "none": each sentence (a line of the input) its own instance, unpacked
     counters: InstanceCounters = field(default_factory=InstanceCounters)
     # "none": the packing buffer, carried from block to block
     _pack: list = field(default_factory=list)
@@ -339,6 +341,13 @@ class InstanceMaker:
         body = self.max_seq_length - 2
         out: list[Instance] = []
         ids, offsets = block.ids, block.offsets
+        if self.line_by_line:  # transformers' run_mlm --line_by_line: no packing, a line is a sequence
+            for i in range(block.num_sentences):
+                sentence = ids[offsets[i]:offsets[i + 1]]
+                for start in range(0, len(sentence), body):
+                    self._pack, self._pack_len = [sentence[start:start + body]], min(body, len(sentence) - start)
+                    out.append(self._flush())
+            return out
         if block.new_document and self._pack_len:
             if self._pack_len + 1 >= body:
                 out.append(self._flush())

@@ -27,7 +27,36 @@ import numpy as np
 
 from bertforge.config import IGNORE_INDEX
 
-__all__ = ["IGNORE_INDEX", "Masker", "MaskResult", "span_length_distribution"]
+__all__ = ["IGNORE_INDEX", "Masker", "MaskResult", "continuation_flags", "span_length_distribution"]
+
+# How a vocabulary marks where words begin: WordPiece marks the pieces that continue a word ("##"),
+# byte-level BPE (RoBERTa, ModernBERT) and SentencePiece (XLM-R, ALBERT, DeBERTa) the pieces that start
+# one (a "Ġ" for the space before it, or "▁").
+CONTINUATION_PREFIX = "##"
+WORD_START_PREFIXES = ("\u0120", "\u2581")
+
+
+def continuation_flags(vocab: dict[str, int], vocab_size: int, special_ids: tuple[int, ...] = ()) -> np.ndarray:
+    """(vocab_size,) bool: which pieces continue the word before them, for whole-word and span masking.
+
+    A vocabulary with "##" pieces is WordPiece: those continue a word. Otherwise, where pieces carry a
+    word-start mark ("\u0120" in byte-level BPE, "\u2581" in SentencePiece), the unmarked pieces continue
+    a word, special tokens excepted. A vocabulary with neither mark has no words to follow: every piece
+    starts one (whole-word masking is then token masking).
+    """
+    flags = np.zeros(vocab_size, dtype=bool)
+    pieces = [(token, index) for token, index in vocab.items() if 0 <= index < vocab_size]
+    if any(token.startswith(CONTINUATION_PREFIX) for token, _ in pieces):
+        for token, index in pieces:
+            flags[index] = token.startswith(CONTINUATION_PREFIX)
+        return flags
+    for mark in WORD_START_PREFIXES:
+        if sum(token.startswith(mark) for token, _ in pieces) > len(pieces) // 10:  # the vocabulary's own mark
+            for token, index in pieces:
+                flags[index] = not token.startswith(mark)
+            flags[list(special_ids)] = False
+            return flags
+    return flags
 
 
 def span_length_distribution(p: float = 0.2, max_length: int = 10) -> np.ndarray:
@@ -90,12 +119,9 @@ class Masker:
 
     @classmethod
     def from_tokenizer(cls, tokenizer, **options) -> Masker:
-        """A Masker for a `BertTokenizer`: its special ids, and `##` pieces as word continuations."""
-        vocab = tokenizer.vocab
-        continuation = np.zeros(tokenizer.vocab_size, dtype=bool)
-        for token, index in vocab.items():
-            if token.startswith("##") and index < len(continuation):
-                continuation[index] = True
+        """A Masker for a `BertTokenizer` of any family: its special ids, and its word marks
+        (`continuation_flags`)."""
+        continuation = continuation_flags(tokenizer.vocab, tokenizer.vocab_size, tuple(tokenizer.all_special_ids))
         never = (tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id, tokenizer.mask_token_id)
         return cls(vocab_size=tokenizer.vocab_size, mask_id=tokenizer.mask_token_id, special_ids=never,
                    exclude_from_random=tuple(tokenizer.all_special_ids), is_continuation=continuation, **options)

@@ -63,7 +63,7 @@ from bertforge.data.instances import (
     InstanceMaker,
     SentenceBlock,
 )
-from bertforge.data.masking import IGNORE_INDEX, Masker
+from bertforge.data.masking import IGNORE_INDEX, Masker, continuation_flags
 from bertforge.data.records import BAD_RECORDS_POLICIES, parquet_layout
 from bertforge.data.shards import ShardWriter, read_json, shard_name, token_dtype
 from bertforge.data.sources import cut_ranges, expand_inputs, input_bodies, read_blocks
@@ -94,13 +94,15 @@ class PrepareOptions:
     """
 
     inputs: list[str] = setting(default_factory=list, aliases=("--input", "-i"),
-                                help="File, directory or glob pattern (repeat): .txt, .jsonl, .parquet, "
-                                     "and .txt/.jsonl compressed (.gz, .bz2, .xz, .zst).")
+                                help="File, directory or glob pattern (repeat): .txt, .jsonl, .parquet, .csv, "
+                                     ".tsv, and those but Parquet compressed (.gz, .bz2, .xz, .zst).")
     tokenizer: str | None = setting(None, help="Tokenizer directory (vocab.txt ...).")
     max_seq_length: int = setting(128, help="Tokens per instance, [CLS] and [SEP] included.")
     workers: int = setting(1, help="Processes, one shard each at a time.")
     seed: int = setting(12345, help="Seed of the training instances and masks.")
     objective: str = setting("nsp", help="nsp (BERT), sop (ALBERT) or none (RoBERTa packing).")
+    line_by_line: bool = setting(False, help="Objective none: every line its own sequence (cut at max_seq_length, "
+                                             "padded in batches) instead of lines packed up to the length.")
     masking: str = setting("static", help="static (masked here) or dynamic (masked by the loader each epoch).")
     dupe_factor: int | None = setting(None, help="Copies of the data, each masked differently "
                                                  "(default 10 static, 1 dynamic).")
@@ -122,7 +124,8 @@ class PrepareOptions:
     max_line_chars: int = setting(10_000, help="Longer lines are cut (and counted).")
     bad_bytes: str = setting("skip", help="Lines that are not UTF-8: skip, replace or error.")
     text_field: str = setting("text", help="JSON lines: the field of each record that holds its text.")
-    text_column: str = setting("text", help="Parquet: the column that holds each row's text.")
+    text_column: str = setting("text", help="Parquet, CSV, TSV: the column that holds each row's text (other "
+                                            "columns, labels among them, are ignored).")
     bad_records: str = setting("skip", help="JSON lines / Parquet records without usable text: skip (counted, "
                                             "reported) or error (stop at the first, naming file and line).")
     part: str | None = setting(None, help="I/N: prepare only part I (0 to N-1) of N disjoint parts of the "
@@ -219,9 +222,7 @@ def prepare(
         _start_output(out, dataset, overwrite)
         save_recipe(recipe, out / RUN_CONFIG_FILE, header=f"bertforge prepare --config {out / RUN_CONFIG_FILE} "
                                                            "--out DIR makes the same shards")
-        continuation = np.zeros(tokenizer.vocab_size, dtype=bool)
-        for token, index in tokenizer.vocab.items():
-            continuation[index] = token.startswith("##")
+        continuation = continuation_flags(tokenizer.vocab, tokenizer.vocab_size, tuple(tokenizer.all_special_ids))
         with atomic_path(out / "continuation.npy") as tmp, open(tmp, "wb") as handle:
             np.save(handle, continuation)
         # The shards are ids of this vocabulary: keep a copy beside them, so the data directory is
@@ -355,6 +356,8 @@ def _check_options(o: PrepareOptions) -> None:
     need(o.bad_records in BAD_RECORDS_POLICIES,
          f"bad_records must be one of {BAD_RECORDS_POLICIES}, not {o.bad_records!r}")
     need(bool(o.text_field) and bool(o.text_column), "text_field and text_column must not be empty")
+    need(not o.line_by_line or o.objective == "none", "line_by_line makes masked-LM sequences of single lines: it "
+                                                      "needs objective none (a sentence objective pairs segments)")
     if o.part is not None:
         parse_part(o.part)
     need(8 <= o.max_seq_length <= 65535, f"max_seq_length must be in [8, 65535], not {o.max_seq_length}")
@@ -540,7 +543,7 @@ class _Split:
                  out: Path, dupe: int, pool: DocumentPool | None, fallback_pool: DocumentPool | None,
                  stream: Sequence[int]):
         self.maker = InstanceMaker(o["max_seq_length"], facts["cls_id"], facts["sep_id"], o["objective"],
-                                   o["short_seq_prob"])
+                                   o["short_seq_prob"], line_by_line=o.get("line_by_line", False))
         streams = np.random.SeedSequence([seed, *stream]).spawn(2)
         self.rng = BufferedDraws(np.random.default_rng(streams[0]))
         self.mask_rng = np.random.default_rng(streams[1])
@@ -627,7 +630,7 @@ def _is_validation(sentences: list[str], fraction: float) -> bool:
 
 
 def _text_field(o: dict, r: InputRange) -> str:
-    return o["text_column"] if r.kind == "parquet" else o["text_field"]
+    return o["text_field"] if r.kind == "jsonl" else o["text_column"]
 
 
 def _prefill(pool: DocumentPool, ranges: list[InputRange], o: dict, tokenizer) -> None:

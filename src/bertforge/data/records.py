@@ -1,6 +1,7 @@
-"""Reading pre-training text from records: JSON lines (one object per line) and Parquet (one row each).
+"""Reading pre-training text from records: JSON lines (one object per line), Parquet and CSV/TSV (one
+row each).
 
-One record is one document. Its text field (JSONL, `text_field`) or column (Parquet, `text_column`)
+One record is one document. Its text field (JSONL, `text_field`) or column (Parquet, CSV, TSV: `text_column`)
 is read like a small text file of its own: one sentence per line in the BERT layout, or running
 prose split into paragraphs (at blank lines) and sentences with `plain_text`. Records never merge.
 
@@ -10,7 +11,9 @@ Memory stays bounded whatever the size of a file:
   parsed with the standard `json` module, so an error names its exact line;
 * Parquet is read one row group at a time, in batches of `PARQUET_BATCH_ROWS` rows of the text
   column only (`pyarrow.parquet.ParquetFile.iter_batches`), so at most one row group's text column
-  is in memory; a file written with huge row groups costs that much memory, and no more.
+  is in memory; a file written with huge row groups costs that much memory, and no more;
+* CSV and TSV are streamed row by row by `bertforge.tables` (the files `finetune` reads: other
+  columns, labels among them, are ignored); a file is never cut, so it is one piece of work.
 
 A record that cannot be used (invalid JSON, not an object, the field missing or null, a value that
 is not a string, bytes that are not UTF-8) is a *bad record*: skipped and counted with its location
@@ -132,6 +135,21 @@ def _iter_jsonl(rng: InputRange, field: str) -> Iterator[tuple[str | None, str, 
             yield (*_field_text(record, field), line_no, offset, len(raw))
 
 
+def _iter_table(rng: InputRange, column: str) -> Iterator[tuple[str | None, str, int, int, int]]:
+    """(text, problem, line, line, bytes) for each row of a CSV or TSV file (always read whole); the line
+    is where the row starts, as `bertforge.tables` counts it."""
+    from bertforge.tables import iter_rows
+
+    try:
+        for row in iter_rows(rng.path, (column,), fmt=rng.kind):
+            text = row.values[column]
+            size = len(text.encode("utf-8")) + 1
+            yield (text, "", row.number, row.number, size) if text.strip() else \
+                (None, f"column {column!r} is empty", row.number, row.number, size)
+    except DataFormatError as exc:  # a missing column, a short row: the file cannot be read on
+        raise RecordError(exc.path, exc.line, exc.field, exc.message) from None
+
+
 def _field_text(record: Any, field: str) -> tuple[str | None, str]:
     if not isinstance(record, dict):
         return None, f"a JSON {type(record).__name__}, not an object with a {field!r} field"
@@ -215,7 +233,8 @@ def read_record_blocks(
         raise ValueError(f"bad_records must be one of {BAD_RECORDS_POLICIES}, not {bad_records!r}")
     stats = stats if stats is not None else ReadStats()
     unit = "row" if rng.kind == "parquet" else "line"
-    records = _iter_parquet(rng, field) if rng.kind == "parquet" else _iter_jsonl(rng, field)
+    readers = {"parquet": _iter_parquet, "csv": _iter_table, "tsv": _iter_table}
+    records = readers.get(rng.kind, _iter_jsonl)(rng, field)
     nbytes = 0
     per_file = stats.sentences_per_file
     for text, problem, line, key, size in records:

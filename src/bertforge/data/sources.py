@@ -2,8 +2,9 @@
 
 Input files are told apart by :func:`input_kind`, through `bertforge.formats`: text (`.txt`, or any
 name no format claims; compressed `.txt.gz`, `.bz2`, `.xz`, `.zst` too), JSON lines (`.jsonl`, `.ndjson`,
-or `.json` holding JSON lines, plain or compressed) and Parquet (`.parquet`); any other format (CSV, a
-JSON document, a compressed Parquet file) is refused in one line. :func:`read_blocks` reads a range
+or `.json` holding JSON lines, plain or compressed), Parquet (`.parquet`) and CSV/TSV (`.csv`, `.tsv`, plain
+or compressed: the files `finetune` reads, one document per row of their text column); any other format
+(a JSON document, a compressed Parquet file) is refused in one line. :func:`read_blocks` reads a range
 of any of them: text with :func:`bertforge.data.corpus.read_blocks`, records with
 :func:`bertforge.data.records.read_record_blocks`.
 
@@ -12,7 +13,7 @@ pieces of about equal size on disk, each cut moved forward to the next place a p
 next blank line in a text file (a document boundary in the BERT layout, a paragraph boundary in plain
 text), so no sentence is cut in two; the next line of a JSON-lines file; the next row group of a
 Parquet file. A compressed file cannot be entered in the middle of its stream, so it is never cut: it
-is one piece of work, whatever its size. The same rule (:func:`cut_ranges`) cuts the corpus into the
+is one piece of work, whatever its size; so is a CSV or TSV file (a quoted cell may hold line breaks). The same rule (:func:`cut_ranges`) cuts the corpus into the
 parts of `prepare --part I/N`, and each part into its shards.
 """
 
@@ -41,15 +42,16 @@ from bertforge.formats import detect_format, named_formats
 
 __all__ = ["cut_ranges", "expand_inputs", "input_bodies", "input_kind", "plan_shards", "read_blocks"]
 
-TEXT_KINDS = ("text", "jsonl", "parquet")
-_FORMAT_KINDS = {"lines": "text", "jsonl": "jsonl", "parquet": "parquet"}  # `bertforge.formats` name: kind
+TEXT_KINDS = ("text", "jsonl", "parquet", "csv", "tsv")
+WHOLE_KINDS = ("csv", "tsv")  # read whole, never cut into pieces
+_FORMAT_KINDS = {"lines": "text", "jsonl": "jsonl", "parquet": "parquet", "csv": "csv", "tsv": "tsv"}  # `bertforge.formats` name: kind
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
 
 def input_kind(path: str | os.PathLike[str]) -> str:
     """What a file holds (`bertforge.formats.detect_format`): "jsonl" (`.jsonl`, `.ndjson`, or `.json`
-    holding JSON lines; maybe compressed), "parquet" (`.parquet`) or "text" (`.txt` or any name no format
-    claims, compressed `.txt.gz` ... included). A file of another format (CSV, a JSON document such as
+    holding JSON lines; maybe compressed), "parquet" (`.parquet`), "csv" / "tsv" (`.csv`, `.tsv`) or "text"
+    (`.txt` or any name no format claims, compressed `.txt.gz` ... included). A file of another format (a JSON document such as
     SQuAD's, a compressed Parquet file) raises `RecordError`: one line naming it and the kinds read."""
     try:
         return _FORMAT_KINDS[detect_format(path, tuple(_FORMAT_KINDS))]
@@ -62,11 +64,13 @@ def input_kind(path: str | os.PathLike[str]) -> str:
 def _found_in_directory(path: Path) -> bool:
     """Files a directory contributes: those whose name alone says a kind it reads: text (`.txt`), JSON
     lines (`.jsonl`, `.ndjson`; not `.json`, which may hold any JSON document: too often metadata) and
-    Parquet (not compressed)."""
-    if not set(named_formats(path)) & set(_FORMAT_KINDS):
+    Parquet (not compressed). Not CSV or TSV, too often a table of something else: those are read
+    where named (a file or a pattern)."""
+    kinds = tuple(kind for kind in _FORMAT_KINDS if kind not in WHOLE_KINDS)
+    if not set(named_formats(path)) & set(kinds):
         return False
     try:
-        detect_format(path, tuple(_FORMAT_KINDS), read=False)
+        detect_format(path, kinds, read=False)
     except DataFormatError:
         return False
     return True
@@ -148,6 +152,15 @@ def input_bodies(
             else:
                 warnings.append(f"{path}: no rows, skipped")
             continue
+        if kind in WHOLE_KINDS:
+            from bertforge.tables import column_names
+
+            names = column_names(path, fmt=kind)
+            if text_column not in names:
+                raise DataError(f"{path}: no column {text_column!r} (columns: {', '.join(names)}); choose one with "
+                                "text_column (--text-column)")
+            bodies.append(InputRange(str(path), index, 0, -1, 1, kind, size))
+            continue
         start, end, first_line = 0, size, 1
         if strip_gutenberg and kind == "text":
             start, end, notes = find_gutenberg_body(path)
@@ -171,7 +184,7 @@ def input_bodies(
 
 def _snap(body: InputRange, offset: int) -> int:
     """The first place at or after `offset` (bytes into `body`'s weight) where a new piece may start."""
-    if body.compressed:
+    if body.compressed or body.kind in WHOLE_KINDS:
         return body.weight
     if body.kind == "parquet":
         bounds = _group_bounds(body)
@@ -280,8 +293,8 @@ def read_blocks(
     """Stream one input range of any kind as blocks of sentences.
 
     Text: :func:`bertforge.data.corpus.read_blocks` (`bad_bytes` says what a line that is not UTF-8
-    does). JSON lines and Parquet: :func:`bertforge.data.records.read_record_blocks`, one document per
-    record; `field` names the JSON field or Parquet column of the text, `bad_records` what a record
+    does). JSON lines, Parquet, CSV and TSV: :func:`bertforge.data.records.read_record_blocks`, one document
+    per record; `field` names the JSON field or the column of the text, `bad_records` what a record
     without usable text does.
     """
     if rng.kind == "text":
