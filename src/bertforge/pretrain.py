@@ -212,6 +212,14 @@ def _model_config(section: dict[str, Any]) -> ModelConfig:
     return config
 
 
+def _checkpoint_config(section: dict[str, Any]) -> ModelConfig | None:
+    """The config of the checkpoint directory a model section starts from (`config: DIR`), if it does."""
+    base = section.get("config")
+    if base is None or not (Path(base) / "config.json").is_file():
+        return None
+    return resolve_config(base)
+
+
 def _model_base(section: dict[str, Any]) -> dict[str, Any]:
     """What in a model section picks the family and the config to start from: its `preset` or `config`,
     or all of it when it is a whole config. (The other fields are checked with the data's vocabulary.)"""
@@ -231,7 +239,13 @@ def model_config(recipe: Recipe, tokenizer_facts: dict[str, Any], max_seq_length
     vocab = tokenizer_facts["vocab_size"]
     if section.get("vocab_size", vocab) != vocab:
         raise ValueError(f"the recipe's vocab_size {section['vocab_size']} differs from the data's tokenizer ({vocab})")
-    section.update(vocab_size=vocab, pad_token_id=tokenizer_facts["pad_id"])
+    checkpoint = _checkpoint_config(section)
+    if checkpoint is not None and checkpoint.vocab_size >= vocab and "vocab_size" not in section:
+        # a released checkpoint keeps its embedding table, which is often wider than its tokenizer's
+        # vocabulary (rounded up for speed: DeBERTa-v3, ModernBERT), and its own padding id
+        section.update(vocab_size=checkpoint.vocab_size, pad_token_id=checkpoint.pad_token_id)
+    else:
+        section.update(vocab_size=vocab, pad_token_id=tokenizer_facts["pad_id"])
     config = _model_config(section)
     if config.max_tokens < max_seq_length:
         raise ValueError(f"the data has sequences of {max_seq_length} tokens but the model only "
@@ -524,6 +538,7 @@ def pretrain(
     resume: bool = False,
     init_from: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
+    lock: bool = True,
     **overrides: Any,
 ) -> PretrainResult:
     """Pre-train a BERT on prepared shards; the run directory gets checkpoints, metrics and `final/`.
@@ -540,6 +555,7 @@ def pretrain(
     `resume`; with it, the run must have the settings and data it was started with
     (`RUN/fingerprint.json`, `bertforge.train.rundir`), else a `RunMismatchError` names what differs.
     `overwrite` clears the directory's checkpoints, metrics and records first, to start again.
+    `lock=False` is for a caller that holds `out_dir`'s lock itself (`bertforge.adapt`, around more work).
     """
     settings = {name: value for name, value in {"max_steps": max_steps, **overrides}.items() if value is not None}
     recipe = resolve(Recipe, config, settings, given_as="pretrain(): {name}")
@@ -560,7 +576,8 @@ def pretrain(
     ctx = distributed.init_distributed(recipe.train.device, recipe.train.dist_timeout_s)
     with contextlib.ExitStack() as held:  # rank 0 holds the run directory's lock till the end
         def open_run() -> None:
-            held.enter_context(run_lock(out_dir, what="pre-training run"))
+            if lock:
+                held.enter_context(run_lock(out_dir, what="pre-training run"))
             _open_run_dir(out_dir, recipe, bert_config, data_dir, init_from, resume=resume, overwrite=overwrite)
             record = {**recipe.to_dict(), "model": bert_config.to_dict(), "data_dir": str(data_dir.resolve()),
                       "dataset_options": options, "world_size": ctx.world_size}
@@ -706,20 +723,20 @@ def pretraining_model(options: DataOptions, config: ModelConfig, data_objective:
     return lambda: cls(config)
 
 
-def initialise_from(model: nn.Module, checkpoint: Path, info: dict[str, Any]) -> None:
-    """Load `checkpoint`'s weights into `model`, refusing one whose vocabulary is not the data's.
-    A model of several parts (rtd's generator and discriminator) loads them itself (`load_weights`)."""
+def initialise_from(model: nn.Module, checkpoint: Path, info: dict[str, Any]) -> Any:
+    """Load `checkpoint`'s weights into `model`, refusing one whose vocabulary is not the data's, and
+    return the load report (its `new_heads`: what the checkpoint lacked). A model of several parts (rtd's
+    generator and discriminator) loads them itself (`load_weights`); its report is the discriminator's."""
     from bertforge.checkpoint import load_weights_into
 
     recorded = info.get("tokenizer", {}).get("vocab_sha1")
-    if recorded and (checkpoint / "vocab.txt").is_file() and _vocab_sha1(checkpoint) != recorded:
-        raise ValueError(f"{checkpoint / 'vocab.txt'}: not the vocabulary the pre-training data was made with "
-                         "(token ids would mean different pieces)")
+    if recorded and has_tokenizer(checkpoint) and _vocab_sha1(checkpoint) != recorded:
+        raise ValueError(f"{checkpoint}: its tokenizer's vocabulary is not the one the pre-training data was made "
+                         "with (token ids would mean different pieces)")
     load = getattr(model, "load_weights", None)
     if load is not None:
-        load(checkpoint)
-    else:
-        load_weights_into(model, checkpoint)
+        return load(checkpoint)
+    return load_weights_into(model, checkpoint)
 
 
 def random_init_like(checkpoint: str | os.PathLike[str], out: str | os.PathLike[str], seed: int = 0) -> Path:
@@ -757,15 +774,24 @@ def find_tokenizer(data_dir: Path, info: dict[str, Any], explicit: str | None) -
     candidates = [explicit, info.get("tokenizer_dir"), info.get("tokenizer", {}).get("directory"),
                   str(data_dir / "tokenizer")]
     for candidate in candidates:
-        if candidate and (Path(candidate) / "vocab.txt").is_file():
+        if candidate and has_tokenizer(Path(candidate)):
             path = Path(candidate)
             recorded = info.get("tokenizer", {}).get("vocab_sha1")
             if recorded and _vocab_sha1(path) != recorded:
                 if candidate == explicit:
-                    raise ValueError(f"{path}: its vocab.txt is not the vocabulary the data in {data_dir} was made with")
+                    raise ValueError(f"{path}: its vocabulary is not the one the data in {data_dir} was made with")
                 continue
             return path
     return None
+
+
+# the files a tokenizer directory of some family holds (WordPiece, byte-level BPE, SentencePiece, any tokenizer.json)
+TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "vocab.json", "sentencepiece.bpe.model", "spiece.model", "spm.model")
+
+
+def has_tokenizer(directory: Path) -> bool:
+    """Whether `directory` holds a tokenizer's files, of any family."""
+    return any((directory / name).is_file() for name in TOKENIZER_FILES)
 
 
 def _vocab_sha1(directory: Path) -> str:

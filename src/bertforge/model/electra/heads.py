@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertforge.checkpoint import load_weights_into
+from bertforge.checkpoint import LoadReport, load_weights_into
 from bertforge.config import IGNORE_INDEX
 from bertforge.model.base import (
     EncoderOutput,
@@ -357,11 +357,12 @@ class ElectraForJointPreTraining(nn.Module):
         self.discriminator.save_pretrained(directory, tokenizer=tokenizer)
         self.standalone_generator().save_pretrained(Path(directory) / GENERATOR_DIR, tokenizer=tokenizer)
 
-    def load_weights(self, directory: str | os.PathLike[str]) -> None:
+    def load_weights(self, directory: str | os.PathLike[str]) -> LoadReport:
         """Start from a checkpoint's weights: the discriminator's from `directory`, and the generator's
         from `directory/generator` where there is one (a run's final/); else the generator keeps its own,
-        on the checkpoint's embeddings."""
-        load_weights_into(self.discriminator, directory)
+        on the checkpoint's embeddings. Returns the discriminator's load report, with a new generator
+        listed among its new heads."""
+        report = load_weights_into(self.discriminator, directory)
         saved = Path(directory) / GENERATOR_DIR
         if (saved / "config.json").is_file():
             generator = self.standalone_generator()
@@ -369,6 +370,9 @@ class ElectraForJointPreTraining(nn.Module):
             state = {key: value for key, value in generator.state_dict().items()
                      if not key.startswith("electra.embeddings.")}
             self.generator.load_state_dict(state, strict=True)
+        else:
+            report.new_heads.append("generator")
+        return report
 
 
 # ------------------------------------------------------------------------------------------------
