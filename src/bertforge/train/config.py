@@ -47,6 +47,10 @@ class TrainConfig:
     """How the loop runs; one section of a recipe (field names unique across sections)."""
 
     max_steps: int = setting(1000, help="Optimiser steps.")
+    budget_minutes: float = setting(0.0, help="Training minutes: the run ends once this much training time has "
+                                              "passed, and warm-up and decay follow the time spent instead of "
+                                              "the step, so the rate reaches its floor at the budget's end; "
+                                              "max_steps stays a cap. 0: by steps.")
     grad_accum: int = setting(1, help="Micro-batches per optimiser step.")
     max_grad_norm: float = setting(1.0, help="Gradient clipping norm; 0 turns clipping off (the norm is still "
                                              "computed, to catch inf).")
@@ -77,6 +81,9 @@ class TrainConfig:
             raise ValueError("max_steps, grad_accum and max_nonfinite must be at least 1")
         if self.save_every < 0 or self.save_every_minutes < 0 or self.keep_last < 0:
             raise ValueError("save_every, save_every_minutes and keep_last must be 0 or more")
+        if not 0 <= self.budget_minutes < float("inf"):  # NaN fails the comparison too
+            raise ValueError(f"budget_minutes must be 0 (train by steps) or a finite number of minutes, got "
+                             f"{self.budget_minutes}")
 
 
 __all__ = ["DEFAULT_TIMEOUT_S", "OPTIMIZERS", "PARALLEL_MODES", "PRECISIONS", "SCHEDULES", "OptimConfig",

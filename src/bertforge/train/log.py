@@ -70,8 +70,11 @@ class RunLogger:
                 if isinstance(value, (int, float)) and math.isfinite(value):
                     self.writer.add_scalar(f"{split}/{key}", value, step)
 
-    def progress(self, step: int, metrics: dict[str, float]) -> None:
-        """Move the bar to `step` and show the latest numbers; tqdm supplies the rate and the ETA."""
+    def progress(self, step: int, metrics: dict[str, float], total: int | None = None) -> None:
+        """Move the bar to `step` and show the latest numbers; tqdm supplies the rate and the ETA.
+        `total`, the steps the run is now expected to take (a time budget's estimate), moves the ETA."""
+        if total is not None:
+            self.bar.total = total
         self.bar.update(step - self.bar.n)
         shown = {k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in metrics.items()}
         self.bar.set_postfix(shown, refresh=False)

@@ -39,7 +39,7 @@ from bertforge import threads
 from bertforge.train import distributed, fsdp
 from bertforge.train.config import PRECISIONS, OptimConfig, TrainConfig  # noqa: F401  (re-exported)
 from bertforge.train.log import RunLogger
-from bertforge.train.optim import build_optimizer, build_scheduler
+from bertforge.train.optim import TimeBudget, build_optimizer, build_scheduler
 from bertforge.train.selection import ModelSelection
 from bertforge.train.state import (
     Batch,
@@ -54,6 +54,9 @@ from bertforge.train.state import (
 )
 
 EvalFn = Callable[[nn.Module], dict[str, float]]
+# the clock of a step's training time (TrainConfig.budget_minutes); looked up at each call, so that a
+# test can put a clock of its own here
+clock = time.monotonic
 
 
 @dataclass
@@ -64,6 +67,8 @@ class TrainResult:
     train_loss: float = math.nan  # mean loss of the last logging interval
     skipped_steps: int = 0
     stopped_early: bool = False  # the selection's patience ran out before max_steps
+    train_seconds: float = 0.0  # training time of all its steps, resumed runs' included
+    budget_reached: bool = False  # it ended because config.budget_minutes of training time were spent
 
 
 class NonFiniteLossError(RuntimeError):
@@ -98,6 +103,9 @@ def train(
     is skipped for the one before it, with a line saying which and why. Without `resume`, a `run_dir`
     that already holds checkpoints is refused. Checkpoints are written every `config.save_every`
     steps and every `config.save_every_minutes` of training, and at the end.
+    With `config.budget_minutes` the run ends after the first step that brings its training time (the
+    steps' own, not evaluations' or checkpoints'; counted across resumes) to the budget, or at
+    `max_steps` if that comes first, and the learning rate follows the fraction of the budget spent.
     Under torchrun every rank calls this with its own part of the data; `ctx` is the caller's
     `distributed.init_distributed(config.device, config.dist_timeout_s)` where it has joined the process
     group already (by default the loop joins it). With `parallel="fsdp"` on several ranks the model is
@@ -110,13 +118,16 @@ def train(
     ctx = ctx if ctx is not None else distributed.init_distributed(config.device, config.dist_timeout_s)
     if selection is not None and selection.on_improvement is not None and config.parallel == "fsdp":
         raise ValueError("keeping the best model needs the whole model on rank 0; not available with fsdp")
-    state, skipped = _start(model, batches, run_dir, config, optim, ctx, resume, selection)
+    budget = TimeBudget(config.budget_minutes * 60) if config.budget_minutes > 0 else None
+    state, skipped = _start(model, batches, run_dir, config, optim, ctx, resume, selection, budget)
+    if budget is not None:  # a resumed run's rate and end follow the time its checkpoint had spent
+        budget.spent = state.counters.train_seconds
     start_step = state.step
     runner = model if fsdp.is_sharded(model) else distributed.wrap_ddp(model, ctx, find_unused=config.ddp_find_unused)
     if config.compile:
         runner = torch.compile(runner)
-    logger = RunLogger(run_dir, total_steps=config.max_steps, start_step=start_step, enabled=ctx.is_main,
-                       progress=config.progress)
+    logger = RunLogger(run_dir, total_steps=_expected_steps(start_step, config, budget), start_step=start_step,
+                       enabled=ctx.is_main, progress=config.progress)
     for line in skipped:
         logger.info(line)
     if resume:
@@ -130,34 +141,41 @@ def train(
     last_save = time.monotonic()
     model.train()
     try:
-        while state.step < config.max_steps and not (selection is not None and selection.stopped):
+        while not (_last_step(state.step, config, budget) or (selection is not None and selection.stopped)):
+            started = clock()  # a step's training time includes fetching its data
             micro_batches = [next(data) for _ in range(config.grad_accum)]
             # rank 0's clock decides, and the step's all-reduce tells every rank (they save together)
             time_is_up = ctx.is_main and save_interval_s > 0 and time.monotonic() - last_save >= save_interval_s
             threads.tick()  # a fair share of the cores when other jobs run (if the caller installed it)
-            outcome = stepper.step(micro_batches, time_is_up)
+            outcome = stepper.step(micro_batches, time_is_up, started)
             state.step += 1
-            state.counters.add(outcome.tokens, outcome.skipped, outcome.scaler_skip)
+            state.counters.add(outcome.tokens, outcome.skipped, outcome.scaler_skip, outcome.seconds)
+            _advance_schedule(state, budget)
             window.add(outcome)
             step = state.step
+            last = _last_step(step, config, budget)  # the cadences all fall on it
             if step == start_step + 1:  # this process's first step
                 _log_run_facts(logger, model, micro_batches[0], config, ctx, step)
             if state.counters.nonfinite_in_a_row >= config.max_nonfinite:
                 state.save(run_dir, config.keep_last)
                 _raise_nonfinite(state, micro_batches, config, ctx)
-            logger.progress(step, {"loss": outcome.loss, "lr": outcome.lr, "tok/s": window.tokens_per_s()})
-            if _due(config.log_every, step, config.max_steps):
+            logger.progress(step, {"loss": outcome.loss, "lr": outcome.lr, "tok/s": window.tokens_per_s()},
+                            total=_expected_steps(step, config, budget))
+            if last and budget is not None and budget.exhausted:
+                logger.info(f"step {step}: {state.counters.train_seconds / 60:.4g} minutes of training spent the "
+                            f"budget of {config.budget_minutes:g}; this is the last step")
+            if _due(config.log_every, step, last):
                 logger.log(step, "train", window.summary(state.counters))
                 result.train_loss = window.mean_loss()
                 window = _Window()
-            if _due(config.eval_every, step, config.max_steps):
+            if _due(config.eval_every, step, last):
                 result.metrics = _evaluate(evaluate, model, config, ctx)
                 if result.metrics:
                     logger.log(step, "eval", result.metrics)
                     logger.info(f"step {step}: " + "  ".join(f"{k} {v:.4g}" for k, v in result.metrics.items()))
                     if selection is not None:
                         _select(selection, model, step, result.metrics, logger, ctx)
-            if (_due(config.save_every, step, config.max_steps) or outcome.save_due
+            if (_due(config.save_every, step, last) or outcome.save_due
                     or (selection is not None and selection.stopped)):
                 state.save(run_dir, config.keep_last)
                 last_save = time.monotonic()
@@ -165,6 +183,8 @@ def train(
         logger.close()
     result.step, result.checkpoint, result.skipped_steps = state.step, state.checkpoint, state.counters.skipped_steps
     result.stopped_early = selection is not None and selection.stopped
+    result.train_seconds = state.counters.train_seconds
+    result.budget_reached = budget is not None and budget.exhausted
     return result
 
 
@@ -183,8 +203,8 @@ def _select(selection: ModelSelection, model: nn.Module, step: int, metrics: dic
 
 
 def _start(model: nn.Module, batches: ResumableBatches, run_dir: Path, config: TrainConfig, optim: OptimConfig,
-           ctx: distributed.DistContext, resume: bool,
-           selection: ModelSelection | None = None) -> tuple[TrainState, list[str]]:
+           ctx: distributed.DistContext, resume: bool, selection: ModelSelection | None = None,
+           budget: TimeBudget | None = None) -> tuple[TrainState, list[str]]:
     """The state at the first step of this process: fresh, or the newest loadable checkpoint's with
     `resume`; and a line for each newer checkpoint that was skipped because it does not load."""
     if config.precision == "fp16" and ctx.device.type != "cuda":
@@ -196,7 +216,7 @@ def _start(model: nn.Module, batches: ResumableBatches, run_dir: Path, config: T
         distributed.shard_fsdp(model, ctx)
     model.to(ctx.device)
     optimizer = build_optimizer(model, optim)
-    state = TrainState(model, optimizer, scheduler=build_scheduler(optimizer, optim, config.max_steps),
+    state = TrainState(model, optimizer, scheduler=build_scheduler(optimizer, optim, config.max_steps, budget),
                        scaler=torch.amp.GradScaler("cuda") if config.precision == "fp16" else None,
                        batches=batches, selection=selection)
     checkpoints = list_checkpoints(run_dir)
@@ -232,9 +252,32 @@ def _seed(config: TrainConfig, ctx: distributed.DistContext, step: int) -> None:
     seed_everything(config.seed + ctx.rank + 1_000_003 * step)
 
 
-def _due(every: int, step: int, max_steps: int) -> bool:
-    """Whether a cadence of `every` steps falls on `step`; 0 means only at the end. The last step always."""
-    return (every > 0 and step % every == 0) or step == max_steps
+def _due(every: int, step: int, last: bool) -> bool:
+    """Whether a cadence of `every` steps falls on `step`; 0 means only at the end. The `last` step always."""
+    return (every > 0 and step % every == 0) or last
+
+
+def _last_step(step: int, config: TrainConfig, budget: TimeBudget | None) -> bool:
+    """Whether a run that has taken `step` steps is done: at `max_steps`, or with its training budget spent."""
+    return step >= config.max_steps or (budget is not None and budget.exhausted)
+
+
+def _advance_schedule(state: TrainState, budget: TimeBudget | None) -> None:
+    """Set the next step's rate: from its index, or from the training time spent before it."""
+    if budget is not None:
+        budget.spent = state.counters.train_seconds
+    with warnings.catch_warnings():
+        # a skipped first step makes LambdaLR warn that optimizer.step() was not called; we know
+        warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
+        state.scheduler.step()
+
+
+def _expected_steps(step: int, config: TrainConfig, budget: TimeBudget | None) -> int:
+    """The progress bar's total: `max_steps`, or with a budget the step the run ends at at its pace so
+    far (steps over the fraction of the budget spent), which makes tqdm's ETA the budget's remaining time."""
+    if budget is None or budget.fraction <= 0:
+        return config.max_steps
+    return min(config.max_steps, max(step, math.ceil(step / budget.fraction)))
 
 
 @dataclass
@@ -246,18 +289,22 @@ class StepOutcome:
     skipped: bool  # the update was not applied because loss or gradients were not finite
     scaler_skip: bool = False  # fp16: the scaler found inf gradients and lowered its scale (expected, rare)
     save_due: bool = False  # rank 0's save_every_minutes ran out: every rank checkpoints after this step
+    seconds: float = 0.0  # training time, mean over ranks: this step's up to its all-reduce, and the rest of the one before
 
 
 class _Stepper:
     """One optimiser step over a list of micro-batches."""
 
     def __init__(self, runner: nn.Module, state: TrainState, config: TrainConfig, ctx: distributed.DistContext) -> None:
-        self.runner, self.optimizer, self.scheduler, self.scaler = runner, state.optimizer, state.scheduler, state.scaler
+        self.runner, self.optimizer, self.scaler = runner, state.optimizer, state.scaler
         self.config, self.ctx = config, ctx
         self.params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        self.unshared_s = 0.0  # the end of the previous step, timed after its all-reduce had begun
 
-    def step(self, micro_batches: list[Batch], save_due: bool = False) -> StepOutcome:
-        """One step; `save_due` (this rank's wish to checkpoint after it) is summed over ranks with the loss."""
+    def step(self, micro_batches: list[Batch], save_due: bool = False, started: float | None = None) -> StepOutcome:
+        """One step; `save_due` (this rank's wish to checkpoint after it) is summed over ranks with the loss,
+        and so is its training time since `started` (the `clock()` reading where the step began; default now)."""
+        started = clock() if started is None else started
         self.optimizer.zero_grad(set_to_none=True)
         accum = len(micro_batches)
         loss_sum = torch.zeros((), device=self.ctx.device)
@@ -272,22 +319,26 @@ class _Stepper:
                 scaled = loss.float() / accum
                 (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
             loss_sum += loss.detach().float()
-        # one collective for both numbers; a NaN on any rank makes the sum NaN on all, so every rank
-        # takes the same skip decision
-        totals = torch.stack([loss_sum, torch.tensor(float(tokens), device=loss_sum.device),
-                              torch.tensor(float(save_due), device=loss_sum.device)])
-        loss_total, token_total, save_votes = distributed.all_reduce_sum(totals, "averaging the loss").tolist()  # one sync
+        # this rank's time goes into the all-reduce, so its reading must come before it: the rest of the
+        # step (on a GPU, waiting for the queued kernels; the update) is counted with the next step
+        shared_until = clock()
+        seconds = self.unshared_s + shared_until - started
+        # one collective for all the numbers; a NaN on any rank makes the sum NaN on all, so every rank
+        # takes the same skip decision, and the mean of the ranks' times the same budget decision
+        device = loss_sum.device
+        totals = torch.stack([loss_sum, torch.tensor(float(tokens), device=device),
+                              torch.tensor(float(save_due), device=device), torch.tensor(seconds, device=device)])
+        loss_total, token_total, save_votes, seconds_total = (
+            distributed.all_reduce_sum(totals, "averaging the loss").tolist())  # one sync
         mean_loss = loss_total / (accum * self.ctx.world_size)
         lr = self.optimizer.param_groups[0]["lr"]
         outcome = StepOutcome(loss=mean_loss, lr=lr, grad_norm=math.nan, tokens=int(token_total),
-                              skipped=not math.isfinite(mean_loss), save_due=save_votes > 0)
+                              skipped=not math.isfinite(mean_loss), save_due=save_votes > 0,
+                              seconds=seconds_total / self.ctx.world_size)
         if not outcome.skipped:
             self._update(outcome)
         self.optimizer.zero_grad(set_to_none=True)
-        with warnings.catch_warnings():
-            # a skipped first step makes LambdaLR warn that optimizer.step() was not called; we know
-            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
-            self.scheduler.step()
+        self.unshared_s = clock() - shared_until
         return outcome
 
     def _update(self, outcome: StepOutcome) -> None:
@@ -333,7 +384,8 @@ class _Window:
         last = self.last
         return {"loss": self.mean_loss(), "lr": last.lr if last else math.nan,
                 "grad_norm": last.grad_norm if last else math.nan, "tokens_per_s": round(self.tokens_per_s(), 1),
-                "tokens": counters.tokens, "skipped_steps": counters.skipped_steps}
+                "tokens": counters.tokens, "skipped_steps": counters.skipped_steps,
+                "train_minutes": round(counters.train_seconds / 60, 4)}
 
 
 # ------------------------------------------------------------------------------------------------

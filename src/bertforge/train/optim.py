@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -122,22 +123,76 @@ def lr_factor(step: int, *, warmup_steps: int, total_steps: int, schedule: str =
     """
     if step < warmup_steps:
         return (step + 1) / warmup_steps
+    return _decayed((step - warmup_steps) / max(1, total_steps - warmup_steps), schedule, min_ratio)
+
+
+def lr_factor_by_time(fraction: float, *, warmup_fraction: float, schedule: str = "linear",
+                      min_ratio: float = 0.0) -> float:
+    """The multiplier of the peak learning rate for an update made once `fraction` of the training
+    budget was spent (the time before the update: the step schedule's 0-based index on the time axis).
+
+    `lr_factor`'s shape over time: warm-up rises linearly to 1 at `warmup_fraction`, the decay then goes
+    from 1 to `min_ratio` at fraction 1 and stays there (a run's last step starts before the budget's
+    end, so its rate is just above the floor). Under a warm-up by time the first update gets rate 0:
+    no time has passed before it.
+    """
+    if fraction < warmup_fraction:
+        return fraction / warmup_fraction
+    return _decayed((fraction - warmup_fraction) / (1.0 - warmup_fraction), schedule, min_ratio)
+
+
+def _decayed(progress: float, schedule: str, min_ratio: float) -> float:
+    """After warm-up: 1 at `progress` 0, falling to `min_ratio` at 1 and after (constant: 1 throughout)."""
     if schedule == "constant":
         return 1.0
-    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    progress = min(1.0, progress)
     decayed = 0.5 * (1.0 + math.cos(math.pi * progress)) if schedule == "cosine" else 1.0 - progress
     return min_ratio + (1.0 - min_ratio) * decayed
 
 
+@dataclass
+class TimeBudget:
+    """A run's training-time budget and the training seconds spent so far: the cell a schedule by
+    time reads. The loop sets `spent` from the run's counters (which checkpoints carry) before each
+    rate is computed, so the scheduler's own state dict stays numbers only."""
+
+    seconds: float
+    spent: float = 0.0
+
+    @property
+    def fraction(self) -> float:
+        return self.spent / self.seconds
+
+    @property
+    def exhausted(self) -> bool:
+        return self.spent >= self.seconds
+
+
 def build_scheduler(
-    optimizer: torch.optim.Optimizer, config: OptimConfig, total_steps: int
+    optimizer: torch.optim.Optimizer, config: OptimConfig, total_steps: int, budget: TimeBudget | None = None
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    """LambdaLR over `lr_factor`. A closure (not an object) so that its state dict holds only numbers
-    and a resumed run with a longer `max_steps` follows the new schedule, not the saved one."""
+    """LambdaLR over `lr_factor`, or with a `budget` over `lr_factor_by_time` (the fraction of it spent).
+
+    A closure (not an object) so that its state dict holds only numbers and a resumed run with a longer
+    `max_steps` (or budget) follows the new schedule, not the saved one. With a budget, a warm-up in
+    steps (`warmup_steps`) stays in steps, rising to the time decay, which then runs over the whole
+    budget; `warmup_ratio` is a fraction of the budget.
+    """
     warmup = config.warmup_steps or int(config.warmup_ratio * total_steps)
 
-    def factor(step: int) -> float:
+    def by_step(step: int) -> float:
         return lr_factor(step, warmup_steps=warmup, total_steps=total_steps, schedule=config.schedule,
                          min_ratio=config.min_lr_ratio)
 
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    if budget is None:
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, by_step)
+    spent: TimeBudget = budget  # not Optional inside the closure
+    warmup_fraction = 0.0 if config.warmup_steps else config.warmup_ratio
+
+    def by_time(step: int) -> float:
+        rate = lr_factor_by_time(spent.fraction, warmup_fraction=warmup_fraction, schedule=config.schedule,
+                                 min_ratio=config.min_lr_ratio)
+        # min, not the ramp alone: the step warm-up meets the decay where it is, with no jump down to it
+        return min(rate, by_step(step)) if step < config.warmup_steps else rate
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, by_time)

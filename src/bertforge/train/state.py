@@ -77,10 +77,14 @@ class Counters:
     nonfinite_in_a_row: int = 0  # the current streak of such steps
     scaler_skips: int = 0  # fp16: updates the grad scaler skipped on inf gradients (expected, rare)
     tokens: int = 0  # non-padding tokens over all ranks
+    # training time of the steps so far (mean over ranks; evaluations and checkpoints not counted):
+    # the clock of TrainConfig.budget_minutes. Older checkpoints lack it and resume from 0.
+    train_seconds: float = 0.0
 
-    def add(self, tokens: int, skipped: bool, scaler_skip: bool) -> None:
-        """Count one optimiser step."""
+    def add(self, tokens: int, skipped: bool, scaler_skip: bool, seconds: float = 0.0) -> None:
+        """Count one optimiser step, which took `seconds` of training time."""
         self.tokens += tokens
+        self.train_seconds += seconds
         self.scaler_skips += int(scaler_skip)
         self.skipped_steps += int(skipped)
         self.nonfinite_in_a_row = self.nonfinite_in_a_row + 1 if skipped else 0
