@@ -27,7 +27,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("model", "data"),
     ("train", "precision"),  # a training loop for any nn.Module; inference at fp32, bf16 or int8
     ("features", "plot", "tasks", "finetuned"),  # frozen features; figures; task readers, features, metrics; the fine-tuned model directory
-    ("finetune", "pretrain", "analysis", "export", "ablation"),  # ablation: frozen features + tasks.ner
+    ("pretrain",),  # shards -> an encoder, through the one loop
+    ("adapt",),  # continued pre-training of a checkpoint on the user's text: prepare + pretrain
+    ("finetune", "analysis", "export", "ablation"),  # ablation: frozen features + tasks.ner; finetune may adapt first
     ("distill",),  # teacher -> student through the one loop, on the tasks of finetune and the shards of pretrain
     ("engine",),  # the engine behind the pipeline: the model itself, or its ONNX graph in ONNX Runtime
     ("pipeline", "search"),  # inference for any model: the tasks' featurize/postprocess with the saved settings; search: a grid of fine-tuning runs

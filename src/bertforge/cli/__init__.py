@@ -45,6 +45,7 @@ for _name, _command in [
     ("prepare", train.prepare),
     ("prepare-merge", train.prepare_merge),
     ("pretrain", train.pretrain),
+    ("adapt", train.adapt),
     ("plot", inspect.plot_command),
     ("predict", predict.predict_command),
     ("extract", predict.extract_command),

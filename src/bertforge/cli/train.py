@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from bertforge.adapt import AdaptRecipe
 from bertforge.cli.common import fail, flag, library_errors, required_path
 from bertforge.cli.options import recipe_command
 from bertforge.data.prepare import PrepareOptions
@@ -194,4 +195,51 @@ pretrain = recipe_command(
     another number of processes.
 
     Example: `bertforge pretrain --config recipes/tiny-cpu.yaml --data data/gutenberg128 --out runs/tiny`
+    """)
+
+
+# ---------------------------------------------------------------------------------------------------
+# continued pre-training on your own text
+# ---------------------------------------------------------------------------------------------------
+def _adapt(*, given: dict[str, Any], config: Path | None, assignments: list[str], out: Path, resume: bool,
+           overwrite: bool, quiet: bool) -> None:
+    import warnings
+
+    from bertforge.adapt import adapt
+    from bertforge.data.prepare import DataWarning
+    from bertforge.recipe import resolve
+    from bertforge.train import NonFiniteLossError
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DataWarning)
+        try:
+            recipe = resolve(AdaptRecipe, config, {**given, **({"progress": False} if quiet else {})}, assignments)
+            result = adapt(recipe, out_dir=out, resume=resume, overwrite=overwrite, echo=typer.echo)
+        except library_errors() as exc:
+            raise fail(str(exc)) from exc
+        except NonFiniteLossError as exc:
+            typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+            raise typer.Exit(code=1) from exc
+    for warning in caught:
+        typer.secho(f"warning: {warning.message}", err=True, fg=typer.colors.YELLOW)
+    typer.echo(f"{result.steps} steps; adapted model: {result.final} (scores in {out / 'results.json'})")
+
+
+adapt = recipe_command(
+    "adapt", AdaptRecipe, _adapt, skip=("source", "progress"),
+    leading=[required_path("out", "Run directory: data/, checkpoints, metrics.jsonl, results.json, final/."),
+             flag("resume", "Continue from the newest checkpoint in --out (same text and settings only: a "
+                            "difference is refused, naming it)."),
+             flag("overwrite", "Clear --out's shards, checkpoints, metrics and records and start again."),
+             flag("quiet", "No progress bar.")],
+    doc="""Continue pre-training a checkpoint on your own unlabelled text (task- or domain-adaptive
+    pre-training): the family's masked LM with its own tokenizer and mask token (an ELECTRA
+    discriminator: replaced-token detection), scored on held-out text before and after.
+
+    Text: .txt (a line each; blank lines between documents), .jsonl, .csv, .tsv or .parquet with
+    --text-column (the files `finetune` reads; labels ignored), compressed too. Length: --max-steps,
+    --epochs, or --budget-minutes (warm-up and decay fitted to the time). The model goes to OUT/final.
+
+    Example: `bertforge adapt --model path/to/checkpoint --input train.csv --text-column sentence
+    --budget-minutes 10 --out runs/adapted`
     """)

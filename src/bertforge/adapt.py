@@ -1,0 +1,306 @@
+"""Continued pre-training of a checkpoint on the user's own unlabelled text ("task-adaptive" or
+"domain-adaptive" pre-training, Gururangan et al. 2020).
+
+    from bertforge.adapt import adapt
+    result = adapt("path/to/checkpoint", ["reviews.csv"], "runs/adapted", text_column="review",
+                   budget_minutes=10)
+    result.final      # runs/adapted/final: the checkpoint's family, masked-LM head included
+    result.before, result.after   # held-out masked-LM accuracy and perplexity, before and after
+
+The path is the one every pre-training run takes, with the checkpoint's own tokenizer and masking:
+
+1. `prepare` turns the text into shards under `OUT/data/` with the checkpoint's tokenizer: lines packed
+   into sequences of `max_seq_length` (or one line a sequence, `line_by_line`), masked dynamically
+   (a fresh mask every epoch) with the family's mask token at `mask_prob`, whole words where its
+   vocabulary marks them (`whole_word`). A share of the text (`validation_fraction`, by blocks of
+   lines chosen by a hash of their text) is held out in `OUT/data/valid/`, masked once, and never
+   trained on.
+2. The checkpoint is scored on the held-out text as it is (`before`).
+3. `pretrain` continues it through the one training loop (`OUT/checkpoints/`, `OUT/metrics.jsonl`),
+   for `max_steps`, `epochs` or `budget_minutes` (warm-up and decay then fitted to the time), and
+   scores it again (`after`); the model goes to `OUT/final/`, with the tokenizer's files.
+
+The objective is the family's masked LM; an ELECTRA discriminator (which has no masked-LM head)
+continues with replaced-token detection, a generator a quarter as wide beside it (from the
+checkpoint's `generator/` when it has one, else new). A checkpoint without a masked-LM head
+(a sentence-embedding model, a bare encoder) gets a new one, tied to its word embeddings; the report
+names it, and its `before` scores are a new head's.
+
+OUT holds `adapt_config.yaml` (this run's settings: `bertforge adapt --config OUT/adapt_config.yaml`
+repeats it), `results.json` (before, after, the steps, minutes and tokens), and what `prepare` and
+`pretrain` keep in any run directory. The run holds OUT's lock; `resume` continues it from its last
+checkpoint, and a resume with other text or settings is refused, naming the difference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bertforge.fileio import run_lock, write_text_atomic
+from bertforge.recipe import resolve, setting
+from bertforge.recipe import save as save_recipe
+from bertforge.train.config import OptimConfig, TrainConfig
+
+__all__ = ["AdaptRecipe", "AdaptResult", "AdaptText", "adapt", "adaptation_objective"]
+
+CONFIG_FILE = "adapt_config.yaml"
+RESULTS_FILE = "results.json"
+BASELINE_FILE = "baseline.json"  # the checkpoint's held-out scores before training, kept for a resume
+DATA_DIR = "data"
+HELD_OUT_BLOCK = 16  # lines per held-out unit: small, so that a small file still holds some out
+
+
+@dataclass
+class AdaptText:
+    """The user's text and how it is turned into masked-LM sequences; one section of the recipe."""
+
+    inputs: list[str] = setting(default_factory=list, aliases=("--input", "-i"),
+                                help="Text to adapt on (repeat): .txt (a line each, blank lines between documents), "
+                                     ".jsonl, .csv, .tsv or .parquet (with --text-column), compressed too; files, "
+                                     "directories or glob patterns. A dev or test file is read only if named here.")
+    text_column: str = setting("text", help="The column (CSV, TSV, Parquet) or field (JSON lines) holding the text; "
+                                            "other columns, labels among them, are ignored.")
+    max_seq_length: int = setting(128, help="Tokens per sequence, special tokens included.")
+    mask_prob: float = setting(0.15, help="Share of the tokens masked (BERT: 0.15; budget recipes use more).")
+    whole_word: bool = setting(False, help="Mask whole words (where the tokenizer marks them: WordPiece ##, "
+                                           "byte-level BPE and SentencePiece word starts).")
+    line_by_line: bool = setting(False, help="Each line its own sequence (padded) instead of lines packed up to "
+                                             "max_seq_length.")
+    validation_fraction: float = setting(0.05, help="Share of the text held out to score the model before and after "
+                                                    "(never trained on).")
+    batch_size: int = setting(32, help="Sequences per optimiser step.")
+    epochs: float | None = setting(None, help="Passes over the text; sets max_steps from the text's size "
+                                              "(ignored with budget_minutes).")
+    workers: int = setting(1, help="Processes that tokenize the text.")
+
+    def __post_init__(self) -> None:
+        if not 0 < self.mask_prob < 1:
+            raise ValueError(f"mask_prob must be in (0, 1), not {self.mask_prob}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, not {self.batch_size}")
+        if self.epochs is not None and self.epochs <= 0:
+            raise ValueError(f"epochs must be positive, not {self.epochs}")
+        if not 0 <= self.validation_fraction < 1:
+            raise ValueError(f"validation_fraction must be in [0, 1), not {self.validation_fraction}")
+
+
+@dataclass
+class AdaptRecipe:
+    """Everything an adaptation run depends on; OUT/adapt_config.yaml holds it resolved."""
+
+    model: str | None = setting(None, help="The checkpoint directory to continue (any family bertforge loads).")
+    text: AdaptText = field(default_factory=AdaptText)
+    # Gururangan et al.'s task-adaptive rate (1e-4) with a short warm-up
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-4, warmup_ratio=0.06))
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(max_steps=1000, save_every_minutes=10.0))
+    source: str | None = setting(None, help="Where the recipe came from (recorded in adapt_config.yaml).")
+
+
+@dataclass
+class AdaptResult:
+    final: Path  # OUT/final
+    before: dict[str, float]  # held-out scores of the checkpoint as given ({} without held-out text)
+    after: dict[str, float]  # the same after adaptation
+    steps: int
+    objective: str  # "mlm" or "rtd"
+    new_heads: list[str]  # heads the checkpoint lacked, started afresh
+
+
+def adaptation_objective(checkpoint: str | os.PathLike[str]) -> str:
+    """"mlm" for a family's masked LM, "rtd" for an ELECTRA discriminator (no masked-LM head of its own),
+    decided by the checkpoint's config.json (`model_type`, `architectures`)."""
+    from bertforge.checkpoint import read_architectures
+    from bertforge.model.registry import model_class, read_config_file
+
+    config = read_config_file(Path(checkpoint) / "config.json")
+    pretraining = model_class(config.model_type, "pretraining")
+    masked_lm = model_class(config.model_type, "masked-lm")  # raises, naming the family, where there is none
+    if getattr(pretraining, "with_generator", None) is not None and \
+            masked_lm.__name__ not in read_architectures(checkpoint):
+        return "rtd"
+    return "mlm"
+
+
+def adapt(
+    model: str | os.PathLike[str] | AdaptRecipe | None,
+    inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
+    out_dir: str | os.PathLike[str] = "runs/adapt",
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    echo: Callable[[str], None] | None = None,
+    **settings: Any,
+) -> AdaptResult:
+    """Continue pre-training `model` (a checkpoint directory, or a whole `AdaptRecipe`) on `inputs`.
+
+    `settings` name any recipe field (`text_column`, `mask_prob`, `epochs`, `budget_minutes`, `lr`,
+    `max_steps`, `precision`, ...). See the module docstring for what is written where.
+    """
+    given = dict(settings)
+    if model is not None and not isinstance(model, AdaptRecipe):
+        given["model"] = str(model)
+    if inputs is not None:
+        given["inputs"] = [str(inputs)] if isinstance(inputs, str | os.PathLike) else [str(p) for p in inputs]
+    recipe = resolve(AdaptRecipe, model if isinstance(model, AdaptRecipe) else None, given,
+                     given_as="adapt(): {name}")
+    checkpoint = _checkpoint_dir(recipe.model)
+    if not recipe.text.inputs:
+        raise ValueError("no text to adapt on: give --input FILE (or inputs in the recipe)")
+    objective = adaptation_objective(checkpoint)
+    out = Path(out_dir)
+    say = echo or (lambda message: None)
+    with run_lock(out, what="adaptation run"):
+        save_recipe(recipe, out / CONFIG_FILE, header=f"bertforge adapt --config {out / CONFIG_FILE} --out DIR "
+                                                      "repeats this run")
+        stats = _prepare_text(recipe, checkpoint, out / DATA_DIR, overwrite=overwrite)
+        say(f"{stats['tokens']:,} tokens -> {stats['instances']:,} sequences for training, "
+            f"{stats['validation_instances']:,} held out")
+        pretrain_recipe = _pretrain_recipe(recipe, objective, stats)
+        before, new_heads = _baseline(pretrain_recipe, checkpoint, out, objective, overwrite=overwrite)
+        if before:
+            say(f"before: {_describe(before)}" + (f" (new {', '.join(new_heads)})" if new_heads else ""))
+        return _train(recipe, pretrain_recipe, checkpoint, out, objective, before, new_heads, stats,
+                      resume=resume, overwrite=overwrite, say=say)
+
+
+def _train(recipe: AdaptRecipe, pretrain_recipe: Any, checkpoint: Path, out: Path, objective: str,
+           before: dict[str, float], new_heads: list[str], stats: dict[str, Any], *, resume: bool,
+           overwrite: bool, say: Callable[[str], None]) -> AdaptResult:
+    """The pre-training run itself (the caller holds OUT's lock), then results.json."""
+    from bertforge.pretrain import pretrain
+
+    result = pretrain(pretrain_recipe, out / DATA_DIR, out, init_from=checkpoint, resume=resume,
+                      overwrite=overwrite, lock=False)
+    after = _scores(result.train.metrics) if before else {}
+    if after:
+        say(f"after:  {_describe(after)}")
+    report = {
+        "checkpoint": str(checkpoint.resolve()), "objective": objective, "new_heads": new_heads,
+        "before": before, "after": after, "steps": result.train.step,
+        "train_minutes": round(getattr(result.train, "train_seconds", math.nan) / 60, 3),
+        "tokens": stats["tokens"], "train_sequences": stats["instances"],
+        "held_out_sequences": stats["validation_instances"], "settings": _flat_settings(recipe),
+    }
+    write_text_atomic(out / RESULTS_FILE, json.dumps(report, indent=1, default=str) + "\n")
+    final = result.final if result.final is not None else out / "final"
+    return AdaptResult(final=final, before=before, after=after, steps=result.train.step, objective=objective,
+                       new_heads=new_heads)
+
+
+def _checkpoint_dir(model: str | None) -> Path:
+    if model is None:
+        raise ValueError("no checkpoint: give --model DIR (or model in the recipe)")
+    path = Path(model).expanduser()
+    if not (path / "config.json").is_file():
+        raise ValueError(f"--model {model}: no such model directory (expected a directory with config.json)")
+    return path
+
+
+def _prepare_text(recipe: AdaptRecipe, checkpoint: Path, data_dir: Path, *, overwrite: bool) -> dict[str, Any]:
+    """The text as shards of the checkpoint's tokenizer, masked dynamically; some of it held out."""
+    import warnings
+
+    from bertforge.data.prepare import DataWarning, prepare
+
+    text = recipe.text
+    with warnings.catch_warnings():
+        # one-sentence documents matter to a sentence objective only; adaptation packs lines
+        warnings.filterwarnings("ignore", message=".*one-sentence documents.*", category=DataWarning)
+        stats = prepare(text.inputs, checkpoint, data_dir, overwrite=overwrite, progress=recipe.train.progress,
+                        objective="none", masking="dynamic", masked_lm_prob=text.mask_prob,
+                        whole_word=text.whole_word, line_by_line=text.line_by_line,
+                        max_seq_length=text.max_seq_length, validation_fraction=text.validation_fraction,
+                        block_sentences=HELD_OUT_BLOCK, text_field=text.text_column,
+                        text_column=text.text_column, workers=text.workers)
+    return stats
+
+
+def _pretrain_recipe(recipe: AdaptRecipe, objective: str, stats: dict[str, Any]) -> Any:
+    """The pre-training recipe that continues the checkpoint: its own config, the data's masking, the
+    steps that `epochs` asks for (or `max_steps`, or the time budget with a cap no run reaches)."""
+    from bertforge.pretrain import DataOptions
+    from bertforge.pretrain import Recipe as PretrainRecipe
+
+    text = recipe.text
+    sequences = int(stats["instances"])
+    if sequences < 1:
+        raise ValueError(f"{', '.join(text.inputs)}: no text left to train on after holding out "
+                         f"{stats['validation_instances']} sequences; give more text or a lower validation_fraction")
+    batch_size = min(text.batch_size, sequences)
+    train = recipe.train
+    if train.budget_minutes > 0:
+        train = dataclasses.replace(train, max_steps=10**9)  # the budget ends the run
+    elif text.epochs is not None:
+        train = dataclasses.replace(train, max_steps=max(1, math.ceil(text.epochs * (sequences // batch_size))))
+    data = DataOptions(batch_size=batch_size, objective="rtd" if objective == "rtd" else None)
+    return PretrainRecipe(model={"config": str(recipe.model)}, data=data, optim=recipe.optim, train=train,
+                          source=recipe.source)
+
+
+def _baseline(pretrain_recipe: Any, checkpoint: Path, out: Path, objective: str, *,
+              overwrite: bool) -> tuple[dict[str, float], list[str]]:
+    """The checkpoint's held-out scores as it is, and the heads it lacked; computed once per run
+    directory (kept in OUT/baseline.json for a resume)."""
+    path = out / BASELINE_FILE
+    if path.is_file() and not overwrite:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        if saved.get("checkpoint") == str(checkpoint.resolve()):
+            return saved["before"], saved["new_heads"]
+    import torch
+
+    from bertforge.pretrain import (
+        initialise_from,
+        model_config,
+        pretraining_model,
+        read_dataset_info,
+        validation_evaluator,
+    )
+
+    data_dir = out / DATA_DIR
+    info = read_dataset_info(data_dir)
+    config = model_config(pretrain_recipe, info["tokenizer"], info["options"]["max_seq_length"])
+    torch.manual_seed(pretrain_recipe.train.seed)  # the same new head as the run starts with
+    model = pretraining_model(pretrain_recipe.data, config, "none")()
+    report = initialise_from(model, checkpoint, info)
+    new_heads = list(getattr(report, "new_heads", []) or [])
+    evaluate = validation_evaluator(data_dir, pretrain_recipe.data, "none")
+    before: dict[str, float] = {}
+    if evaluate is not None:
+        model.eval()
+        with torch.no_grad():
+            before = _scores(evaluate(model))
+    write_text_atomic(path, json.dumps({"checkpoint": str(checkpoint.resolve()), "objective": objective,
+                                        "before": before, "new_heads": new_heads}, indent=1) + "\n")
+    return before, new_heads
+
+
+def _scores(metrics: dict[str, float]) -> dict[str, float]:
+    """The held-out metrics with the masked-LM perplexity (exp of the loss over the masked pieces)."""
+    scores = dict(metrics)
+    if "mlm_loss" in scores:
+        scores["mlm_perplexity"] = math.exp(min(scores["mlm_loss"], 700.0))
+    return scores
+
+
+def _describe(scores: dict[str, float]) -> str:
+    shown = []
+    if "mlm_accuracy" in scores:
+        shown.append(f"masked-LM accuracy {100 * scores['mlm_accuracy']:.1f}%, "
+                     f"perplexity {scores['mlm_perplexity']:.1f}")
+    if "rtd_loss" in scores:
+        right = scores.get("rtd_accuracy_replaced", math.nan), scores.get("rtd_accuracy_original", math.nan)
+        shown.append(f"replaced-token detection loss {scores['rtd_loss']:.3f} (replaced found {100 * right[0]:.1f}%, "
+                     f"originals kept {100 * right[1]:.1f}%)")
+    return "; ".join(shown) or "no held-out scores"
+
+
+def _flat_settings(recipe: AdaptRecipe) -> dict[str, Any]:
+    return {"model": recipe.model, **dataclasses.asdict(recipe.text), **dataclasses.asdict(recipe.optim),
+            **dataclasses.asdict(recipe.train)}
