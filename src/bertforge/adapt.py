@@ -54,7 +54,7 @@ CONFIG_FILE = "adapt_config.yaml"
 RESULTS_FILE = "results.json"
 BASELINE_FILE = "baseline.json"  # the checkpoint's held-out scores before training, kept for a resume
 DATA_DIR = "data"
-HELD_OUT_BLOCK = 16  # lines per held-out unit: small, so that a small file still holds some out
+HELD_OUT_BLOCK = 8  # lines per held-out unit: few, so that a small file still holds some out
 
 
 @dataclass
@@ -162,10 +162,17 @@ def adapt(
         stats = _prepare_text(recipe, checkpoint, out / DATA_DIR, overwrite=overwrite)
         say(f"{stats['tokens']:,} tokens -> {stats['instances']:,} sequences for training, "
             f"{stats['validation_instances']:,} held out")
+        finished = _finished(out, recipe) if resume else None
+        if finished is not None:  # a finished run resumed: nothing left to train
+            say(f"{out}: already adapted ({finished.steps} steps); after: {_describe(finished.after)}")
+            return finished
         pretrain_recipe = _pretrain_recipe(recipe, objective, stats)
         before, new_heads = _baseline(pretrain_recipe, checkpoint, out, objective, overwrite=overwrite)
         if before:
             say(f"before: {_describe(before)}" + (f" (new {', '.join(new_heads)})" if new_heads else ""))
+        elif recipe.text.validation_fraction > 0:
+            say(f"no held-out text: the text is too small to hold out {recipe.text.validation_fraction:.0%} of "
+                f"it by blocks of {HELD_OUT_BLOCK} lines; raise validation_fraction to score the model")
         return _train(recipe, pretrain_recipe, checkpoint, out, objective, before, new_heads, stats,
                       resume=resume, overwrite=overwrite, say=say)
 
@@ -192,6 +199,18 @@ def _train(recipe: AdaptRecipe, pretrain_recipe: Any, checkpoint: Path, out: Pat
     final = result.final if result.final is not None else out / "final"
     return AdaptResult(final=final, before=before, after=after, steps=result.train.step, objective=objective,
                        new_heads=new_heads)
+
+
+def _finished(out: Path, recipe: AdaptRecipe) -> AdaptResult | None:
+    """The result of a finished run in `out` with the same settings (its results.json), or None."""
+    path = out / RESULTS_FILE
+    if not path.is_file() or not (out / "final" / "config.json").is_file():
+        return None
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    if saved.get("settings") != json.loads(json.dumps(_flat_settings(recipe), default=str)):
+        return None  # the pre-training run's own check names what differs
+    return AdaptResult(final=out / "final", before=saved["before"], after=saved["after"], steps=saved["steps"],
+                       objective=saved["objective"], new_heads=saved["new_heads"])
 
 
 def _checkpoint_dir(model: str | None) -> Path:
@@ -304,3 +323,68 @@ def _describe(scores: dict[str, float]) -> str:
 def _flat_settings(recipe: AdaptRecipe) -> dict[str, Any]:
     return {"model": recipe.model, **dataclasses.asdict(recipe.text), **dataclasses.asdict(recipe.optim),
             **dataclasses.asdict(recipe.train)}
+
+
+# ------------------------------------------------------------------------------------------------
+# adaptation before fine-tuning (`finetune --adapt-on`)
+# ------------------------------------------------------------------------------------------------
+ADAPT_ON_TRAIN = "train"  # `--adapt-on train`: the training file's own text
+ADAPTED_DIR = "adapted"  # OUT/adapted: the adaptation run a fine-tuning run starts from
+_TEXT_FIELDS = ("text", "text_pair", "text_a", "text_b", "question", "context", "start_ending")
+_LIST_FIELDS = ("words", "tokens", "endings")
+
+
+def example_texts(examples: Sequence[Any]) -> list[str]:
+    """The unlabelled text of any task's examples, each distinct text once, in order: the text fields
+    (a sentence, its pair, a question, a passage), a tagged sentence's words joined by spaces, a
+    multiple-choice question's endings. Labels are never read."""
+    seen: dict[str, None] = {}
+    for example in examples:
+        for name in _TEXT_FIELDS:
+            value = getattr(example, name, None)
+            if isinstance(value, str) and value.strip():
+                seen.setdefault(" ".join(value.split()), None)
+        for name in _LIST_FIELDS:
+            value = getattr(example, name, None)
+            if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+                pieces = [" ".join(value)] if name != "endings" else value
+                for piece in pieces:
+                    if piece.strip():
+                        seen.setdefault(" ".join(piece.split()), None)
+    return list(seen)
+
+
+def adapt_before_finetuning(model: str | os.PathLike[str], source: str, out_dir: Path, *,
+                            train_examples: Callable[[], Sequence[Any]], text_column: str = "text",
+                            budget_minutes: float = 0.0, epochs: float | None = None, seed: int = 0,
+                            overwrite: bool = False, progress: bool = True,
+                            echo: Callable[[str], None] | None = None) -> Path:
+    """Adapt `model` on `source` into `out_dir/adapted` and return the adapted model's directory.
+
+    `source` is "train" (the training examples' own text, labels dropped: `example_texts`) or a file
+    `adapt` reads (with `text_column`). A finished adaptation with the same settings and text is
+    reused; an interrupted one resumes; one with other settings is refused (as any resume), unless
+    `overwrite`, which starts it again.
+    """
+    run = out_dir / ADAPTED_DIR
+    if source == ADAPT_ON_TRAIN:
+        texts = example_texts(train_examples())
+        if not texts:
+            raise ValueError("adapt_on train: the training examples hold no text")
+        text_file = run.parent / "adapt-text.txt"
+        body = "".join(text + "\n" for text in texts)
+        if not text_file.is_file() or text_file.read_text(encoding="utf-8") != body:
+            write_text_atomic(text_file, body)
+        inputs, column = [str(text_file)], "text"
+    else:
+        inputs, column = [source], text_column
+    settings: dict[str, Any] = {"text_column": column, "seed": seed, "progress": progress}
+    if budget_minutes > 0:
+        settings["budget_minutes"] = budget_minutes
+    else:
+        settings["epochs"] = epochs if epochs is not None else DEFAULT_TASK_EPOCHS
+    resume = (run / "checkpoints").is_dir() and not overwrite
+    return adapt(model, inputs, run, resume=resume, overwrite=overwrite, echo=echo, **settings).final
+
+
+DEFAULT_TASK_EPOCHS = 3.0  # `finetune --adapt-on` without a length: passes over the task's text

@@ -289,6 +289,11 @@ class FinetuneRecipe:
     seeds: list[int] = setting(default_factory=lambda: [1], help="Comma-separated seeds, one run each.")
     task_settings: dict[str, Any] = setting(default_factory=dict, help="Task options (SQuAD: doc_stride, ...).",
                                             keys=lambda recipe: FAMILIES[recipe.family].setting_options)
+    adapt_on: str | None = setting(None, help="First continue pre-training the model on unlabelled text "
+                                              "(bertforge adapt) and fine-tune the adapted model: 'train' for the "
+                                              "training file's own text (labels dropped), or a text file.")
+    adapt_minutes: float = setting(0.0, help="With adapt_on: training minutes of the adaptation (0: adapt_epochs).")
+    adapt_epochs: float | None = setting(None, help="With adapt_on: passes over the text (default 3).")
     optim: FinetuneOptim = dataclasses.field(default_factory=FinetuneOptim)
     train: FinetuneLoop = dataclasses.field(default_factory=FinetuneLoop)
 
@@ -340,6 +345,8 @@ _RUN_STATE = ("seed-*", RESULTS_FILE, RUN_CONFIG_FILE, RECORD_FILE)
 # the head settings at their defaults (the family's own head, fine-tuned): left out of the recorded settings,
 # so run directories made before the settings existed still continue
 _HEAD_DEFAULTS: dict[str, Any] = {"frozen": False, "frozen_layers": "last", "head": "linear", "lstm_size": None}
+# likewise no adaptation first
+_ADAPT_DEFAULTS: dict[str, Any] = {"adapt_on": None, "adapt_minutes": 0.0, "adapt_epochs": None}
 
 
 def hyperparameters(recipe: FinetuneRecipe) -> dict[str, Any]:
@@ -349,7 +356,7 @@ def hyperparameters(recipe: FinetuneRecipe) -> dict[str, Any]:
     flat = {name: _get_path(recipe, s.path) for name, s in found.items() if name not in _NOT_RESULT_SETTINGS}
     if not flat.get("holdout"):
         flat.pop("holdout", None)  # off: as run directories made before the setting existed recorded it
-    for name, default in _HEAD_DEFAULTS.items():  # the family's own head: as recorded before these settings
+    for name, default in {**_HEAD_DEFAULTS, **_ADAPT_DEFAULTS}.items():  # as recorded before these settings
         if flat.get(name, default) == default:
             flat.pop(name, None)
     return json.loads(json.dumps(flat))  # as it reads back from task.json
@@ -397,6 +404,19 @@ def finetune(
     return run_finetune(recipe, Path(out_dir), progress=progress, verbose=verbose, overwrite=overwrite)
 
 
+def _adapted_first(recipe: FinetuneRecipe, spec: Task, out_dir: Path, progress: bool, verbose: bool,
+                   overwrite: bool) -> Path:
+    """`adapt_on`: the model continued on the text first, in OUT/adapted; returns the adapted model."""
+    from bertforge.adapt import adapt_before_finetuning
+
+    data_dir = None if recipe.data is None else Path(recipe.data)
+    return adapt_before_finetuning(
+        recipe.model, recipe.adapt_on, out_dir, train_examples=lambda: spec.read(data_dir, spec.train_split),
+        text_column=spec.settings.get("text_column") or "text", budget_minutes=recipe.adapt_minutes,
+        epochs=recipe.adapt_epochs, seed=recipe.seeds[0], overwrite=overwrite, progress=progress,
+        echo=print if verbose else None)
+
+
 def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True, verbose: bool = True,
                  overwrite: bool = False) -> dict[str, Any]:
     """Run a fine-tuning recipe into `out_dir` (see the module docstring for the files).
@@ -425,9 +445,12 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
                          "(give --model and --data, or model: and data: in the recipe)")
     if not spec.reads_data_dir and not (spec.settings.get("train") and spec.settings.get("dev")):
         raise ValueError(f"finetune {spec.family} needs a training and a dev file: give --train FILE --dev FILE")
-    recipe = recipe.resolved(spec, model_hidden_size(recipe.model))
+    # adapt_on: the model fine-tuned is the adapted one; the recipe keeps naming the one it started from
+    adapted = _adapted_first(recipe, spec, out_dir, progress, verbose, overwrite) if recipe.adapt_on else None
+    model_dir = adapted if adapted is not None else Path(recipe.model)
+    recipe = recipe.resolved(spec, model_hidden_size(model_dir))
     loop, optim = recipe.train, recipe.optim
-    model_dir, data_dir = Path(recipe.model), None if recipe.data is None else Path(recipe.data)
+    data_dir = None if recipe.data is None else Path(recipe.data)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     check_tokenizer_fits(tokenizer, model_dir)
 

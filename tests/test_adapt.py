@@ -1,0 +1,234 @@
+"""`bertforge adapt`: continued pre-training of a checkpoint on the user's own text.
+
+Every family with a masked-LM head adapts from a tiny random checkpoint and writes a directory
+transformers loads (an ELECTRA discriminator continues with replaced-token detection); the held-out
+text never reaches training; a time budget ends the run where it is spent; a run resumes, is locked
+and refuses a changed resume; bad text files get one line and exit 2; `finetune --adapt-on` runs it
+first on the training file's own text.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from bertforge.adapt import adapt, adaptation_objective, example_texts
+from bertforge.cli import app
+from bertforge.data.masking import continuation_flags
+from bertforge.fileio import RunLockedError, run_lock
+from bertforge.model import registry
+from bertforge.tokenizer import BertTokenizer
+from bertforge.train import loop as loop_module
+from test_every_family import FAMILIES, smallest_config
+
+WORDS = (
+    "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo",
+    "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango", "uniform", "victor",
+    "whiskey", "xray", "yankee", "zulu",
+)
+QUIET = {"progress": False, "max_seq_length": 32, "batch_size": 4, "validation_fraction": 0.1}
+
+
+def numbered_lines(count: int) -> list[str]:
+    """Distinct lines, each with its own two-word name, so a line can be found in a decoded sequence."""
+    return [f"line {WORDS[i % 26]} {WORDS[(i // 26) % 26]} says the {WORDS[(3 * i) % 26]} went home ."
+            for i in range(count)]
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("adapt-text") / "reviews.txt"
+    path.write_text("\n".join(numbered_lines(400)) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tokenizer(text_file: Path) -> BertTokenizer:
+    return BertTokenizer.train([text_file], vocab_size=120, min_frequency=1, show_progress=False)
+
+
+def checkpoint(model_type: str, job: str, tokenizer: BertTokenizer, directory: Path) -> Path:
+    """A random checkpoint of the family's class for `job`, with the tokenizer."""
+    torch.manual_seed(0)
+    config = smallest_config(model_type, tokenizer)
+    registry.model_class(model_type, job)(config).save_pretrained(directory, tokenizer=tokenizer)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def bert(tokenizer: BertTokenizer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return checkpoint("bert", "embeddings", tokenizer, tmp_path_factory.mktemp("bert") / "encoder")
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_every_family_adapts_and_transformers_loads_the_result(model_type: str, tokenizer: BertTokenizer,
+                                                                 text_file: Path, tmp_path: Path) -> None:
+    import transformers
+
+    start = checkpoint(model_type, "pretraining", tokenizer, tmp_path / "start")
+    result = adapt(start, text_file, tmp_path / "run", max_steps=3, lr=1e-3, **QUIET)
+    expected = "rtd" if model_type == "electra" else "mlm"
+    assert result.objective == adaptation_objective(start) == expected
+    assert result.before and result.after and result.steps == 3
+    key = "rtd_loss" if expected == "rtd" else "mlm_loss"
+    assert result.after[key] < result.before[key]  # three steps at a high rate learn something
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert saved["before"] == result.before and saved["steps"] == 3
+
+    architecture = json.loads((result.final / "config.json").read_text())["architectures"][0]
+    loaded, info = getattr(transformers, architecture).from_pretrained(result.final, output_loading_info=True)
+    assert not [k for k in info["missing_keys"] if "position_ids" not in k], info
+    batch = BertTokenizer.from_pretrained(result.final).encode_batch(["line alpha says the echo went home ."],
+                                                                     return_tensors="pt")
+    with torch.no_grad():
+        logits = loaded(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    assert torch.isfinite(logits).all()
+
+
+def test_a_checkpoint_without_a_masked_lm_head_gets_a_new_one(bert: Path, text_file: Path, tmp_path: Path) -> None:
+    result = adapt(bert, text_file, tmp_path / "run", max_steps=2, **QUIET)
+    assert result.objective == "mlm" and any(name.startswith("mlm.") for name in result.new_heads)
+    assert "BertForMaskedLM" in (result.final / "config.json").read_text()
+
+
+def test_held_out_text_never_reaches_training(bert: Path, text_file: Path, tmp_path: Path) -> None:
+    from bertforge.data.loader import PretrainingDataset
+
+    adapt(bert, text_file, tmp_path / "run", max_steps=1, line_by_line=True, **{**QUIET, "validation_fraction": 0.2})
+    tokenizer = BertTokenizer.from_pretrained(bert)
+
+    def lines(split: str) -> set[str]:
+        dataset = PretrainingDataset(tmp_path / "run" / "data", split)
+        found = set()
+        for index in range(len(dataset)):
+            item = dataset[index]
+            ids = np.array(item["input_ids"])
+            if "mask_positions" in item:  # the held-out split is masked once: put the pieces back
+                ids[item["mask_positions"]] = item["mask_targets"]
+            found.add(tokenizer.decode(ids.tolist()))
+        return found
+
+    train, held_out = lines("train"), lines("valid")
+    assert len(held_out) >= 40 and len(train) >= 250  # about a fifth held out, by blocks of lines
+    assert not train & held_out
+    every = tokenizer.encode_batch(numbered_lines(400))["input_ids"]
+    assert train | held_out == {tokenizer.decode(ids) for ids in every}
+
+
+def test_a_time_budget_ends_the_run_and_its_schedule(bert: Path, text_file: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [0.0]
+
+    def clock() -> float:  # each reading moves the clock 3 s: a step (two readings) costs 6 s
+        now[0] += 3.0
+        return now[0]
+
+    monkeypatch.setattr(loop_module, "clock", clock)
+    result = adapt(bert, text_file, tmp_path / "run", budget_minutes=0.5, lr=1e-3, warmup_ratio=0.2, log_every=1,
+                   **QUIET)
+    assert 4 <= result.steps <= 6  # 30 s at 6 s a step, give or take the clock readings of the first and last
+    records = [r for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
+               if r.get("split") == "train"]
+    assert records[-1]["step"] == result.steps
+    rates = [r["lr"] for r in records]
+    assert max(rates) <= 1e-3 and rates[-1] < 0.5e-3  # warmed up, then decayed towards zero by the end
+
+
+def test_resume_lock_and_refusals(bert: Path, text_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    first = adapt(bert, text_file, out, max_steps=2, save_every=1, **QUIET)
+    with pytest.raises(FileExistsError, match="--resume"):
+        adapt(bert, text_file, out, max_steps=2, save_every=1, **QUIET)
+    again = adapt(bert, text_file, out, max_steps=2, save_every=1, resume=True, **QUIET)
+    assert again.after == first.after and again.steps == 2  # a finished run is reused, not retrained
+    with pytest.raises(Exception, match="other options"):  # other text settings: the data differs
+        adapt(bert, text_file, out, max_steps=2, save_every=1, resume=True, **{**QUIET, "max_seq_length": 64})
+    with pytest.raises(ValueError, match="lr"):  # another rate: the run's settings differ
+        adapt(bert, text_file, out, max_steps=2, save_every=1, resume=True, lr=5e-4, **QUIET)
+    with run_lock(out, what="test"), pytest.raises(RunLockedError):
+        adapt(bert, text_file, out, max_steps=2, resume=True, **QUIET)
+
+
+def test_tables_are_read_by_their_text_column_and_labels_are_ignored(bert: Path, tmp_path: Path) -> None:
+    table = tmp_path / "train.csv"
+    table.write_text("label,review\n" + "".join(f'{i % 2},"{line}"\n' for i, line in enumerate(numbered_lines(200))),
+                     encoding="utf-8")
+    result = adapt(bert, table, tmp_path / "run", max_steps=1, text_column="review", **QUIET)
+    stats = json.loads((tmp_path / "run" / "data" / "stats.json").read_text())
+    assert stats["documents"] == 200 and result.steps == 1
+
+
+def test_bad_text_files_get_one_line_and_exit_2(bert: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    table = tmp_path / "train.csv"
+    table.write_text("label,sentence\n1,good\n", encoding="utf-8")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("", encoding="utf-8")
+    cases = {
+        "no column 'text'": ["--input", str(table)],
+        "no text to prepare": ["--input", str(empty)],
+        "no such file or directory": ["--input", str(tmp_path / "missing.txt")],
+    }
+    for message, arguments in cases.items():
+        result = runner.invoke(app, ["adapt", "--model", str(bert), *arguments, "--out", str(tmp_path / "run"),
+                                     "--max-steps", "1", "--quiet"])
+        assert result.exit_code == 2, result.output
+        assert message in result.output and "Traceback" not in result.output
+    result = runner.invoke(app, ["adapt", "--model", str(tmp_path / "nowhere"), "--input", str(table),
+                                 "--out", str(tmp_path / "run2")])
+    assert result.exit_code == 2 and "no such model directory" in result.output
+
+
+def test_the_command_line_adapts_and_reports(bert: Path, text_file: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["adapt", "--model", str(bert), "--input", str(text_file), "--out",
+                                      str(tmp_path / "run"), "--max-steps", "2", "--max-seq-length", "32",
+                                      "--batch-size", "4", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "before: masked-LM accuracy" in result.output and "after:" in result.output
+    assert (tmp_path / "run" / "final" / "model.safetensors").is_file()
+    assert (tmp_path / "run" / "adapt_config.yaml").is_file()
+
+
+def test_finetune_adapts_on_the_training_file_s_own_text_first(bert: Path, tmp_path: Path) -> None:
+    from bertforge.finetune import finetune
+
+    lines = numbered_lines(120)
+    for name, rows in (("train.csv", lines[:100]), ("dev.csv", lines[100:])):
+        (tmp_path / name).write_text("text,label\n" + "".join(f"{line},{'pos' if 'alpha' in line else 'neg'}\n"
+                                                             for line in rows), encoding="utf-8")
+    settings = {"task_settings": {"train": str(tmp_path / "train.csv"), "dev": str(tmp_path / "dev.csv")},
+                "epochs": 1, "batch_size": 8, "max_length": 32, "progress": False, "verbose": False,
+                "adapt_on": "train", "adapt_epochs": 1}
+    results = finetune("classify", None, bert, None, tmp_path / "out", **settings)
+    adapted = tmp_path / "out" / "adapted"
+    assert (adapted / "final" / "config.json").is_file() and results["seeds"][0]["metrics"]
+    text = (tmp_path / "out" / "adapt-text.txt").read_text(encoding="utf-8").splitlines()
+    assert text == lines[:100]  # the training file's text, its labels left out, the dev file unread
+    record = json.loads((tmp_path / "out" / "seed-1" / "task.json").read_text())
+    assert record["source_model"] == str(adapted / "final")
+    again = finetune("classify", None, bert, None, tmp_path / "out", **settings)  # reused: nothing retrained
+    assert again["seeds"][0]["metrics"] == results["seeds"][0]["metrics"]
+
+
+def test_whole_words_follow_each_vocabulary_s_own_marks() -> None:
+    wordpiece = {"[PAD]": 0, "[CLS]": 1, "play": 2, "##ing": 3, "the": 4}
+    assert continuation_flags(wordpiece, 5).tolist() == [False, False, False, True, False]
+    bpe = {"<s>": 0, "</s>": 1, "\u0120play": 2, "ing": 3, "\u0120the": 4, "\u0120a": 5}
+    assert continuation_flags(bpe, 6, (0, 1)).tolist() == [False, False, False, True, False, False]
+    sentencepiece = {"<pad>": 0, "\u2581play": 1, "ing": 2, "\u2581the": 3}
+    assert continuation_flags(sentencepiece, 4, (0,)).tolist() == [False, False, True, False]
+
+
+def test_example_texts_take_every_task_s_text_and_no_label() -> None:
+    from bertforge.tasks.classify import ClassifyExample
+    from bertforge.tasks.ner import NerSentence
+
+    examples = [ClassifyExample("a fine film", "with a pair", label="pos"),
+                ClassifyExample("a fine film", None, label="neg"),
+                NerSentence("s-1", ["Anna", "met", "Bob"], ["B-PER", "O", "B-PER"], [], [], 0)]
+    assert example_texts(examples) == ["a fine film", "with a pair", "Anna met Bob"]
