@@ -232,3 +232,38 @@ def test_example_texts_take_every_task_s_text_and_no_label() -> None:
                 ClassifyExample("a fine film", None, label="neg"),
                 NerSentence("s-1", ["Anna", "met", "Bob"], ["B-PER", "O", "B-PER"], [], [], 0)]
     assert example_texts(examples) == ["a fine film", "with a pair", "Anna met Bob"]
+
+
+def test_from_scratch_on_a_table_with_a_time_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tokenizer train, prepare and pretrain read the same table by its text column; with minutes instead
+    of steps the run trains without dropout, and the saved model keeps its rates for fine-tuning."""
+    table = tmp_path / "reviews.tsv"
+    table.write_text("label\treview\n" + "".join(f"{i % 2}\t{line}\n" for i, line in enumerate(numbered_lines(300))),
+                     encoding="utf-8")
+    runner = CliRunner()
+    done = runner.invoke(app, ["tokenizer", "train", "--input", str(table), "--text-column", "review",
+                               "--out", str(tmp_path / "vocab"), "--vocab-size", "120", "--min-frequency", "1"])
+    assert done.exit_code == 0, done.output
+    vocab = (tmp_path / "vocab" / "vocab.txt").read_text(encoding="utf-8").split()
+    assert "bravo" in vocab and "label" not in vocab and "review" not in vocab  # the column, not the header
+    done = runner.invoke(app, ["prepare", "--input", str(table), "--text-column", "review", "--tokenizer",
+                               str(tmp_path / "vocab"), "--out", str(tmp_path / "data"), "--objective", "none",
+                               "--masking", "dynamic", "--max-seq-length", "32", "--quiet"])
+    assert done.exit_code == 0, done.output
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += 3.0
+        return now[0]
+
+    monkeypatch.setattr(loop_module, "clock", clock)
+    done = runner.invoke(app, ["pretrain", "--config", "tiny", "--data", str(tmp_path / "data"), "--out",
+                               str(tmp_path / "run"), "--budget-minutes", "0.2", "--max-steps", "1000",
+                               "--batch-size", "4", "--set", "max_position_embeddings=64", "--quiet"])
+    assert done.exit_code == 0, done.output
+    trained = json.loads((tmp_path / "run" / "fingerprint.json").read_text())["settings"]
+    assert trained["hidden_dropout_prob"] == 0.0 and trained["attention_probs_dropout_prob"] == 0.0
+    saved = json.loads((tmp_path / "run" / "final" / "config.json").read_text())
+    assert saved["hidden_dropout_prob"] == 0.1 and saved["attention_probs_dropout_prob"] == 0.1
+    steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert 1 < max(steps) < 1000  # the budget ended it, not max_steps

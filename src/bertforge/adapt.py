@@ -100,6 +100,9 @@ class AdaptRecipe:
     # Gururangan et al.'s task-adaptive rate (1e-4) with a short warm-up
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-4, warmup_ratio=0.06))
     train: TrainConfig = field(default_factory=lambda: TrainConfig(max_steps=1000, save_every_minutes=10.0))
+    train_dropout: str = setting("auto", help="Dropout while adapting: auto (off with budget_minutes, else the "
+                                              "checkpoint's), off, or model; the adapted model keeps the "
+                                              "checkpoint's rates for fine-tuning.")
     source: str | None = setting(None, help="Where the recipe came from (recorded in adapt_config.yaml).")
 
 
@@ -260,7 +263,7 @@ def _pretrain_recipe(recipe: AdaptRecipe, objective: str, stats: dict[str, Any])
         train = dataclasses.replace(train, max_steps=max(1, math.ceil(text.epochs * (sequences // batch_size))))
     data = DataOptions(batch_size=batch_size, objective="rtd" if objective == "rtd" else None)
     return PretrainRecipe(model={"config": str(recipe.model)}, data=data, optim=recipe.optim, train=train,
-                          source=recipe.source)
+                          train_dropout=recipe.train_dropout, source=recipe.source)
 
 
 def _baseline(pretrain_recipe: Any, checkpoint: Path, out: Path, objective: str, *,
@@ -321,8 +324,8 @@ def _describe(scores: dict[str, float]) -> str:
 
 
 def _flat_settings(recipe: AdaptRecipe) -> dict[str, Any]:
-    return {"model": recipe.model, **dataclasses.asdict(recipe.text), **dataclasses.asdict(recipe.optim),
-            **dataclasses.asdict(recipe.train)}
+    return {"model": recipe.model, "train_dropout": recipe.train_dropout, **dataclasses.asdict(recipe.text),
+            **dataclasses.asdict(recipe.optim), **dataclasses.asdict(recipe.train)}
 
 
 # ------------------------------------------------------------------------------------------------

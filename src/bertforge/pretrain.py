@@ -76,6 +76,7 @@ log = logging.getLogger(__name__)
 # on any data, a left-to-right LM (the BERT paper's "LTR & No NSP": causal attention, the next token
 # predicted at every position, no masking and no sentence task).
 OBJECTIVES = ("nsp", "sop", "none", "rtd", "ltr")
+TRAIN_DROPOUT = ("auto", "off", "model")
 
 
 @dataclass
@@ -128,12 +129,17 @@ class Recipe:
     data: DataOptions = field(default_factory=DataOptions)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    train_dropout: str = setting("auto", help="Dropout while pre-training: auto (off when budget_minutes is set, as "
+                                              "budget recipes do; else the model's), off, or model. The saved model "
+                                              "keeps the model's rates for fine-tuning either way.")
     source: str | None = setting(None, help="Where the recipe came from (recorded in run_config.yaml).")
 
     # what run_config.yaml records beside the settings: facts about the run, skipped on reading
     records: ClassVar[tuple[str, ...]] = ("data_dir", "dataset_options", "world_size", "init_from")
 
     def __post_init__(self) -> None:
+        if self.train_dropout not in TRAIN_DROPOUT:
+            raise ValueError(f"train_dropout must be one of {', '.join(TRAIN_DROPOUT)}, not {self.train_dropout!r}")
         if self.model is None:
             self.model = {"preset": "tiny"}
         elif isinstance(self.model, str):  # `model: base` in a recipe file
@@ -152,7 +158,7 @@ class Recipe:
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "data": dataclasses.asdict(self.data), "optim": dataclasses.asdict(self.optim),
-                "train": dataclasses.asdict(self.train), "source": self.source}
+                "train": dataclasses.asdict(self.train), "train_dropout": self.train_dropout, "source": self.source}
 
 
 @dataclass
@@ -592,6 +598,30 @@ def pretrain(
         return _pretrain(recipe, bert_config, data_dir, out_dir, info, init_from, resume, ctx)
 
 
+def dropout_rates(config: ModelConfig) -> dict[str, float]:
+    """The config's dropout rates by field name (whatever its family calls them), those above 0."""
+    rates = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if "dropout" in f.name}
+    return {name: rate for name, rate in rates.items() if isinstance(rate, float) and rate > 0}
+
+
+def training_config(recipe: Recipe, config: ModelConfig) -> ModelConfig:
+    """The config the run trains with: the model's, without dropout where `train_dropout` says so (off, or
+    auto with a time budget: at a small budget the model underfits, and dropout only slows it, as
+    Cramming (Geiping & Goldstein 2023) and Izsak et al. (2021) found)."""
+    off = recipe.train_dropout == "off" or (recipe.train_dropout == "auto" and recipe.train.budget_minutes > 0)
+    return config.with_overrides(**{name: 0.0 for name in dropout_rates(config)}) if off else config
+
+
+def restore_dropout(directory: Path, config: ModelConfig) -> None:
+    """Put the model's own dropout rates back in a saved config.json (trained without them: fine-tuning
+    gets them as the model's recipe set them)."""
+    path = directory / "config.json"
+    rates = dropout_rates(config)
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    if rates and any(saved.get(name) != rate for name, rate in rates.items()):
+        write_text_atomic(path, json.dumps({**saved, **rates}, indent=2, sort_keys=True) + "\n")
+
+
 def _pretrain(recipe: Recipe, bert_config: ModelConfig, data_dir: Path, out_dir: Path, info: dict[str, Any],
               init_from: str | os.PathLike[str] | None, resume: bool, ctx: DistContext) -> PretrainResult:
     """The run itself, once rank 0 holds the run directory and has checked it."""
@@ -601,7 +631,7 @@ def _pretrain(recipe: Recipe, bert_config: ModelConfig, data_dir: Path, out_dir:
 
     options = info["options"]
     torch.manual_seed(recipe.train.seed)  # the same initial weights on every rank (DDP also broadcasts)
-    build = pretraining_model(recipe.data, bert_config, options["objective"])
+    build = pretraining_model(recipe.data, training_config(recipe, bert_config), options["objective"])
     model = build()
     if init_from is not None:
         initialise_from(model, Path(init_from), info)
@@ -618,6 +648,7 @@ def _pretrain(recipe: Recipe, bert_config: ModelConfig, data_dir: Path, out_dir:
             log.warning("no tokenizer found for %s (neither data.tokenizer / --tokenizer nor %s): final/ gets "
                         "no vocab.txt", data_dir, data_dir / "tokenizer")
         final = export_final(trained, out_dir / "final", tokenizer)
+        restore_dropout(final, bert_config)
     distributed.barrier("exporting the final model")
     return PretrainResult(final=final, train=result)
 
@@ -633,8 +664,8 @@ RUN_STATE = ("checkpoints", "metrics.jsonl", "tensorboard", "final", "curves.png
 
 def run_settings(recipe: Recipe, config: ModelConfig) -> dict[str, Any]:
     """The settings a pre-training run's results depend on, flat by name (the model's config fields
-    too): a resume with others is refused."""
-    flat = dict(config.to_dict())
+    too, at the rates it trains with): a resume with others is refused."""
+    flat = dict(training_config(recipe, config).to_dict())
     for section in (recipe.data, recipe.optim, recipe.train):
         flat.update(dataclasses.asdict(section))
     return {name: value for name, value in flat.items() if name not in RESUMABLE_CHANGES}

@@ -49,22 +49,31 @@ def quickstart(
 # WordPiece
 # ---------------------------------------------------------------------------------------------------
 def tokenizer_train(
-    inputs: Annotated[list[Path], typer.Option("--input", "-i", help="Text file(s) to learn from (repeat).")],
+    inputs: Annotated[list[Path], typer.Option("--input", "-i", help="Text to learn from (repeat): .txt, or the "
+                                                                     "--text-column of .jsonl, .csv, .tsv, .parquet "
+                                                                     "(compressed too); files, directories, patterns.")],
     out: Annotated[Path, typer.Option(help="Directory for vocab.txt, tokenizer_config.json, tokenizer.json.")],
     vocab_size: Annotated[int, typer.Option(help="Vocabulary size, special tokens included.")] = 30522,
     min_frequency: Annotated[int, typer.Option(help="Ignore pairs seen fewer times than this.")] = 2,
     cased: Annotated[bool, typer.Option("--cased", help="Keep case (and accents) instead of lower-casing.")] = False,
+    text_column: Annotated[str, typer.Option(help="The column (CSV, TSV, Parquet) or field (JSON lines) holding "
+                                                  "the text.")] = "text",
 ) -> None:
     """Train a WordPiece vocabulary ([PAD] [UNK] [CLS] [SEP] [MASK] reserved, "##" continuations).
 
     Example: `bertforge tokenizer train --input book1.txt --input book2.txt --out runs/vocab --vocab-size 8000`
     """
+    from bertforge.data.sources import input_kind, iter_texts
     from bertforge.tokenizer import BertTokenizer
 
+    options = {"vocab_size": vocab_size, "min_frequency": min_frequency, "lowercase": not cased}
     try:
-        tokenizer = BertTokenizer.train(inputs, vocab_size=vocab_size, min_frequency=min_frequency,
-                                        lowercase=not cased)
-    except (FileNotFoundError, ValueError) as exc:
+        if all(path.is_file() and input_kind(path) == "text" and path.suffix not in (".gz", ".bz2", ".xz", ".zst")
+               for path in inputs):
+            tokenizer = BertTokenizer.train(inputs, **options)  # plain text files: read by the library itself
+        else:
+            tokenizer = BertTokenizer.train_from_texts(iter_texts(inputs, text_column=text_column), **options)
+    except library_errors() as exc:
         raise fail(str(exc)) from exc
     tokenizer.save_pretrained(out)
     typer.echo(f"{tokenizer.vocab_size} pieces -> {out / 'vocab.txt'}")

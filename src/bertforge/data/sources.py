@@ -40,7 +40,7 @@ from bertforge.data.records import RecordError, parquet_layout, read_record_bloc
 from bertforge.fileio import COMPRESSED_SUFFIXES, DataFormatError, compression_of, open_binary
 from bertforge.formats import detect_format, named_formats
 
-__all__ = ["cut_ranges", "expand_inputs", "input_bodies", "input_kind", "plan_shards", "read_blocks"]
+__all__ = ["cut_ranges", "expand_inputs", "input_bodies", "input_kind", "iter_texts", "plan_shards", "read_blocks"]
 
 TEXT_KINDS = ("text", "jsonl", "parquet", "csv", "tsv")
 WHOLE_KINDS = ("csv", "tsv")  # read whole, never cut into pieces
@@ -302,3 +302,19 @@ def read_blocks(
                                 max_line_chars=max_line_chars, bad_bytes=bad_bytes, stats=stats)
     return read_record_blocks(rng, field=field, plain_text=plain_text, block_sentences=block_sentences,
                               max_line_chars=max_line_chars, bad_records=bad_records, stats=stats)
+
+
+def iter_texts(
+    inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    text_column: str = "text",
+    plain_text: bool = False,
+    stats: ReadStats | None = None,
+) -> Iterator[str]:
+    """Every line (sentence) of the inputs, whatever their kind, as `prepare` reads them: text files,
+    and the `text_column` of JSON lines, Parquet, CSV and TSV (a record's text split at its lines, or
+    into sentences with `plain_text`). For training a vocabulary on the same text a model is trained on."""
+    bodies, _warnings = input_bodies(expand_inputs(inputs), text_column=text_column)
+    for body in bodies:
+        for block in read_blocks(body, plain_text=plain_text, field=text_column, stats=stats):
+            yield from block.sentences

@@ -795,33 +795,61 @@ class BertTokenizer:
         for path in paths:
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"training file not found: {path}")
-        if vocab_size <= len(_TRAINED_SPECIALS):
-            raise ValueError(
-                f"vocab_size must exceed the {len(_TRAINED_SPECIALS)} special tokens, got {vocab_size}"
-            )
-
-        # Train with the exact normaliser and pre-tokeniser the result will use.
-        probe = BackendTokenizer(models.WordPiece(unk_token="[UNK]"))
-        probe.normalizer = normalizers.BertNormalizer(
-            clean_text=True, handle_chinese_chars=tokenize_chinese_chars,
-            strip_accents=lowercase if strip_accents is None else strip_accents, lowercase=lowercase,
-        )
-        probe.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        trainer = trainers.WordPieceTrainer(
-            vocab_size=vocab_size,
-            min_frequency=min_frequency,
-            show_progress=show_progress,
-            special_tokens=list(_TRAINED_SPECIALS),
-            limit_alphabet=limit_alphabet,
-            continuing_subword_prefix="##",
-        )
+        options = {"lowercase": lowercase, "strip_accents": strip_accents, "tokenize_chinese_chars": tokenize_chinese_chars}
+        probe, trainer = _wordpiece_trainer(vocab_size, min_frequency, limit_alphabet, show_progress, **options)
         probe.train(paths, trainer)
+        return cls._trained(probe, **options)
+
+    @classmethod
+    def train_from_texts(
+        cls,
+        texts: Iterable[str],
+        *,
+        vocab_size: int = 30522,
+        min_frequency: int = 2,
+        lowercase: bool = True,
+        strip_accents: bool | None = None,
+        tokenize_chinese_chars: bool = True,
+        limit_alphabet: int = 1000,
+        show_progress: bool = True,
+    ) -> BertTokenizer:
+        """`train` on texts from anywhere (the rows of a table, the records of a JSON-lines file): the
+        same vocabulary as `train` on a file holding those texts, one a line."""
+        options = {"lowercase": lowercase, "strip_accents": strip_accents, "tokenize_chinese_chars": tokenize_chinese_chars}
+        probe, trainer = _wordpiece_trainer(vocab_size, min_frequency, limit_alphabet, show_progress, **options)
+        probe.train_from_iterator(texts, trainer)
+        return cls._trained(probe, **options)
+
+    @classmethod
+    def _trained(cls, probe: BackendTokenizer, **options: Any) -> BertTokenizer:
         vocab = probe.get_vocab(with_added_tokens=True)
         for index, token in enumerate(_TRAINED_SPECIALS):
             if vocab.get(token) != index:  # the trainer's documented behaviour; check, don't trust
                 raise RuntimeError(f"the trainer put {token} at id {vocab.get(token)}, expected {index}")
-        return cls(vocab, lowercase=lowercase, strip_accents=strip_accents,
-                   tokenize_chinese_chars=tokenize_chinese_chars)
+        return cls(vocab, **options)
+
+
+def _wordpiece_trainer(vocab_size: int, min_frequency: int, limit_alphabet: int, show_progress: bool, *,
+                       lowercase: bool, strip_accents: bool | None,
+                       tokenize_chinese_chars: bool) -> tuple[BackendTokenizer, Any]:
+    """A backend with the exact normaliser and pre-tokeniser the trained tokenizer will use, and its trainer."""
+    if vocab_size <= len(_TRAINED_SPECIALS):
+        raise ValueError(f"vocab_size must exceed the {len(_TRAINED_SPECIALS)} special tokens, got {vocab_size}")
+    probe = BackendTokenizer(models.WordPiece(unk_token="[UNK]"))
+    probe.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=tokenize_chinese_chars,
+        strip_accents=lowercase if strip_accents is None else strip_accents, lowercase=lowercase,
+    )
+    probe.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        show_progress=show_progress,
+        special_tokens=list(_TRAINED_SPECIALS),
+        limit_alphabet=limit_alphabet,
+        continuing_subword_prefix="##",
+    )
+    return probe, trainer
 
 
 # The same class under a name that does not suggest WordPiece: it loads every layout above.
