@@ -96,6 +96,23 @@ def test_a_checkpoint_without_a_masked_lm_head_gets_a_new_one(bert: Path, text_f
     assert "BertForMaskedLM" in (result.final / "config.json").read_text()
 
 
+def test_a_new_head_warms_up_alone_before_the_encoder_trains(bert: Path, text_file: Path, tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    result = adapt(bert, text_file, tmp_path / "run", max_steps=4, head_warmup=0.5, head_lr=1e-2, **QUIET)
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert saved["head_warmup_steps"] == 2 and result.steps == 2  # the share of the steps, then the rest
+    def weights(directory: Path) -> dict[str, torch.Tensor]:  # the encoder's keys without the "bert." prefix
+        return {key.removeprefix("bert."): value for key, value in load_file(str(directory / "model.safetensors")).items()}
+
+    start, warmed, final = weights(bert), weights(tmp_path / "run" / "head-warmup" / "final"), weights(result.final)
+    encoder = [key for key in start if key in warmed and not key.startswith("pooler.")]
+    assert len(encoder) > 10 and all(torch.equal(start[key], warmed[key]) for key in encoder)  # as loaded
+    head = [key for key in warmed if key.startswith("cls.") and key in final]
+    assert head and all(not torch.equal(warmed[key], final[key]) for key in head if "bias" in key)
+    assert any(not torch.equal(final[key], start[key]) for key in encoder)  # then everything trains
+
+
 def test_held_out_text_never_reaches_training(bert: Path, text_file: Path, tmp_path: Path) -> None:
     from bertforge.data.loader import PretrainingDataset
 

@@ -54,6 +54,7 @@ CONFIG_FILE = "adapt_config.yaml"
 RESULTS_FILE = "results.json"
 BASELINE_FILE = "baseline.json"  # the checkpoint's held-out scores before training, kept for a resume
 DATA_DIR = "data"
+HEAD_DIR = "head-warmup"  # the new head's warm-up run, when there is one
 HELD_OUT_BLOCK = 8  # lines per held-out unit: few, so that a small file still holds some out
 
 
@@ -100,10 +101,20 @@ class AdaptRecipe:
     # Gururangan et al.'s task-adaptive rate (1e-4) with a short warm-up
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-4, warmup_ratio=0.06))
     train: TrainConfig = field(default_factory=lambda: TrainConfig(max_steps=1000, save_every_minutes=10.0))
+    head_warmup: float = setting(0.0, help="A checkpoint without a masked-LM head: the share of the run (its steps "
+                                           "or minutes) spent first training the new head alone, the encoder as "
+                                           "loaded, at head_lr; the rest trains everything.")
+    head_lr: float = setting(1e-3, help="The rate of the head's warm-up (head_warmup).")
     train_dropout: str = setting("auto", help="Dropout while adapting: auto (off with budget_minutes, else the "
                                               "checkpoint's), off, or model; the adapted model keeps the "
                                               "checkpoint's rates for fine-tuning.")
     source: str | None = setting(None, help="Where the recipe came from (recorded in adapt_config.yaml).")
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.head_warmup < 1:
+            raise ValueError(f"head_warmup must be in [0, 1), not {self.head_warmup}")
+        if self.head_lr <= 0:
+            raise ValueError(f"head_lr must be positive, not {self.head_lr}")
 
 
 @dataclass
@@ -183,10 +194,18 @@ def adapt(
 def _train(recipe: AdaptRecipe, pretrain_recipe: Any, checkpoint: Path, out: Path, objective: str,
            before: dict[str, float], new_heads: list[str], stats: dict[str, Any], *, resume: bool,
            overwrite: bool, say: Callable[[str], None]) -> AdaptResult:
-    """The pre-training run itself (the caller holds OUT's lock), then results.json."""
+    """The pre-training run itself (the caller holds OUT's lock), after the new head's warm-up where
+    there is one, then results.json."""
     from bertforge.pretrain import pretrain
 
-    result = pretrain(pretrain_recipe, out / DATA_DIR, out, init_from=checkpoint, resume=resume,
+    start, head_steps = checkpoint, 0
+    if new_heads and recipe.head_warmup > 0 and objective == "mlm":
+        warmup, pretrain_recipe = _split_for_head_warmup(recipe, pretrain_recipe)
+        head = pretrain(warmup, out / DATA_DIR, out / HEAD_DIR, init_from=checkpoint, overwrite=overwrite,
+                        resume=(out / HEAD_DIR / "checkpoints").is_dir() and not overwrite)
+        start, head_steps = head.final or out / HEAD_DIR / "final", head.train.step
+        say(f"new head warmed up alone for {head_steps} steps: {_describe(_scores(head.train.metrics))}")
+    result = pretrain(pretrain_recipe, out / DATA_DIR, out, init_from=start, resume=resume,
                       overwrite=overwrite, lock=False)
     after = _scores(result.train.metrics) if before else {}
     if after:
@@ -195,7 +214,7 @@ def _train(recipe: AdaptRecipe, pretrain_recipe: Any, checkpoint: Path, out: Pat
         "checkpoint": str(checkpoint.resolve()), "objective": objective, "new_heads": new_heads,
         "before": before, "after": after, "steps": result.train.step,
         "train_minutes": round(getattr(result.train, "train_seconds", math.nan) / 60, 3),
-        "tokens": stats["tokens"], "train_sequences": stats["instances"],
+        "head_warmup_steps": head_steps, "tokens": stats["tokens"], "train_sequences": stats["instances"],
         "held_out_sequences": stats["validation_instances"], "settings": _flat_settings(recipe),
     }
     write_text_atomic(out / RESULTS_FILE, json.dumps(report, indent=1, default=str) + "\n")
@@ -266,6 +285,21 @@ def _pretrain_recipe(recipe: AdaptRecipe, objective: str, stats: dict[str, Any])
                           train_dropout=recipe.train_dropout, source=recipe.source)
 
 
+def _split_for_head_warmup(recipe: AdaptRecipe, main: Any) -> tuple[Any, Any]:
+    """The head's warm-up run (heads alone, at head_lr) and the rest of the run, sharing its steps or minutes."""
+    share, train = recipe.head_warmup, main.train
+    if train.budget_minutes > 0:
+        head_train = dataclasses.replace(train, budget_minutes=share * train.budget_minutes)
+        rest_train = dataclasses.replace(train, budget_minutes=(1 - share) * train.budget_minutes)
+    else:
+        head_steps = max(1, round(share * train.max_steps))
+        head_train = dataclasses.replace(train, max_steps=head_steps)
+        rest_train = dataclasses.replace(train, max_steps=max(1, train.max_steps - head_steps))
+    head_optim = dataclasses.replace(main.optim, lr=recipe.head_lr)
+    head = dataclasses.replace(main, train=head_train, optim=head_optim, train_only="heads")
+    return head, dataclasses.replace(main, train=rest_train)
+
+
 def _baseline(pretrain_recipe: Any, checkpoint: Path, out: Path, objective: str, *,
               overwrite: bool) -> tuple[dict[str, float], list[str]]:
     """The checkpoint's held-out scores as it is, and the heads it lacked; computed once per run
@@ -324,7 +358,8 @@ def _describe(scores: dict[str, float]) -> str:
 
 
 def _flat_settings(recipe: AdaptRecipe) -> dict[str, Any]:
-    return {"model": recipe.model, "train_dropout": recipe.train_dropout, **dataclasses.asdict(recipe.text),
+    return {"model": recipe.model, "train_dropout": recipe.train_dropout, "head_warmup": recipe.head_warmup,
+            "head_lr": recipe.head_lr, **dataclasses.asdict(recipe.text),
             **dataclasses.asdict(recipe.optim), **dataclasses.asdict(recipe.train)}
 
 

@@ -132,12 +132,16 @@ class Recipe:
     train_dropout: str = setting("auto", help="Dropout while pre-training: auto (off when budget_minutes is set, as "
                                               "budget recipes do; else the model's), off, or model. The saved model "
                                               "keeps the model's rates for fine-tuning either way.")
+    train_only: str = setting("all", help="all, or heads: only the pre-training heads train and the encoder stays "
+                                          "as loaded (a new head warmed up before the encoder trains under it).")
     source: str | None = setting(None, help="Where the recipe came from (recorded in run_config.yaml).")
 
     # what run_config.yaml records beside the settings: facts about the run, skipped on reading
     records: ClassVar[tuple[str, ...]] = ("data_dir", "dataset_options", "world_size", "init_from")
 
     def __post_init__(self) -> None:
+        if self.train_only not in ("all", "heads"):
+            raise ValueError(f"train_only must be all or heads, not {self.train_only!r}")
         if self.train_dropout not in TRAIN_DROPOUT:
             raise ValueError(f"train_dropout must be one of {', '.join(TRAIN_DROPOUT)}, not {self.train_dropout!r}")
         if self.model is None:
@@ -158,7 +162,8 @@ class Recipe:
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "data": dataclasses.asdict(self.data), "optim": dataclasses.asdict(self.optim),
-                "train": dataclasses.asdict(self.train), "train_dropout": self.train_dropout, "source": self.source}
+                "train": dataclasses.asdict(self.train), "train_dropout": self.train_dropout,
+                "train_only": self.train_only, "source": self.source}
 
 
 @dataclass
@@ -598,6 +603,23 @@ def pretrain(
         return _pretrain(recipe, bert_config, data_dir, out_dir, info, init_from, resume, ctx)
 
 
+def freeze_all_but_heads(model: nn.Module) -> list[str]:
+    """Keep every parameter but the model's pre-training heads (its class's `head_prefixes`) as it is:
+    no gradients, so the optimiser never sees them. A word-embedding matrix tied to a masked-LM decoder
+    is the encoder's, and stays. Returns the names of the parameters left to train."""
+    prefixes = tuple(getattr(type(model), "head_prefixes", ()))
+    if not prefixes:
+        raise ValueError(f"train_only heads: {type(model).__name__} declares no heads to train alone")
+    trained = []
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(name.startswith(prefixes))
+        if parameter.requires_grad:
+            trained.append(name)
+    if not trained:
+        raise ValueError(f"train_only heads: {type(model).__name__} has no parameters under {', '.join(prefixes)}")
+    return trained
+
+
 def dropout_rates(config: ModelConfig) -> dict[str, float]:
     """The config's dropout rates by field name (whatever its family calls them), those above 0."""
     rates = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if "dropout" in f.name}
@@ -635,6 +657,8 @@ def _pretrain(recipe: Recipe, bert_config: ModelConfig, data_dir: Path, out_dir:
     model = build()
     if init_from is not None:
         initialise_from(model, Path(init_from), info)
+    if recipe.train_only == "heads":
+        freeze_all_but_heads(model)
     batches = training_batches(data_dir, recipe, ctx)
     evaluate = validation_evaluator(data_dir, recipe.data, options["objective"])
     result = train(model, batches, out_dir, recipe.train, recipe.optim, evaluate=evaluate, resume=resume, ctx=ctx)
@@ -668,6 +692,8 @@ def run_settings(recipe: Recipe, config: ModelConfig) -> dict[str, Any]:
     flat = dict(training_config(recipe, config).to_dict())
     for section in (recipe.data, recipe.optim, recipe.train):
         flat.update(dataclasses.asdict(section))
+    if recipe.train_only != "all":  # recorded only when set, as runs made before the setting recorded nothing
+        flat["train_only"] = recipe.train_only
     return {name: value for name, value in flat.items() if name not in RESUMABLE_CHANGES}
 
 
