@@ -284,3 +284,26 @@ def test_from_scratch_on_a_table_with_a_time_budget(tmp_path: Path, monkeypatch:
     assert saved["hidden_dropout_prob"] == 0.1 and saved["attention_probs_dropout_prob"] == 0.1
     steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert 1 < max(steps) < 1000  # the budget ended it, not max_steps
+
+
+@pytest.mark.parametrize(("family", "kind"), [("roberta", None), ("albert", "unigram")])
+def test_a_family_s_own_tokenizer_and_whole_words(family: str, kind: str | None, text_file: Path,
+                                                  tmp_path: Path) -> None:
+    """Byte-level BPE (RoBERTa) and SentencePiece (ALBERT): the checkpoint's own files tokenize the text,
+    whole words follow the vocabulary's word-start marks, and the result ships the same files."""
+    import transformers
+
+    from test_tokenizers_families import build_folder
+
+    directory = build_folder(tmp_path / "start", family, kind)
+    tokenizer = BertTokenizer.from_pretrained(directory)
+    config = smallest_config(family, tokenizer)
+    registry.model_class(family, "pretraining")(config).save_pretrained(directory, tokenizer=tokenizer)
+    result = adapt(directory, text_file, tmp_path / "run", max_steps=2, whole_word=True, **QUIET)
+    continuation = np.load(tmp_path / "run" / "data" / "continuation.npy")
+    mark = "\u0120" if family == "roberta" else "\u2581"
+    starts = [index for token, index in tokenizer.vocab.items() if token.startswith(mark)]
+    assert continuation.any() and not continuation[starts].any()
+    assert BertTokenizer.from_pretrained(result.final).vocab == tokenizer.vocab
+    architecture = json.loads((result.final / "config.json").read_text())["architectures"][0]
+    getattr(transformers, architecture).from_pretrained(result.final)
