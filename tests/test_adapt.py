@@ -307,3 +307,25 @@ def test_a_family_s_own_tokenizer_and_whole_words(family: str, kind: str | None,
     assert BertTokenizer.from_pretrained(result.final).vocab == tokenizer.vocab
     architecture = json.loads((result.final / "config.json").read_text())["architectures"][0]
     getattr(transformers, architecture).from_pretrained(result.final)
+
+
+def test_a_run_that_crashed_resumes_from_its_last_checkpoint(bert: Path, text_file: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    real_step, calls = loop_module._Stepper.step, []
+
+    def crashing_step(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt("killed")
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(loop_module._Stepper, "step", crashing_step)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        adapt(bert, text_file, out, max_steps=4, save_every=2, **QUIET)
+    assert not (out / "final").exists() and (out / "baseline.json").is_file()
+    monkeypatch.setattr(loop_module._Stepper, "step", real_step)
+    result = adapt(bert, text_file, out, max_steps=4, save_every=2, resume=True, **QUIET)
+    assert result.steps == 4 and (out / "final" / "model.safetensors").is_file()
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps) and max(steps) == 4  # the resumed run's records follow the checkpoint's
