@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
@@ -768,21 +768,12 @@ class BertTokenizer:
         write_text_atomic(directory / "tokenizer.json", self._backend.to_str(pretty=True))
 
     @classmethod
-    def train(
-        cls,
-        files: Iterable[str | Path],
-        *,
-        vocab_size: int = 30522,
-        min_frequency: int = 2,
-        lowercase: bool = True,
-        strip_accents: bool | None = None,
-        tokenize_chinese_chars: bool = True,
-        limit_alphabet: int = 1000,
-        show_progress: bool = True,
-    ) -> BertTokenizer:
+    def train(cls, files: Iterable[str | Path], **options: Any) -> BertTokenizer:
         """Learn a WordPiece vocabulary from text files (BERT's normalisation and word splitting).
 
-        [PAD] [UNK] [CLS] [SEP] [MASK] get ids 0..4; word continuations carry the "##" prefix.
+        [PAD] [UNK] [CLS] [SEP] [MASK] get ids 0..4; word continuations carry the "##" prefix. Options
+        (`_learn`): vocab_size (30522), min_frequency (2), lowercase (True), strip_accents (None:
+        follow lowercase), tokenize_chinese_chars (True), limit_alphabet (1000), show_progress (True).
 
         Not reproducible bit for bit: `tokenizers`' trainer breaks ties between equally frequent
         merges in hash-map order, which changes from process to process (huggingface/tokenizers#1794),
@@ -795,33 +786,24 @@ class BertTokenizer:
         for path in paths:
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"training file not found: {path}")
-        options = {"lowercase": lowercase, "strip_accents": strip_accents, "tokenize_chinese_chars": tokenize_chinese_chars}
-        probe, trainer = _wordpiece_trainer(vocab_size, min_frequency, limit_alphabet, show_progress, **options)
-        probe.train(paths, trainer)
-        return cls._trained(probe, **options)
+        return cls._learn(lambda probe, trainer: probe.train(paths, trainer), **options)
 
     @classmethod
-    def train_from_texts(
-        cls,
-        texts: Iterable[str],
-        *,
-        vocab_size: int = 30522,
-        min_frequency: int = 2,
-        lowercase: bool = True,
-        strip_accents: bool | None = None,
-        tokenize_chinese_chars: bool = True,
-        limit_alphabet: int = 1000,
-        show_progress: bool = True,
-    ) -> BertTokenizer:
+    def train_from_texts(cls, texts: Iterable[str], **options: Any) -> BertTokenizer:
         """`train` on texts from anywhere (the rows of a table, the records of a JSON-lines file): the
-        same vocabulary as `train` on a file holding those texts, one a line."""
-        options = {"lowercase": lowercase, "strip_accents": strip_accents, "tokenize_chinese_chars": tokenize_chinese_chars}
-        probe, trainer = _wordpiece_trainer(vocab_size, min_frequency, limit_alphabet, show_progress, **options)
-        probe.train_from_iterator(texts, trainer)
-        return cls._trained(probe, **options)
+        same vocabulary as `train` on a file holding those texts, one a line; the same options."""
+        return cls._learn(lambda probe, trainer: probe.train_from_iterator(texts, trainer), **options)
 
     @classmethod
-    def _trained(cls, probe: BackendTokenizer, **options: Any) -> BertTokenizer:
+    def _learn(cls, feed: Callable[[BackendTokenizer, Any], None], *, vocab_size: int = 30522,
+               min_frequency: int = 2, lowercase: bool = True, strip_accents: bool | None = None,
+               tokenize_chinese_chars: bool = True, limit_alphabet: int = 1000,
+               show_progress: bool = True) -> BertTokenizer:
+        """Train with the exact normaliser and pre-tokeniser the result will use; `feed` hands the text
+        to the backend and its trainer."""
+        options = {"lowercase": lowercase, "strip_accents": strip_accents, "tokenize_chinese_chars": tokenize_chinese_chars}
+        probe, trainer = _wordpiece_trainer(vocab_size, min_frequency, limit_alphabet, show_progress, **options)
+        feed(probe, trainer)
         vocab = probe.get_vocab(with_added_tokens=True)
         for index, token in enumerate(_TRAINED_SPECIALS):
             if vocab.get(token) != index:  # the trainer's documented behaviour; check, don't trust
