@@ -10,7 +10,8 @@ labelled sample is part of it, as in Gururangan et al.'s setting; the dev split 
 decay fitted to the time); then the checkpoint itself and the adapted one are fine-tuned alike on the
 same labelled sample, one run per seed, and scored on the dev split; a TF-IDF + logistic regression
 model on the same sample is the floor. The adapted model is one run (seed 0) shared by the seeds.
-Results: experiments/results/adapt_study.json and the `adapt-study` section of docs/results.md.
+Results: experiments/results/adapt_study_<tasks>.json and the `adapt-study-<tasks>` section of
+docs/results.md (one per set of tasks run together).
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from experiments.common import ROOT, machine, machine_line, markdown_table, publ
 SHARED = ROOT.parent / "shared" / "data"
 WORK = ROOT / "runs" / "adapt-study"
 FINETUNE = {"lr": 1e-4, "batch_size": 32, "epochs": 3.0, "max_length": 64}  # the quickstart's MiniLM rate
-TASKS = {"SST-2": {"dir": SHARED / "glue" / "SST-2", "text": "sentence", "label": "label"}}
+TASKS = {"SST-2": {"kind": "classify", "dir": SHARED / "glue" / "SST-2", "text": "sentence", "label": "label",
+                   "metric": "accuracy", "length": 64},
+         "CoNLL-2003": {"kind": "ner", "dir": SHARED / "conll2003", "metric": "f1", "length": 128}}
 
 
 def read_tsv(path: Path) -> list[dict[str, str]]:
@@ -50,10 +53,19 @@ def write_tsv(path: Path, rows: list[dict[str, str]], columns: list[str]) -> Pat
 
 
 def task_files(task: str, labels: int, work: Path) -> dict[str, Path]:
-    """The unlabelled text (every training sentence), a labelled sample of `labels` rows (seed 0) and dev."""
+    """The unlabelled text (every training sentence), the labelled sample of `labels` rows (seed 0; a
+    tagging task samples inside `finetune`, max_train_examples) and dev."""
     spec = TASKS[task]
-    train = read_tsv(spec["dir"] / "train.tsv")
     text = work / f"{task}-text.txt"
+    if spec["kind"] == "ner":
+        if not text.exists():
+            from bertforge.adapt import example_texts
+            from bertforge.tasks import make_task
+
+            sentences = example_texts(make_task("ner", "conll2003", {}).read(spec["dir"], "train"))
+            text.write_text("".join(line + "\n" for line in sentences), encoding="utf-8")
+        return {"text": text, "train": spec["dir"], "dev": spec["dir"]}
+    train = read_tsv(spec["dir"] / "train.tsv")
     if not text.exists():
         text.write_text("".join(row[spec["text"]].strip() + "\n" for row in train), encoding="utf-8")
     picked = np.random.default_rng(0).choice(len(train), size=labels, replace=False)
@@ -62,11 +74,13 @@ def task_files(task: str, labels: int, work: Path) -> dict[str, Path]:
     return {"text": text, "train": sample, "dev": spec["dir"] / "dev.tsv"}
 
 
-def tfidf_floor(files: dict[str, Path], task: str) -> float:
+def tfidf_floor(files: dict[str, Path], task: str) -> float | None:
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
 
     spec = TASKS[task]
+    if spec["kind"] != "classify":
+        return None
     train, dev = read_tsv(files["train"]), read_tsv(files["dev"])
     vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=1, sublinear_tf=True)
     features = vectorizer.fit_transform([row[spec["text"]] for row in train])
@@ -75,17 +89,23 @@ def tfidf_floor(files: dict[str, Path], task: str) -> float:
     return float(np.mean([p == row[spec["label"]] for p, row in zip(predicted, dev, strict=True)]))
 
 
-def fine_tune(model: Path, files: dict[str, Path], task: str, seeds: list[int], out: Path,
+def fine_tune(model: Path, files: dict[str, Path], task: str, labels: int, seeds: list[int], out: Path,
               smoke: bool) -> dict[str, Any]:
+    """Fine-tune `model` on the labelled sample once per seed; the dev scores of the task's metric."""
     from bertforge.finetune import finetune
 
     spec = TASKS[task]
-    settings = dict(FINETUNE, max_eval_examples=64 if smoke else 0, epochs=1.0 if smoke else FINETUNE["epochs"])
-    result = finetune("classify", task, model, None, out, seeds=tuple(seeds), progress=False, verbose=False,
-                      task_settings={"train": str(files["train"]), "dev": str(files["dev"]),
-                                     "text_column": spec["text"], "label_column": spec["label"]},
-                      eval_every_epoch=False, **settings)
-    return {"accuracy": [run["metrics"]["accuracy"] for run in result["seeds"]],
+    settings = dict(FINETUNE, max_length=spec["length"], max_eval_examples=64 if smoke else 0,
+                    epochs=1.0 if smoke else FINETUNE["epochs"])
+    common = {"seeds": tuple(seeds), "progress": False, "verbose": False, "eval_every_epoch": False}
+    if spec["kind"] == "ner":
+        result = finetune("ner", "conll2003", model, files["train"], out, max_train_examples=labels, **common,
+                          **settings)
+    else:
+        result = finetune("classify", task, model, None, out, **common, **settings,
+                          task_settings={"train": str(files["train"]), "dev": str(files["dev"]),
+                                         "text_column": spec["text"], "label_column": spec["label"]})
+    return {"scores": [run["metrics"][spec["metric"]] for run in result["seeds"]], "metric": spec["metric"],
             "steps": result["seeds"][0]["steps"], "wall_s": [run["wall_s"] for run in result["seeds"]]}
 
 
@@ -124,13 +144,14 @@ def run_task(task: str, args: argparse.Namespace, checkpoint: Path) -> dict[str,
     work = args.work / task
     work.mkdir(parents=True, exist_ok=True)
     files = task_files(task, args.labels, work)
-    direct = fine_tune(checkpoint, files, task, args.seeds, work / "direct", args.smoke)
+    direct = fine_tune(checkpoint, files, task, args.labels, args.seeds, work / "direct", args.smoke)
     variants = []
     for variant in args.variants:
         settings = variant_settings(args, variant)
         started = time.time()
         final, adapted = adapted_model(checkpoint, files["text"], settings, work)
-        tuned = fine_tune(final, files, task, args.seeds, work / f"tuned-{variant_name(settings)}", args.smoke)
+        tuned = fine_tune(final, files, task, args.labels, args.seeds, work / f"tuned-{variant_name(settings)}",
+                          args.smoke)
         variants.append({"settings": settings, "wall_s": round(time.time() - started, 1), "finetune": tuned,
                          "adapt": {key: adapted.get(key) for key in
                                    ("before", "after", "steps", "head_warmup_steps", "new_heads", "train_minutes")}})
@@ -162,22 +183,22 @@ def _settings_text(settings: dict[str, Any]) -> str:
 def report(payload: dict[str, Any]) -> str:
     rows, readings = [], []
     for item in payload["tasks"]:
-        direct = item["direct"]["accuracy"]
-        rows.append([item["task"], "the checkpoint itself", "", _cell(direct), "", "", ""])
+        direct = item["direct"]["scores"]
+        rows.append([item["task"], item["direct"]["metric"], "the checkpoint itself", "", _cell(direct), "", "", ""])
         for variant in item["variants"]:
-            adapted, facts = variant["finetune"]["accuracy"], variant["adapt"]
+            adapted, facts = variant["finetune"]["scores"], variant["adapt"]
             before, after = facts["before"] or {}, facts["after"] or {}
             steps = f"{facts.get('head_warmup_steps') or 0} + {facts['steps']}" if facts.get("head_warmup_steps") \
                 else facts["steps"]
-            rows.append([item["task"], "adapted", _settings_text(variant["settings"]), _cell(adapted),
+            rows.append([item["task"], variant["finetune"]["metric"], "adapted", _settings_text(variant["settings"]),
+                         _cell(adapted),
                          verdict(direct, adapted),
                          f"{100 * before.get('mlm_accuracy', math.nan):.1f} -> {100 * after.get('mlm_accuracy', math.nan):.1f}",
                          steps])
-        readings.append(f"{item['task']}: {item['labels']:,} labelled sentences (TF-IDF + logistic regression on them: "
-                        f"{100 * item['tfidf']:.1f}); adaptation on all {item['text_lines']:,} training lines, labels "
-                        "dropped. all-MiniLM-L6-v2 ships no masked-LM head: adaptation starts a new one, whose "
-                        "held-out accuracy before training is the 'before' figure.")
-    table = markdown_table(["task", "start", "adaptation", "dev accuracy (mean ± std)", "adapted - checkpoint",
+        floor = f" (TF-IDF + logistic regression on them: {100 * item['tfidf']:.1f})" if item.get("tfidf") else ""
+        readings.append(f"{item['task']}: {item['labels']:,} labelled sentences{floor}; adaptation on all "
+                        f"{item['text_lines']:,} training sentences, labels dropped.")
+    table = markdown_table(["task", "dev metric", "start", "adaptation", "dev score (mean ± std)", "adapted - checkpoint",
                             "held-out MLM acc. % (before -> after)", "adapt steps"], rows)
     seeds = ", ".join(map(str, payload["tasks"][0]["seeds"])) if payload["tasks"] else ""
     return "\n".join([
@@ -186,7 +207,10 @@ def report(payload: dict[str, Any]) -> str:
         "the task's training text with its labels dropped (the dev split never read), for a budget of training "
         "minutes on one thread; then the checkpoint itself and each adapted model are fine-tuned alike: lr "
         f"{FINETUNE['lr']:g}, batch {FINETUNE['batch_size']}, {FINETUNE['epochs']:g} epochs, max length "
-        f"{FINETUNE['max_length']}, seeds {seeds}; dev accuracy (%), the difference paired by seed.", "",
+        f"{FINETUNE['max_length']} (CoNLL-2003: 128), seeds {seeds}; dev scores (%: SST-2 accuracy, CoNLL-2003 "
+        "entity F1), the difference paired by seed. all-MiniLM-L6-v2 ships no masked-LM head: adaptation starts "
+        "a new one, whose held-out accuracy before training is the 'before' figure; steps 'a + b' are a head "
+        "warm-up (the encoder as loaded) and then the whole model.", "",
         table, "", *readings, "", machine_line(payload["machine"]), ""])
 
 
@@ -213,7 +237,9 @@ def main(argv: list[str] | None = None) -> None:
     command = "python -m experiments.adapt_study " + " ".join(sys.argv[1:] if argv is None else argv)
     payload = {"command": command.strip(), "checkpoint": "all-MiniLM-L6-v2", "machine": machine(),
                "tasks": [run_task(task, args, checkpoint) for task in args.tasks]}
-    publish("adapt_study", "adapt-study", payload, report, smoke=args.smoke, work=args.work)
+    tag = "-".join(task.lower() for task in args.tasks)  # a section and a results file per task set
+    publish(f"adapt_study_{tag.replace('-', '_')}", f"adapt-study-{tag}", payload, report, smoke=args.smoke,
+            work=args.work)
 
 
 if __name__ == "__main__":
