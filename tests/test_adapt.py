@@ -167,6 +167,7 @@ def test_resume_lock_and_refusals(bert: Path, text_file: Path, tmp_path: Path) -
         adapt(bert, text_file, out, max_steps=2, save_every=1, resume=True, **{**QUIET, "max_seq_length": 64})
     with pytest.raises(ValueError, match="lr"):  # another rate: the run's settings differ
         adapt(bert, text_file, out, max_steps=2, save_every=1, resume=True, lr=5e-4, **QUIET)
+    assert "lr: 0.0001" in (out / "adapt_config.yaml").read_text()  # the refused settings were not recorded
     with run_lock(out, what="test"), pytest.raises(RunLockedError):
         adapt(bert, text_file, out, max_steps=2, resume=True, **QUIET)
 

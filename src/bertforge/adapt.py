@@ -171,8 +171,8 @@ def adapt(
     out = Path(out_dir)
     say = echo or (lambda message: None)
     with run_lock(out, what="adaptation run"):
-        save_recipe(recipe, out / CONFIG_FILE, header=f"bertforge adapt --config {out / CONFIG_FILE} --out DIR "
-                                                      "repeats this run")
+        if overwrite or not (out / CONFIG_FILE).is_file():  # a resume refused for other settings keeps the old
+            _save_config(recipe, out)
         stats = _prepare_text(recipe, checkpoint, out / DATA_DIR, overwrite=overwrite)
         say(f"{stats['tokens']:,} tokens -> {stats['instances']:,} sequences for training, "
             f"{stats['validation_instances']:,} held out")
@@ -218,9 +218,15 @@ def _train(recipe: AdaptRecipe, pretrain_recipe: Any, checkpoint: Path, out: Pat
         "held_out_sequences": stats["validation_instances"], "settings": _flat_settings(recipe),
     }
     write_text_atomic(out / RESULTS_FILE, json.dumps(report, indent=1, default=str) + "\n")
+    _save_config(recipe, out)
     final = result.final if result.final is not None else out / "final"
     return AdaptResult(final=final, before=before, after=after, steps=result.train.step, objective=objective,
                        new_heads=new_heads)
+
+
+def _save_config(recipe: AdaptRecipe, out: Path) -> None:
+    save_recipe(recipe, out / CONFIG_FILE, header=f"bertforge adapt --config {out / CONFIG_FILE} --out DIR repeats "
+                                                  "this run")
 
 
 def _finished(out: Path, recipe: AdaptRecipe) -> AdaptResult | None:
