@@ -330,3 +330,19 @@ def test_a_run_that_crashed_resumes_from_its_last_checkpoint(bert: Path, text_fi
     assert result.steps == 4 and (out / "final" / "model.safetensors").is_file()
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == sorted(steps) and max(steps) == 4  # the resumed run's records follow the checkpoint's
+
+
+def test_finetune_adapt_on_a_named_file_from_the_command_line(bert: Path, text_file: Path, tmp_path: Path) -> None:
+    lines = numbered_lines(60)
+    for name, rows in (("train.csv", lines[:40]), ("dev.csv", lines[40:])):
+        (tmp_path / name).write_text("text,label\n" + "".join(f"{line},{'pos' if 'alpha' in line else 'neg'}\n"
+                                                             for line in rows), encoding="utf-8")
+    train, dev = str(tmp_path / "train.csv"), str(tmp_path / "dev.csv")
+    result = CliRunner().invoke(app, ["finetune", "classify", "--model", str(bert), "--train", train, "--dev", dev,
+                                      "--out", str(tmp_path / "out"), "--epochs",
+                                      "1", "--max-length", "32", "--adapt-on", str(text_file), "--adapt-epochs", "1"])
+    assert result.exit_code == 0, result.output
+    adapted = json.loads((tmp_path / "out" / "adapted" / "results.json").read_text())
+    assert adapted["settings"]["inputs"] == [str(text_file)] and adapted["steps"] >= 1
+    assert "adapt_on" in (tmp_path / "out" / "run_config.yaml").read_text()
+    assert f"model: {bert}" in (tmp_path / "out" / "run_config.yaml").read_text()  # the model it started from
