@@ -187,8 +187,11 @@ def test_bad_text_files_get_one_line_and_exit_2(bert: Path, tmp_path: Path) -> N
     table.write_text("label,sentence\n1,good\n", encoding="utf-8")
     empty = tmp_path / "empty.txt"
     empty.write_text("", encoding="utf-8")
+    records = tmp_path / "reviews.jsonl"
+    records.write_text('{"review": "a fine film"}\n{"review": "dull"}\n', encoding="utf-8")
     cases = {
         "no column 'text'": ["--input", str(table)],
+        "reviews.jsonl:1 (no field 'text'": ["--input", str(records)],
         "no text to prepare": ["--input", str(empty)],
         "no such file or directory": ["--input", str(tmp_path / "missing.txt")],
     }

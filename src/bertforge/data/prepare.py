@@ -249,12 +249,20 @@ def prepare(
         for message in stats["warnings"]:
             warnings.warn(message, DataWarning, stacklevel=2)
         if stats["instances"] == 0:
-            raise DataError(
-                f"no training instances were made from {len(files)} file(s): {stats['documents']} documents, "
-                f"{stats['sentences']} sentences, {stats['skipped']['one_sentence_documents']} one-sentence documents "
-                f"skipped{' (is the input plain text? pass plain_text=True)' if not plain_text else ''}"
-            )
+            raise DataError(_no_instances(stats, len(files), plain_text))
         return stats
+
+
+def _no_instances(stats: dict[str, Any], files: int, plain_text: bool) -> str:
+    """Why no training instance was made, naming the likeliest cause: records without usable text (a
+    field or column that is not there), else single sentences that a pair objective cannot use."""
+    bad = stats["skipped"]["bad_records"]
+    if bad and stats["documents"] == 0:
+        return (f"no text was read from {files} file(s): all {bad} record(s) lack usable text, the first at "
+                f"{stats['skipped']['first_bad_record']}; name the field (JSON lines) or the column that holds the text")
+    return (f"no training instances were made from {files} file(s): {stats['documents']} documents, "
+            f"{stats['sentences']} sentences, {stats['skipped']['one_sentence_documents']} one-sentence documents "
+            f"skipped{' (is the input plain text? pass plain_text=True)' if not plain_text else ''}")
 
 
 def merge_parts(data_dir: str | os.PathLike[str]) -> dict[str, Any]:
@@ -823,6 +831,7 @@ def _summarize(records: list[dict], dataset: dict, plan_warnings: list[str]) -> 
         "truncated_fraction": round(train.truncated / made, 5) if made else None,
         "skipped": {
             "bad_lines": read.bad_lines, "bad_records": read.bad_records, "overlong_lines": read.overlong_lines,
+            "first_bad_record": read.bad_record_locations[0] if read.bad_record_locations else None,
             "empty_files": sum(1 for e in dataset["inputs"] if e["bytes"] == 0),
             "one_sentence_documents": one, "dropped_sentences": train.dropped_sentences + valid.dropped_sentences,
             "random_next_fallbacks": fallbacks,
