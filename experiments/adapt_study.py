@@ -202,7 +202,7 @@ def report(payload: dict[str, Any]) -> str:
                             "held-out MLM acc. % (before -> after)", "adapt steps"], rows)
     seeds = ", ".join(map(str, payload["tasks"][0]["seeds"])) if payload["tasks"] else ""
     return "\n".join([
-        "## Task-adaptive pre-training on a CPU budget", "",
+        f"## Task-adaptive pre-training on a CPU budget: {', '.join(item['task'] for item in payload['tasks'])}", "",
         f"`{payload['command']}`. Checkpoint: {payload['checkpoint']}. Each adaptation is `bertforge adapt` on "
         "the task's training text with its labels dropped (the dev split never read), for a budget of training "
         "minutes on one thread; then the checkpoint itself and each adapted model are fine-tuned alike: lr "
@@ -210,7 +210,9 @@ def report(payload: dict[str, Any]) -> str:
         f"{FINETUNE['max_length']} (CoNLL-2003: 128), seeds {seeds}; dev scores (%: SST-2 accuracy, CoNLL-2003 "
         "entity F1), the difference paired by seed. all-MiniLM-L6-v2 ships no masked-LM head: adaptation starts "
         "a new one, whose held-out accuracy before training is the 'before' figure; steps 'a + b' are a head "
-        "warm-up (the encoder as loaded) and then the whole model.", "",
+        "warm-up (the encoder as loaded) and then the whole model. With a time budget adaptation trains without "
+        "dropout (`train_dropout` auto) unless a row says `train_dropout model`; the steps a budget buys depend on "
+        "what else ran on the machine (see the research log).", "",
         table, "", *readings, "", machine_line(payload["machine"]), ""])
 
 

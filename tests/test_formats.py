@@ -184,15 +184,16 @@ def test_tables_refuse_a_json_document_and_read_json_lines(tmp_path):
             pass
 
 
-def test_prepare_refuses_a_csv_or_json_document_in_one_line(tmp_path):
+def test_prepare_reads_a_csv_by_its_text_column_and_refuses_a_json_document_in_one_line(tmp_path):
     from bertforge.data.corpus import DataError
     from bertforge.data.sources import expand_inputs, input_kind, plan_shards
 
     table = tmp_path / "notes.csv"
     table.write_text("text,label\nsome text,1\n", encoding="utf-8")
+    assert input_kind(table) == "csv" and plan_shards([table], 1)[0][0][0].kind == "csv"
     with pytest.raises(DataError) as error:
-        plan_shards([table], 1)
-    assert "notes.csv: a .csv file is CSV; expected plain lines" in _one_line(error, table)
+        plan_shards([table], 1, text_column="review")
+    assert "notes.csv: no column 'review' (columns: text, label)" in _one_line(error, table)
     squad = tmp_path / "squad.json"
     squad.write_text(json.dumps(SQUAD, indent=1), encoding="utf-8")
     with pytest.raises(DataFormatError, match=r"squad\.json: it holds a JSON document; expected plain lines"):
