@@ -51,8 +51,26 @@ def machine() -> dict[str, Any]:
         "load_average_1min": round(os.getloadavg()[0], 2),
     }
     if torch.cuda.is_available():
-        info["device"] = torch.cuda.get_device_name(0)
+        info.update(_gpu())
     return info
+
+
+def _gpu() -> dict[str, Any]:
+    """The GPU, its memory, driver and CUDA versions: what a GPU figure is named with."""
+    import subprocess
+
+    import torch
+
+    properties = torch.cuda.get_device_properties(0)
+    found = {"device": torch.cuda.get_device_name(0), "gpu_memory_gib": round(properties.total_memory / 2**30, 1),
+             "cuda": torch.version.cuda, "driver": "?"}
+    try:
+        query = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=30)
+        found["driver"] = query.stdout.strip().splitlines()[0] if query.returncode == 0 else "?"
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        pass
+    return found
 
 
 def _cpu_flags() -> str:
@@ -66,8 +84,10 @@ def _cpu_flags() -> str:
 
 def machine_line(info: dict[str, Any]) -> str:
     flags = f" ({info['cpu_flags']})" if info.get("cpu_flags") else ""
+    gpu = (f" ({info['gpu_memory_gib']} GiB, driver {info['driver']}, CUDA {info['cuda']})"
+           if info.get("cuda") else "")
     return (f"Machine: {info['cpu']}{flags}, {info['cores']} cores, torch threads {info['torch_threads']}, "
-            f"device {info['device']}; torch {info['torch']}, transformers {info['transformers']}; {info['date']}; "
+            f"device {info['device']}{gpu}; torch {info['torch']}, transformers {info['transformers']}; {info['date']}; "
             f"1-minute load average {info.get('load_average_1min', '?')} when the run ended.")
 
 

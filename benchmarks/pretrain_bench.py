@@ -142,6 +142,8 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     torch.manual_seed(0)
     model = build_model(spec["framework"], spec["preset"]).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    if spec.get("compile"):
+        model = torch.compile(model)  # both libraries alike; the warm-up step pays the compilation
     batches = make_batches(spec["steps"] + 1, spec["batch"], spec["seq"], device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=spec["dtype"] == "bf16")
 
@@ -205,17 +207,18 @@ def peak_bf16(device_name: str) -> float | None:
     return next((peak for key, peak in PEAK_BF16 if key in device_name), None)
 
 
-def benchmark(preset: str, args: argparse.Namespace, device: str) -> dict[str, Any]:
-    batch = args.batch or DEFAULT_BATCH.get(preset, 8)
-    spec = {"preset": preset, "seq": args.seq, "batch": batch, "dtype": args.dtype, "steps": args.steps,
-            "threads": args.threads, "device": device}
+def benchmark(preset: str, seq: int, batch: int | None, args: argparse.Namespace, device: str) -> dict[str, Any]:
+    batch = batch or DEFAULT_BATCH.get(preset, 8)
+    spec = {"preset": preset, "seq": seq, "batch": batch, "dtype": args.dtype, "steps": args.steps,
+            "threads": args.threads, "device": device, "compile": args.compile}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in FRAMEWORKS}
     for round_number in range(args.rounds):
         order = FRAMEWORKS if round_number % 2 == 0 else FRAMEWORKS[::-1]
         for framework in order:
             runs[framework].append(run_worker({**spec, "framework": framework}))
             last = runs[framework][-1]
-            print(f"{preset} round {round_number + 1} {framework}: {last['tokens_per_s']:.0f} tok/s", flush=True)
+            print(f"{preset} seq {seq} round {round_number + 1} {framework}: {last['tokens_per_s']:.0f} tok/s",
+                  flush=True)
     median = {name: {key: statistics.median(r[key] for r in rs) for key, value in rs[0].items()
                      if isinstance(value, (int, float))} for name, rs in runs.items()}
     result = {"settings": spec, "median": median, "runs": runs,
@@ -223,12 +226,12 @@ def benchmark(preset: str, args: argparse.Namespace, device: str) -> dict[str, A
               # each round's two runs are neighbours in time, so their ratio shows how much load moved things
               "round_speedups": [ours["tokens_per_s"] / theirs["tokens_per_s"]
                                  for ours, theirs in zip(runs["bertforge"], runs["transformers"], strict=True)],
-              "decoder_flop_share": decoder_shares(preset, args.seq)}
+              "decoder_flop_share": decoder_shares(preset, seq)}
     if device.startswith("cuda") and args.dtype == "bf16":
         import torch
 
         peak = peak_bf16(torch.cuda.get_device_name(0))
-        flops = model_flops_per_token(preset, args.seq)
+        flops = model_flops_per_token(preset, seq)
         result["model_flops_per_token"] = flops
         result["peak_flops"] = peak
         for name in FRAMEWORKS:
@@ -279,10 +282,11 @@ def write_doc(results: list[dict[str, Any]], info: dict[str, Any], args: argpars
         f"{r['decoder_flop_share']['flop_ratio']:.2f}x fewer FLOPs in all" for r in results)
     autocast = " (autocast over fp32 weights)" if args.dtype == "bf16" else ""
     steps = f"{args.steps} timed step{'s' if args.steps != 1 else ''}"
-    body = f"""## Pre-training step: bertforge vs transformers.BertForPreTraining
+    body = f"""## Pre-training step{" on a GPU" if gpu else ""}: bertforge vs transformers.BertForPreTraining
 
-`python benchmarks/pretrain_bench.py --presets {",".join(args.presets)} --seq {args.seq} --dtype {args.dtype} \
---steps {args.steps} --rounds {args.rounds} --threads {args.threads}`
+`python benchmarks/pretrain_bench.py --presets {",".join(args.presets)} --seq {args.seq} \
+{f"--batch {args.batch} " if args.batch else ""}--dtype {args.dtype} --steps {args.steps} --rounds {args.rounds} \
+--threads {args.threads}{" --compile" if args.compile else ""}`
 
 {machine_line(info)}
 The 1-minute load average was {load_before} when the run started: other work shared the machine, so
@@ -300,14 +304,16 @@ position. By FLOP count: {shares}.
 
 {table(results, gpu)}
 """
-    update_doc_section("pretrain-bench", body)
+    update_doc_section("pretrain-bench-gpu" if gpu else "pretrain-bench", body)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--presets", default="mini,base", help="bertforge presets, comma-separated")
-    parser.add_argument("--seq", type=int, default=128)
-    parser.add_argument("--batch", type=int, default=None, help="default: 32 for mini, 8 for base")
+    parser.add_argument("--seq", default="128", help="sequence lengths, comma-separated (e.g. 128,512)")
+    parser.add_argument("--batch", default=None,
+                        help="batch size per sequence length, comma-separated (default: 32 for mini, 8 for base)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile both libraries' models")
     parser.add_argument("--dtype", choices=("fp32", "bf16"), default=None, help="default: bf16 on GPU, fp32 on CPU")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per measurement (after one warm-up)")
     parser.add_argument("--rounds", type=int, default=3)
@@ -326,14 +332,21 @@ def main() -> None:
     gpu = device.startswith("cuda")
     args.dtype = args.dtype or ("bf16" if gpu else "fp32")
     args.presets = args.presets.split(",")
+    seqs = [int(seq) for seq in args.seq.split(",")]
+    batches = [int(b) for b in args.batch.split(",")] if args.batch else [None] * len(seqs)
+    if len(batches) != len(seqs):
+        parser.error("--batch needs one size per --seq length")
     load_before = round(os.getloadavg()[0], 2)
-    results = [benchmark(preset, args, device) for preset in args.presets]
+    results = [benchmark(preset, seq, batch, args, device) for preset in args.presets
+               for seq, batch in zip(seqs, batches, strict=True)]
     info = machine()
-    save_results("pretrain_bench", {"machine": info, "load_average_1min_at_start": load_before,
-                                    "results": results})
+    # CPU and GPU figures are kept apart: a GPU run does not replace the CPU table, nor the other way
+    save_results("pretrain_bench_gpu" if gpu else "pretrain_bench",
+                 {"machine": info, "load_average_1min_at_start": load_before, "results": results})
     write_doc(results, info, args, gpu, load_before)
     for result in results:
-        print(f"{result['settings']['preset']}: bertforge {result['speedup']:.2f}x transformers", flush=True)
+        settings = result["settings"]
+        print(f"{settings['preset']} seq {settings['seq']}: bertforge {result['speedup']:.2f}x transformers", flush=True)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,22 @@ import torch
 os.environ["BERTFORGE_THREADS"] = "1"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--device", default=os.environ.get("BERTFORGE_TEST_DEVICE", "cpu"),
+                     help="torch device for the device-independent model, training and checkpoint tests "
+                          "(tests/test_device.py): cpu (default) or cuda; also BERTFORGE_TEST_DEVICE.")
+
+
+@pytest.fixture(scope="session")
+def device(pytestconfig: pytest.Config) -> torch.device:
+    """The device the device-independent tests run on. Asking for a GPU that is not there is an error,
+    never a silent fall-back to the CPU."""
+    chosen = torch.device(pytestconfig.getoption("--device"))
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise pytest.UsageError(f"--device {chosen}: this torch ({torch.__version__}) sees no CUDA GPU")
+    return chosen
+
+
 @pytest.fixture(autouse=True)
 def one_thread():
     """One intra-op thread for every test: the models here are tiny, so threads give nothing, and on a
