@@ -203,6 +203,11 @@ def decoder_shares(preset: str, seq: int) -> dict[str, float]:
     return shares
 
 
+def result_name(gpu: bool, compiled: bool) -> str:
+    """The JSON file's stem; with "_" as "-", the docs section's name (CPU, GPU and compiled kept apart)."""
+    return "pretrain_bench" + ("_gpu" if gpu else "") + ("_compiled" if compiled else "")
+
+
 def peak_bf16(device_name: str) -> float | None:
     return next((peak for key, peak in PEAK_BF16 if key in device_name), None)
 
@@ -261,6 +266,26 @@ def table(results: list[dict[str, Any]], gpu: bool) -> str:
     return markdown_table(header, rows)
 
 
+def load_sentence(gpu: bool, load_before: float) -> str:
+    if gpu:
+        return "Nothing else ran on the GPU; the libraries alternate, so the ratio is the figure to read."
+    return (f"The 1-minute load average was {load_before} when the run started: other work shared the machine, "
+            "so\nabsolute rates are low and noisy; the libraries alternate, so the ratio is the figure to read.")
+
+
+def targets(results: list[dict[str, Any]]) -> str:
+    """The GPU targets, each met or missed by how much: 2x transformers' tokens/s and 50% MFU."""
+    lines = []
+    for result in results:
+        s, ours = result["settings"], result["median"]["bertforge"]
+        speed = "met" if result["speedup"] >= 2 else f"missed by {2 - result['speedup']:.2f}x"
+        mfu = ours.get("mfu")
+        mfu_text = ("n/a" if mfu is None else "met" if mfu >= 0.5 else f"missed by {100 * (0.5 - mfu):.1f} points")
+        lines.append(f"{s['preset']} at {s['seq']}: >= 2x transformers {speed} ({result['speedup']:.2f}x); "
+                     f"MFU >= 50% {mfu_text} ({'?' if mfu is None else f'{mfu:.1%}'})")
+    return "Targets: " + "; ".join(lines) + "."
+
+
 def write_doc(results: list[dict[str, Any]], info: dict[str, Any], args: argparse.Namespace, gpu: bool,
               load_before: float) -> None:
     if gpu:
@@ -282,15 +307,15 @@ def write_doc(results: list[dict[str, Any]], info: dict[str, Any], args: argpars
         f"{r['decoder_flop_share']['flop_ratio']:.2f}x fewer FLOPs in all" for r in results)
     autocast = " (autocast over fp32 weights)" if args.dtype == "bf16" else ""
     steps = f"{args.steps} timed step{'s' if args.steps != 1 else ''}"
-    body = f"""## Pre-training step{" on a GPU" if gpu else ""}: bertforge vs transformers.BertForPreTraining
+    where = (" on a GPU" if gpu else "") + (", both compiled" if args.compile else "")
+    body = f"""## Pre-training step{where}: bertforge vs transformers.BertForPreTraining
 
 `python benchmarks/pretrain_bench.py --presets {",".join(args.presets)} --seq {args.seq} \
 {f"--batch {args.batch} " if args.batch else ""}--dtype {args.dtype} --steps {args.steps} --rounds {args.rounds} \
 --threads {args.threads}{" --compile" if args.compile else ""}`
 
 {machine_line(info)}
-The 1-minute load average was {load_before} when the run started: other work shared the machine, so
-absolute rates are low and noisy; the libraries alternate, so the ratio is the figure to read.
+{load_sentence(gpu, load_before)}
 
 One step: forward with MLM + NSP labels, backward, AdamW.
 Same config (bertforge preset, vocabulary 30,522, SDPA attention in transformers), same batches
@@ -303,8 +328,23 @@ bertforge projects onto the vocabulary only the labelled 15% of positions; trans
 position. By FLOP count: {shares}.
 
 {table(results, gpu)}
+{targets(results) if gpu else ""}
 """
-    update_doc_section("pretrain-bench-gpu" if gpu else "pretrain-bench", body)
+    update_doc_section(result_name(gpu, args.compile).replace("_", "-"), body)
+
+
+def render_saved(path: Path) -> None:
+    """The docs section again from a results file (e.g. one a GPU machine wrote), with its own settings."""
+    payload = json.loads(path.read_text())
+    results = payload["results"]
+    first = results[0]["settings"]
+    args = argparse.Namespace(presets=sorted({r["settings"]["preset"] for r in results}),
+                              seq=",".join(str(r["settings"]["seq"]) for r in results),
+                              batch=",".join(str(r["settings"]["batch"]) for r in results),
+                              dtype=first["dtype"], steps=first["steps"], threads=first["threads"],
+                              rounds=len(results[0]["runs"]["bertforge"]), compile=bool(first.get("compile")))
+    gpu = first["device"].startswith("cuda")
+    write_doc(results, payload["machine"], args, gpu, payload.get("load_average_1min_at_start", 0.0))
 
 
 def main() -> None:
@@ -320,9 +360,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     parser.add_argument("--device", default="auto", help="auto (cuda when available), cpu or cuda")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--render", type=Path, help="rewrite the docs section from a saved results JSON and stop")
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(measure(json.loads(args.worker))))
+        return
+    if args.render:
+        render_saved(args.render)
         return
 
     import torch
@@ -341,7 +385,7 @@ def main() -> None:
                for seq, batch in zip(seqs, batches, strict=True)]
     info = machine()
     # CPU and GPU figures are kept apart: a GPU run does not replace the CPU table, nor the other way
-    save_results("pretrain_bench_gpu" if gpu else "pretrain_bench",
+    save_results(result_name(gpu, args.compile),
                  {"machine": info, "load_average_1min_at_start": load_before, "results": results})
     write_doc(results, info, args, gpu, load_before)
     for result in results:

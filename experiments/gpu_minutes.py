@@ -104,6 +104,23 @@ def save(payload: dict[str, Any], args: argparse.Namespace) -> None:
         args.json.write_text(json.dumps(payload, indent=2))
 
 
+def unique_steps(curve: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One point per tenth of a minute shown (the run's last evaluation comes a few steps after the one before)."""
+    return list({round(point["minutes"], 1): point for point in curve}.values())
+
+
+def verdict(payload: dict[str, Any]) -> str:
+    parts = []
+    for budget in payload["budgets"]:
+        for task, starts in budget["tasks"].items():
+            ours, twin = starts["pretrained"], starts["random"]
+            above = sum(all(value > other for other in twin["values"]) for value in ours["values"])
+            beyond = "beyond the seed spread" if above == len(ours["values"]) else "within the seed spread"
+            parts.append(f"{task} {ours['mean'] - twin['mean']:+.1f} after {budget['minutes']:g} minutes ({beyond}: "
+                         f"{above} of {len(ours['values'])} seeds above every twin seed)")
+    return "Verdict: " + "; ".join(parts) + "."
+
+
 def render(payload: dict[str, Any]) -> str:
     rows = []
     for budget in payload["budgets"]:
@@ -120,7 +137,7 @@ def render(payload: dict[str, Any]) -> str:
               "difference", "seeds above every twin seed"]
     curves = "; ".join(
         f"{b['minutes']:g} min: " + ", ".join(f"{p['minutes']:.1f} min {100 * p['mlm_accuracy']:.1f}%"
-                                              for p in b["curve"] if "mlm_accuracy" in p)
+                                              for p in unique_steps(b["curve"]) if "mlm_accuracy" in p)
         for b in payload["budgets"])
     return f"""## BERT-{payload['preset']} pre-trained for minutes on a GPU
 
@@ -137,6 +154,8 @@ each task from the pre-trained model and from its random twin with the same sett
 {markdown_table(header, rows)}
 
 Held-out masked-LM accuracy along each run: {curves}.
+
+{verdict(payload)}
 """
 
 
