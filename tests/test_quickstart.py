@@ -48,12 +48,14 @@ def test_quickstart_smoke_end_to_end_and_reuse(tmp_path) -> None:
     assert [p["size"] for p in curves["curve_pretrained"]["points"]] == list(budget.curve_sizes)
     assert [p["size"] for p in curves["curve_random"]["points"]] == list(budget.curve_sizes)
     assert [p["size"] for p in curves["curve_minilm"]["points"]] == minilm_sizes
+    assert [p["size"] for p in curves["curve_minilm_adapted"]["points"]] == minilm_sizes
+    minilm_curves = (curves["curve_minilm"], curves["curve_minilm_adapted"])
     for record in curves.values():
         for point in record["points"]:
             assert len(point["accuracies"]) == len(budget.curve_seeds)
             assert all(0.0 <= a <= 1.0 for a in point["accuracies"])
             assert point["data"] == subsets[point["size"]]["data"]  # the same sentences for every start
-            cap = budget.minilm_max_steps if record is curves["curve_minilm"] else budget.curve_max_steps
+            cap = budget.minilm_max_steps if record in minilm_curves else budget.curve_max_steps
             assert point["steps"] == min(curve_steps(point["sentences"], budget), cap)
             assert f"{point['mean']:.3f} ({min(point['accuracies']):.3f} - {max(point['accuracies']):.3f})" in report
     assert curves["curve_random"]["lr"] == curves["curve_pretrained"]["lr"]
@@ -63,6 +65,14 @@ def test_quickstart_smoke_end_to_end_and_reuse(tmp_path) -> None:
     assert "not run (cost)" in report  # MiniLM stops below the largest size
     assert "A gap counts here only when every seed of one start scores above every seed of the other" in report
     assert "all-MiniLM-L6-v2, pre-trained at scale, scores" in report
+
+    # MiniLM adapted to the training sentences' text: its new masked-LM head, scored before and after
+    adapted = read_stage(run, "adapt_minilm")
+    assert adapted["head_steps"] + adapted["steps"] == budget.adapt_steps and adapted["sentences"] == 4000
+    assert any(head.startswith("mlm.") for head in adapted["new_heads"]), adapted["new_heads"]
+    assert 0.0 <= adapted["after"]["mlm_accuracy"] <= 1.0
+    assert curves["curve_minilm_adapted"]["model"] == adapted["final"]
+    assert f"Adapted here: all-MiniLM-L6-v2 continued with masked LM for {budget.adapt_steps} steps" in report
     # the nested sub-samples, as fine-tuning read them
     train_sets = [Counter(sentences(subsets[n]["data"])) for n in sorted(budget.curve_sizes)]
     assert [s.total() for s in train_sets] == sorted(budget.curve_sizes)
@@ -75,7 +85,7 @@ def test_quickstart_smoke_end_to_end_and_reuse(tmp_path) -> None:
     assert transformers.BertTokenizerFast.from_pretrained(final).vocab_size == evaluation_vocab(run)
 
     again = CliRunner().invoke(app, ["quickstart", "--out", str(run), "--budget", "smoke"])
-    assert again.exit_code == 0 and again.output.count("reused") == 9
+    assert again.exit_code == 0 and again.output.count("reused") == 11
 
 
 def read_stage(run, name: str) -> dict:

@@ -45,6 +45,8 @@ from bertforge.quickstart.report import (
     word_order_points,
 )
 from bertforge.quickstart.settings import (
+    ADAPT_HEAD_WARMUP,
+    ADAPT_LR,
     BUDGETS,
     CURVES,
     FILL_MASK_PROMPTS,
@@ -243,6 +245,30 @@ def stage_curve_minilm(run: Path, budget: Budget, echo: Callable[[str], None]) -
     return _curve(run, budget, "curve_minilm", minilm_dir(), MINILM_LR, sizes, echo, budget.minilm_max_steps)
 
 
+def stage_adapt_minilm(run: Path, budget: Budget, echo: Callable[[str], None]) -> dict[str, Any]:
+    """all-MiniLM-L6-v2 adapted (`bertforge adapt`) on the text of the bundled training sentences, labels
+    dropped and the dev sentences never read: the task-adaptive pre-training a user would run first."""
+    from bertforge.adapt import adapt
+
+    rows = (sst2_sample() / "train.tsv").read_text(encoding="utf-8").splitlines()[1:]
+    text = run / "sst2-text" / "train-sentences.txt"
+    text.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(text, "".join(row.rsplit("\t", 1)[0] + "\n" for row in rows))
+    result = adapt(minilm_dir(), text, run / "minilm-adapted", resume=True, max_steps=budget.adapt_steps,
+                   max_seq_length=budget.max_seq_length, batch_size=FINETUNE_BATCH_SIZE, lr=ADAPT_LR,
+                   head_warmup=ADAPT_HEAD_WARMUP, progress=False, echo=echo)
+    written = json.loads((run / "minilm-adapted" / "results.json").read_text())
+    return {"final": str(result.final), "sentences": len(rows), "steps": result.steps,
+            "head_steps": written.get("head_warmup_steps", 0), "before": result.before, "after": result.after,
+            "new_heads": result.new_heads}
+
+
+def stage_curve_minilm_adapted(run: Path, budget: Budget, echo: Callable[[str], None]) -> dict[str, Any]:
+    sizes = [size for size in budget.curve_sizes if size <= budget.minilm_max_size]
+    adapted = Path(_read_record(run, "adapt_minilm")["final"])
+    return _curve(run, budget, "curve_minilm_adapted", adapted, MINILM_LR, sizes, echo, budget.minilm_max_steps)
+
+
 def stage_report(run: Path, budget: Budget, echo: Callable[[str], None]) -> dict[str, Any]:
     from bertforge.plot import plot_run
 
@@ -258,7 +284,8 @@ STAGE_FUNCTIONS: dict[str, Callable[[Path, Budget, Callable[[str], None]], dict[
     "tokenizer": stage_tokenizer, "data": stage_data, "pretrain": stage_pretrain,
     "pretrain_eval": stage_pretrain_eval, "subsamples": stage_subsamples,
     "curve_pretrained": stage_curve_pretrained, "curve_random": stage_curve_random,
-    "curve_minilm": stage_curve_minilm, "report": stage_report,
+    "curve_minilm": stage_curve_minilm, "adapt_minilm": stage_adapt_minilm,
+    "curve_minilm_adapted": stage_curve_minilm_adapted, "report": stage_report,
 }
 
 
@@ -266,7 +293,8 @@ STAGE_FUNCTIONS: dict[str, Callable[[Path, Budget, Callable[[str], None]], dict[
 STAGE_OUTPUTS = {
     "tokenizer": ("tokenizer",), "data": ("data",), "pretrain": ("pretrain",), "subsamples": ("sst2-subsets",),
     "curve_pretrained": ("curve-pretrained",), "curve_random": ("random-init", "curve-random"),
-    "curve_minilm": ("curve-minilm",),
+    "curve_minilm": ("curve-minilm",), "adapt_minilm": ("sst2-text", "minilm-adapted"),
+    "curve_minilm_adapted": ("curve-minilm-adapted",),
 }
 
 

@@ -7,14 +7,19 @@ import math
 from dataclasses import dataclass
 
 STAGES = ("tokenizer", "data", "pretrain", "pretrain_eval", "subsamples", "curve_pretrained", "curve_random",
-          "curve_minilm", "report")
+          "curve_minilm", "adapt_minilm", "curve_minilm_adapted", "report")
 
 # The three starting points of the learning curve, by stage: (label in the report, output folder).
 CURVES = {
     "curve_pretrained": ("pre-trained here", "curve-pretrained"),
     "curve_random": ("random weights", "curve-random"),
     "curve_minilm": ("all-MiniLM-L6-v2", "curve-minilm"),
+    "curve_minilm_adapted": ("all-MiniLM-L6-v2 adapted here", "curve-minilm-adapted"),
 }
+# Adapting MiniLM to the task's text (`bertforge adapt`): its masked-LM head is new, so it trains alone
+# for the first share of the steps at its own rate, then everything at MiniLM's fine-tuning rate.
+ADAPT_LR = 1e-4
+ADAPT_HEAD_WARMUP = 0.3
 FINETUNE_BATCH_SIZE = 32
 MINILM_LR = 1e-4  # 50 steps from 100 sentences: 5e-5 left it at 0.53 (3 seeds, the majority class), 1e-4 gave 0.71
 SUBSAMPLE_SEED = 0  # which sentences each size gets; the same for every model and every fine-tuning seed
@@ -56,6 +61,7 @@ class Budget:
     minilm_max_steps: int  # ... with the curve's steps at a size, but at most this many
     finetune_eval_examples: int | None  # of the 872 SST-2 dev sentences
     finetune_lr: float  # the model pre-trained here and its random twin (MiniLM: MINILM_LR)
+    adapt_steps: int  # MiniLM's adaptation to the bundled training sentences' text (labels dropped)
 
 
 # The full budget's curve, and what it costs. Single fine-tunes were timed with one thread pinned to one
@@ -85,13 +91,13 @@ BUDGETS = {
                    pretrain_lr=1e-3, pretrain_warmup_steps=300, pretrain_dropout=0.0, eval_every=250,
                    curve_sizes=(100, 300, 1000, 4000), curve_seeds=(1, 2, 3), curve_epochs=3.0,
                    curve_min_steps=200, curve_max_steps=200, minilm_max_size=100, minilm_max_steps=50,
-                   finetune_eval_examples=None, finetune_lr=3e-4),
+                   finetune_eval_examples=None, finetune_lr=3e-4, adapt_steps=40),
     "smoke": Budget(books=1, vocab_size=1000, max_seq_length=64, objective="sop", dupe_factor=1,
                     validation_fraction=0.25, model="tiny", pretrain_steps=40, pretrain_batch_size=16,
                     pretrain_lr=1e-3, pretrain_warmup_steps=4, pretrain_dropout=0.0, eval_every=20,
                     curve_sizes=(32, 64), curve_seeds=(1, 2), curve_epochs=1.0, curve_min_steps=2,
                     curve_max_steps=2, minilm_max_size=32, minilm_max_steps=1, finetune_eval_examples=64,
-                    finetune_lr=3e-4),
+                    finetune_lr=3e-4, adapt_steps=2),
 }
 
 
