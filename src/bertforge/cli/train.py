@@ -28,10 +28,11 @@ def quickstart(
 ) -> None:
     """Raw text to scores on bundled data: WordPiece -> shards -> pre-train a tiny BERT -> held-out MLM/SOP, a
     word-order probe and fill-mask -> SST-2 learning curves (100 to 4,000 labelled sentences, 3 seeds) from
-    it, from its random twin and from the real all-MiniLM-L6 -> report.md with the curve.
+    it, from its random twin and from the real all-MiniLM-L6, as released and adapted to the sample's own
+    text -> report.md with the curve.
 
     Stages: tokenizer, data, pretrain, pretrain_eval, subsamples, curve_pretrained, curve_random, curve_minilm,
-    report. A second run reuses completed stages.
+    adapt_minilm, curve_minilm_adapted, report. A second run reuses completed stages.
 
     Example: `bertforge quickstart --out runs/quickstart` (then read runs/quickstart/report.md)
     """

@@ -3,8 +3,10 @@ held-out MLM/SOP scores, a context probe and fill-mask -> fine-tuning -> scores.
 learning curve: SST-2 dev accuracy against the number of labelled sentences (nested sub-samples of the
 bundled 4,000, several seeds at each size), from the model pre-trained here, from the same
 architecture's random initialisation (what pre-training bought at this scale), and from a real
-pre-trained checkpoint (all-MiniLM-L6-v2: what pre-training at scale buys), drawn as
-`learning_curve.png` and tabulated and read in words in `report.md`.
+pre-trained checkpoint (all-MiniLM-L6-v2: what pre-training at scale buys), as released and after
+`bertforge adapt` has continued it on the text of the training sentences (labels dropped: what
+task-adaptive pre-training buys), drawn as `learning_curve.png` and tabulated and read in words in
+`report.md`.
 
 The full budget's pre-training follows what the CPU studies of docs/research-log.md found leaves the
 unigram / bag-of-words plateau soonest on two cores: 64-token sequences, sentence-order prediction,

@@ -26,7 +26,6 @@ does not say WordPiece.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -42,11 +41,18 @@ from tokenizers import (
     normalizers,
     pre_tokenizers,
     processors,
-    trainers,
 )
 from tokenizers import Tokenizer as BackendTokenizer
 
 from bertforge.fileio import write_bytes_atomic, write_text_atomic
+from bertforge.tokenizer.files import (
+    model_max_length_of,
+    read_backend,
+    read_json_object,
+    read_vocab_file,
+    special_token_value,
+    to_json,
+)
 from bertforge.tokenizer.layouts import (
     EXPECTED,
     FLAVOURS,
@@ -59,9 +65,8 @@ from bertforge.tokenizer.layouts import (
     model_type_of,
     original_files,
 )
+from bertforge.tokenizer.train import learn_vocab
 
-# The reserved ids of a vocabulary trained by `BertTokenizer.train` (Google's vocabs use 0, 100-103).
-_TRAINED_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 _SPECIAL_KEYS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 # tokenizer_config.json flags of the classes in layouts.FLAVOURS, kept when a tokenizer.json is wrapped
 _FLAGS = sorted({key for flavour in FLAVOURS.values() for key in flavour.options})
@@ -123,66 +128,6 @@ def _pair_lengths(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
 PREFIX_CHARS_PER_TOKEN = 32
 
 
-def _read_vocab_file(path: Path) -> dict[str, int]:
-    """vocab.txt: one token per line, the id is the line number (0-based), as Hugging Face reads it."""
-    try:
-        lines = path.read_text(encoding="utf-8").split("\n")
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[:exc.start].count(b"\n") + 1
-        raise TokenizerFileError(f"{path}:{line}: not UTF-8 text (byte {exc.object[exc.start]:#04x}); "
-                                 "a vocab.txt holds one token per line") from None
-    if lines and lines[-1] == "":
-        lines.pop()  # the newline that ends the last line
-    vocab: dict[str, int] = {}
-    for index, token in enumerate(lines):
-        if token in vocab:
-            raise ValueError(
-                f"{path}:{index + 1}: duplicate token {token!r} (first seen on line {vocab[token] + 1}); "
-                "every line of a vocab file must be a distinct token"
-            )
-        vocab[token] = index
-    return vocab
-
-
-def _read_json_object(path: Path) -> dict[str, Any]:
-    """A JSON object from a tokenizer file, {} when the file is absent; anything else is one line
-    naming the file."""
-    if not path.is_file():
-        return {}
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        raise TokenizerFileError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise TokenizerFileError(f"{path}: not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
-    if not isinstance(value, dict):
-        raise TokenizerFileError(f"{path}: expected a JSON object, got {type(value).__name__}")
-    return value
-
-
-def _read_backend(path: Path) -> BackendTokenizer:
-    try:
-        return BackendTokenizer.from_file(str(path))
-    except Exception as exc:  # the library's errors carry no type of their own
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise TokenizerFileError(f"{path}: not a tokenizers tokenizer.json ({first})") from None
-
-
-def _model_max_length(config: dict[str, Any]) -> int:
-    limit = config.get("model_max_length")
-    # transformers writes a huge sentinel when the limit is unknown: keep BERT's 512 then
-    return int(limit) if isinstance(limit, int) and 0 < limit < 1_000_000 else 512
-
-
-def _to_json(obj: dict[str, Any]) -> str:
-    return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
-
-
-def _special_token_value(value: Any) -> str:
-    # tokenizer_config.json stores special tokens either as plain strings or as serialised AddedTokens.
-    return value["content"] if isinstance(value, dict) else str(value)
-
-
 class BertTokenizer:
     """A BERT WordPiece tokenizer: `[CLS] text [SEP] pair [SEP]`, Hugging Face-compatible on disk."""
 
@@ -211,7 +156,7 @@ class BertTokenizer:
                 raise ValueError(f"{source}: tokens must be str without line breaks, got {bad[0]!r}")
         elif isinstance(vocab, (str, Path)):
             source = str(vocab)
-            vocab = _read_vocab_file(Path(vocab))
+            vocab = read_vocab_file(Path(vocab))
         else:
             raise TypeError(f"vocab must be a dict or the path of a vocab.txt, got {type(vocab).__name__}")
         specials = {"unk_token": unk_token, "cls_token": cls_token, "sep_token": sep_token,
@@ -279,7 +224,7 @@ class BertTokenizer:
         ModernBERT, <s> A </s></s> B </s> for RoBERTa).
         """
         path = Path(path)
-        return cls._wrap(_read_backend(path), path, model_max_length, special_tokens)
+        return cls._wrap(read_backend(path), path, model_max_length, special_tokens)
 
     @classmethod
     def _wrap(cls, backend: BackendTokenizer, source: Path, model_max_length: int,
@@ -656,13 +601,13 @@ class BertTokenizer:
             raise TokenizerFilesMissing(f"no tokenizer directory at {directory}")
         config: dict[str, Any] = {}
         for name in ("special_tokens_map.json", "tokenizer_config.json"):  # the second wins
-            config.update(_read_json_object(directory / name))
+            config.update(read_json_object(directory / name))
         model_type = model_type_of(directory)
 
         vocab: dict[str, int] | Path = directory / "vocab.txt"
         backend_json: dict[str, Any] = {}
         if not vocab.is_file():
-            backend_json = _read_json_object(directory / "tokenizer.json")
+            backend_json = read_json_object(directory / "tokenizer.json")
             model = backend_json.get("model") or {}
             if backend_json and model.get("type") != "WordPiece":  # BPE, Unigram: the file as it is
                 return cls._from_backend_file(directory, config, model_type)
@@ -673,7 +618,7 @@ class BertTokenizer:
                 raise TokenizerFileError(f"{directory / 'tokenizer.json'}: model.vocab must be an object of "
                                          f"token -> id, got {type(vocab).__name__}")
         elif (directory / "tokenizer.json").is_file():
-            backend_json = _read_json_object(directory / "tokenizer.json")
+            backend_json = read_json_object(directory / "tokenizer.json")
         normalizer = backend_json.get("normalizer") or {}
         if normalizer.get("type") != "BertNormalizer":
             normalizer = {}
@@ -688,7 +633,7 @@ class BertTokenizer:
             kwargs["model_max_length"] = int(config["model_max_length"])
         for key in _SPECIAL_KEYS:
             if config.get(key) is not None:
-                kwargs[key] = _special_token_value(config[key])
+                kwargs[key] = special_token_value(config[key])
         if "max_input_chars_per_word" in backend_json.get("model", {}):
             kwargs["max_input_chars_per_word"] = backend_json["model"]["max_input_chars_per_word"]
         return cls(vocab, **kwargs)
@@ -704,7 +649,7 @@ class BertTokenizer:
                                                 f"it beside {have}")
             raise TokenizerFilesMissing(f"{directory}: no tokenizer files; expected {EXPECTED}")
         loaded = load_layout(directory, flavour, config)
-        return cls._wrap(loaded.backend, directory, _model_max_length(config), dict(loaded.specials),
+        return cls._wrap(loaded.backend, directory, model_max_length_of(config), dict(loaded.specials),
                          saved={"tokenizer_class": loaded.tokenizer_class, **loaded.options}, files=loaded.files)
 
     @classmethod
@@ -712,10 +657,10 @@ class BertTokenizer:
         """tokenizer.json as it is; special tokens the configs do not name come from the tokenizer
         class they (or config.json's model_type) name, when it is one of `layouts.FLAVOURS`."""
         path = directory / "tokenizer.json"
-        backend = _read_backend(path)  # a broken file is reported as such before anything it lacks
+        backend = read_backend(path)  # a broken file is reported as such before anything it lacks
         flavour = flavour_named(config, model_type) or flavour_for(directory, config, model_type)
         defaults = flavour.specials if flavour is not None else {}
-        specials = {key: _special_token_value(config[key]) if config.get(key) is not None else defaults.get(key)
+        specials = {key: special_token_value(config[key]) if config.get(key) is not None else defaults.get(key)
                     for key in SPECIAL_KEYS}
         missing = [key for key in ("cls_token", "sep_token", "pad_token", "mask_token") if specials[key] is None]
         if missing:
@@ -723,7 +668,7 @@ class BertTokenizer:
                                      "(needed to encode inputs and batches for the model)")
         saved = {"tokenizer_class": config.get("tokenizer_class") or "PreTrainedTokenizerFast",
                  **{key: config[key] for key in _FLAGS if key in config}}
-        return cls._wrap(backend, path, _model_max_length(config), specials, saved=saved,
+        return cls._wrap(backend, path, model_max_length_of(config), specials, saved=saved,
                          files=original_files(directory, flavour))
 
     def save_pretrained(self, directory: str | Path) -> None:
@@ -746,8 +691,8 @@ class BertTokenizer:
                       "added_tokens_decoder": added}
             for name, data in self._files.items():
                 write_bytes_atomic(directory / name, data)
-            write_text_atomic(directory / "tokenizer_config.json", _to_json(config))
-            write_text_atomic(directory / "special_tokens_map.json", _to_json(specials))
+            write_text_atomic(directory / "tokenizer_config.json", to_json(config))
+            write_text_atomic(directory / "special_tokens_map.json", to_json(specials))
             write_text_atomic(directory / "tokenizer.json", self._backend.to_str(pretty=True))
             return
         specials = {key: getattr(self, key) for key in _SPECIAL_KEYS}
@@ -763,8 +708,8 @@ class BertTokenizer:
             **specials,
         }
         write_text_atomic(directory / "vocab.txt", "".join(t + "\n" for t in self._id_to_token))
-        write_text_atomic(directory / "tokenizer_config.json", _to_json(config))
-        write_text_atomic(directory / "special_tokens_map.json", _to_json(specials))
+        write_text_atomic(directory / "tokenizer_config.json", to_json(config))
+        write_text_atomic(directory / "special_tokens_map.json", to_json(specials))
         write_text_atomic(directory / "tokenizer.json", self._backend.to_str(pretty=True))
 
     @classmethod
@@ -772,7 +717,7 @@ class BertTokenizer:
         """Learn a WordPiece vocabulary from text files (BERT's normalisation and word splitting).
 
         [PAD] [UNK] [CLS] [SEP] [MASK] get ids 0..4; word continuations carry the "##" prefix. Options
-        (`_learn`): vocab_size (30522), min_frequency (2), lowercase (True), strip_accents (None:
+        (`tokenizer.train.learn_vocab`): vocab_size (30522), min_frequency (2), lowercase (True), strip_accents (None:
         follow lowercase), tokenize_chinese_chars (True), limit_alphabet (1000), show_progress (True).
 
         Not reproducible bit for bit: `tokenizers`' trainer breaks ties between equally frequent
@@ -795,43 +740,9 @@ class BertTokenizer:
         return cls._learn(lambda probe, trainer: probe.train_from_iterator(texts, trainer), **options)
 
     @classmethod
-    def _learn(cls, feed: Callable[[BackendTokenizer, Any], None], *, vocab_size: int = 30522,
-               min_frequency: int = 2, lowercase: bool = True, strip_accents: bool | None = None,
-               tokenize_chinese_chars: bool = True, limit_alphabet: int = 1000,
-               show_progress: bool = True) -> BertTokenizer:
-        """Train with the exact normaliser and pre-tokeniser the result will use; `feed` hands the text
-        to the backend and its trainer."""
-        options = {"lowercase": lowercase, "strip_accents": strip_accents, "tokenize_chinese_chars": tokenize_chinese_chars}
-        probe, trainer = _wordpiece_trainer(vocab_size, min_frequency, limit_alphabet, show_progress, **options)
-        feed(probe, trainer)
-        vocab = probe.get_vocab(with_added_tokens=True)
-        for index, token in enumerate(_TRAINED_SPECIALS):
-            if vocab.get(token) != index:  # the trainer's documented behaviour; check, don't trust
-                raise RuntimeError(f"the trainer put {token} at id {vocab.get(token)}, expected {index}")
-        return cls(vocab, **options)
-
-
-def _wordpiece_trainer(vocab_size: int, min_frequency: int, limit_alphabet: int, show_progress: bool, *,
-                       lowercase: bool, strip_accents: bool | None,
-                       tokenize_chinese_chars: bool) -> tuple[BackendTokenizer, Any]:
-    """A backend with the exact normaliser and pre-tokeniser the trained tokenizer will use, and its trainer."""
-    if vocab_size <= len(_TRAINED_SPECIALS):
-        raise ValueError(f"vocab_size must exceed the {len(_TRAINED_SPECIALS)} special tokens, got {vocab_size}")
-    probe = BackendTokenizer(models.WordPiece(unk_token="[UNK]"))
-    probe.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=tokenize_chinese_chars,
-        strip_accents=lowercase if strip_accents is None else strip_accents, lowercase=lowercase,
-    )
-    probe.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
-        show_progress=show_progress,
-        special_tokens=list(_TRAINED_SPECIALS),
-        limit_alphabet=limit_alphabet,
-        continuing_subword_prefix="##",
-    )
-    return probe, trainer
+    def _learn(cls, feed: Callable[[BackendTokenizer, Any], None], **options: Any) -> BertTokenizer:
+        vocab, normalisation = learn_vocab(feed, **options)
+        return cls(vocab, **normalisation)
 
 
 # The same class under a name that does not suggest WordPiece: it loads every layout above.
