@@ -446,3 +446,51 @@ def test_head_settings_are_recorded_only_when_used() -> None:
                                       {"frozen": True, "frozen_layers": "sum_all", "head": "bilstm"}))
     assert (chosen["frozen"], chosen["frozen_layers"], chosen["head"]) == (True, "sum_all", "bilstm")
     assert "lstm_size" not in chosen
+
+
+def test_mean_pooling_reads_the_average_of_the_real_tokens(bert_encoder: Path, tokenizer: BertTokenizer) -> None:
+    """`pooling mean`: the sentence head's vector is the mean of the real tokens' final vectors, so a
+    padded row scores what it scores alone."""
+    from bertforge.model.auto import load_for_job
+
+    record = TaskHead("sequence-classification", pooling="mean")
+    model = load_for_job(bert_encoder, "sequence-classification", **label_maps(2), **{TASK_HEAD_KEY: record.to_dict()})
+    model.eval()
+    encoded = tokenizer.encode_batch(["the best film i have seen this year .", "dull ."], padding=True,
+                                     return_tensors="pt")
+    batch = {key: encoded[key] for key in ("input_ids", "attention_mask")}
+    with torch.no_grad():
+        logits = model(**batch).logits  # (2, 2)
+        vectors = model.base_model(batch["input_ids"], batch["attention_mask"]).last_hidden_state  # (2, T, H)
+        real = batch["attention_mask"].bool()
+        expected = torch.stack([vectors[row][real[row]].mean(0) for row in range(2)])  # (2, H)
+        alone = tokenizer.encode_batch(["dull ."], return_tensors="pt")
+        alone_logits = model(alone["input_ids"], alone["attention_mask"]).logits
+    torch.testing.assert_close(logits, model.task_head.output(expected), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(logits[1:], alone_logits, atol=1e-5, rtol=1e-5)
+    assert "mean pooling" in record.describe()
+
+
+def test_finetune_with_mean_pooling_saves_and_predicts_it(bert_encoder: Path, tmp_path: Path) -> None:
+    from bertforge import pipeline
+
+    files = _files("classify", tmp_path)
+    out = tmp_path / "run"
+    finetune("classify", None, bert_encoder, None, out, epochs=1, lr=1e-3, max_length=32, pooling="mean",
+             task_settings=files, **QUIET)
+    seed = out / "seed-1"
+    saved = json.loads((seed / "config.json").read_text())[TASK_HEAD_KEY]
+    assert saved["pooling"] == "mean" and saved["head"] == "linear"
+    pipe = pipeline(seed)
+    assert isinstance(pipe.model, TaskHeadModel) and pipe.model.spec.pooling == "mean"
+    written = [json.loads(line) for line in (seed / "predictions-dev.jsonl").read_text().splitlines()]
+    got = pipe([e.text for e in make_task("classify", "classify", files).read(None, "dev")])
+    assert [g["score"] for g in got] == pytest.approx([w["score"] for w in written], abs=1e-6)
+
+    for settings, message in [({"pooling": "max"}, "unknown pooling 'max'; choose one of cls, mean"),
+                              ({"pooling": "mean", "head": "bilstm"}, "pooling mean goes with the linear head")]:
+        with pytest.raises(ValueError) as caught:
+            finetune("classify", None, bert_encoder, None, tmp_path / "bad", task_settings=files, **QUIET, **settings)
+        assert message in str(caught.value) and "\n" not in str(caught.value)
+    with pytest.raises(ValueError, match="pooling mean is for sentence jobs"):
+        TaskHead("token-classification", pooling="mean")

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bertforge.model.task_heads import TaskHead, check_head, check_layers, uses_task_head
+from bertforge.model.task_heads import TaskHead, check_head, check_layers, check_pooling, uses_task_head
 from bertforge.recipe import resolve, setting
 from bertforge.recipe import settings_of as recipe_settings
 from bertforge.tasks import FAMILIES
@@ -70,6 +70,10 @@ class FinetuneLoop:
     frozen_layers: str = setting("last", help="With --frozen or --head bilstm, the hidden states the head reads: "
                                               "last, second_to_last, sum_last_four, concat_last_four (4x as "
                                               "wide), sum_all, weighted_sum_all (learnt weights) or embeddings.")
+    pooling: str = setting("cls", help="How a sentence task reads one vector per input: cls (the first token's, "
+                                       "the paper's C) or mean (the average of the real tokens' final vectors, as "
+                                       "sentence-transformers models are trained; a bertforge head, whose encoder "
+                                       "transformers loads but not the head).")
     head: str = setting("linear", help="The task's output layer on the encoder (linear: the usual one), or "
                                        "bilstm: a one-layer BiLSTM under it (the paper's Table 5 '+ BiLSTM').")
     lstm_size: int | None = setting(None, help="BiLSTM units per direction (default: half the encoder's width, "
@@ -101,6 +105,9 @@ class FinetuneLoop:
                              f"{self.save_every_steps}, {self.save_every_minutes}, {self.keep_last}")
         check_head(self.head)
         check_layers(self.frozen_layers)
+        check_pooling(self.pooling)
+        if self.pooling != "cls" and self.head != "linear":
+            raise ValueError(f"pooling {self.pooling} goes with the linear head (--head bilstm reads its own final states)")
         if self.frozen_layers != "last" and not (self.frozen or self.head != "linear"):
             raise ValueError(f"frozen_layers {self.frozen_layers} goes with --frozen or --head bilstm (the "
                              "family's own head reads the last layer)")
@@ -111,9 +118,10 @@ class FinetuneLoop:
 
     def task_head(self, job: str) -> TaskHead | None:
         """The generic head these settings ask for on a model doing `job` (None: the family's own head)."""
-        if not uses_task_head(self.head, self.frozen, self.frozen_layers):
+        if not uses_task_head(self.head, self.frozen, self.frozen_layers, self.pooling):
             return None
-        return TaskHead(job, head=self.head, frozen=self.frozen, layers=self.frozen_layers, lstm_size=self.lstm_size)
+        return TaskHead(job, head=self.head, frozen=self.frozen, layers=self.frozen_layers, lstm_size=self.lstm_size,
+                        pooling=self.pooling)
 
 
 @dataclass
@@ -187,7 +195,8 @@ _NOT_RESULT_SETTINGS = ("seeds", "device", "keep_checkpoints", "eval_batch_size"
 
 # the head settings at their defaults (the family's own head, fine-tuned): left out of the recorded settings,
 # so run directories made before the settings existed still continue
-_HEAD_DEFAULTS: dict[str, Any] = {"frozen": False, "frozen_layers": "last", "head": "linear", "lstm_size": None}
+_HEAD_DEFAULTS: dict[str, Any] = {"frozen": False, "frozen_layers": "last", "head": "linear", "lstm_size": None,
+                                  "pooling": "cls"}
 # likewise no adaptation first
 _ADAPT_DEFAULTS: dict[str, Any] = {"adapt_on": None, "adapt_minutes": 0.0, "adapt_epochs": None}
 

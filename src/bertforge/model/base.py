@@ -412,7 +412,8 @@ class GenericHead(nn.Module):
 
     Sentence jobs (sequence classification, multiple choice) read one vector per row: without the
     BiLSTM the first token's ([CLS], as in the paper's C), or the last real token's for a causal
-    (left-to-right) encoder, whose first token has seen nothing else; with the BiLSTM its two final
+    (left-to-right) encoder, whose first token has seen nothing else, or with `pooling` mean the
+    average of the real tokens' vectors; with the BiLSTM its two final
     states side by side, the forward one at the last real token and the backward one at the first, so
     each has read the whole input whichever way the encoder's attention runs. Tagging and span QA read
     every position.
@@ -425,6 +426,7 @@ class GenericHead(nn.Module):
         indices, combine = layer_indices(spec.layers, num_layers)
         self.reads_last = spec.layers == "last"  # the encoder's own final vectors (no hidden states needed)
         self.sentence = spec.job in ("sequence-classification", "multiple-choice")
+        self.mean_pooling = spec.pooling == "mean"
         self.layer_mix = LayerMix(indices, combine)
         width = input_width(spec.layers, hidden_size, num_layers)  # H, or 4H for concat_last_four
         self.dropout = nn.Dropout(dropout)
@@ -445,6 +447,8 @@ class GenericHead(nn.Module):
         if self.bilstm is None:
             if not self.sentence:
                 return self.output(vectors)  # (N, T, D) -> (N, T, outputs)
+            if self.mean_pooling:
+                return self.output(mean_of_real_tokens(vectors, attention_mask))  # (N, D) -> (N, outputs)
             if self.causal and attention_mask is not None:
                 last = (attention_mask.long() * torch.arange(vectors.shape[1], device=vectors.device)).argmax(-1)  # (N,)
                 return self.output(vectors[torch.arange(vectors.shape[0], device=vectors.device), last])
@@ -457,6 +461,14 @@ class GenericHead(nn.Module):
                              "exporter unrolls the LSTM over one sequence length; run it with torch")
         tokens, final = self.bilstm(vectors, attention_mask)  # (N, T, 2h), (N, 2h)
         return self.output(self.dropout(final if self.sentence else tokens))
+
+
+def mean_of_real_tokens(vectors: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """(N, T, D) -> (N, D): each row's average over its real tokens (all of them without a mask)."""
+    if attention_mask is None:
+        return vectors.mean(dim=1)
+    weights = attention_mask.to(vectors.dtype).unsqueeze(-1)  # (N, T, 1)
+    return (vectors * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
 
 
 def head_dropout(config: ModelConfig) -> float:

@@ -9,6 +9,10 @@ Two fine-tuning set-ups of the BERT paper need a head that no family's classes h
 - a *BiLSTM head* (Table 5's "+ BiLSTM" row): a randomly initialised one-layer bidirectional LSTM
   over the encoder's token vectors, under the task's usual output layer.
 
+A third reads a sentence's vector differently: *mean pooling*, the average of the real tokens' final
+vectors in place of [CLS]'s (what sentence-transformers models are trained with; for a small encoder
+whose [CLS] only a sentence-pair task trained, the token vectors are what masked LM shaped).
+
 This module is the head's description, without torch (recipes are built from it before torch is
 imported): the names, the `TaskHead` record that config.json keeps under `task_head` so that every
 loader builds the same model again, and which hidden states each layer choice reads. The modules
@@ -42,6 +46,9 @@ LAYER_CHOICES = ("last", "second_to_last", "sum_last_four", "concat_last_four", 
                  "embeddings")
 # the jobs a generic head can do
 HEAD_JOBS = ("sequence-classification", "token-classification", "question-answering", "multiple-choice")
+# how a sentence job's head reads one vector per row: the first token's ([CLS]), or the mean of the real tokens'
+POOLINGS = ("cls", "mean")
+SENTENCE_JOBS = ("sequence-classification", "multiple-choice")
 
 _NOTE = ("bertforge task head: transformers loads this directory's encoder but not this head "
          "(its task_head.* weights); load it with bertforge (pipeline, predict, serve, load_any)")
@@ -99,9 +106,16 @@ def default_lstm_size(hidden_size: int) -> int:
     return max(1, hidden_size // 2)
 
 
-def uses_task_head(head: str, frozen: bool, layers: str) -> bool:
+def check_pooling(pooling: str) -> str:
+    """`pooling` if it is one of POOLINGS, else a one-line ValueError naming them."""
+    if pooling not in POOLINGS:
+        raise ValueError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
+    return pooling
+
+
+def uses_task_head(head: str, frozen: bool, layers: str, pooling: str = "cls") -> bool:
     """Whether these settings need the generic head (else the family's own head, fine-tuned as usual)."""
-    return check_head(head) != "linear" or frozen or check_layers(layers) != "last"
+    return check_head(head) != "linear" or frozen or check_layers(layers) != "last" or check_pooling(pooling) != "cls"
 
 
 @dataclass(frozen=True)
@@ -111,7 +125,8 @@ class TaskHead:
     `job` is the model job (sequence-classification, token-classification, question-answering,
     multiple-choice); `head` "linear" or "bilstm"; `frozen` whether the encoder was kept as
     loaded; `layers` the hidden states read (LAYER_CHOICES); `lstm_size` the BiLSTM's units per
-    direction (None: `default_lstm_size`, filled in when the model is built).
+    direction (None: `default_lstm_size`, filled in when the model is built); `pooling` how a
+    sentence job reads one vector per row (POOLINGS; "mean" with the linear head only).
     """
 
     job: str
@@ -119,12 +134,17 @@ class TaskHead:
     frozen: bool = False
     layers: str = "last"
     lstm_size: int | None = None
+    pooling: str = "cls"
 
     def __post_init__(self) -> None:
         if self.job not in HEAD_JOBS:
             raise ValueError(f"a task head does {', '.join(HEAD_JOBS)}, not {self.job!r}")
         check_head(self.head)
         check_layers(self.layers)
+        check_pooling(self.pooling)
+        if self.pooling != "cls" and (self.job not in SENTENCE_JOBS or self.head != "linear"):
+            raise ValueError(f"pooling {self.pooling} is for sentence jobs ({', '.join(SENTENCE_JOBS)}) under the "
+                             f"linear head, not a {self.job} {self.head} head")
         if not isinstance(self.frozen, bool):
             raise ValueError(f"task_head frozen must be true or false, got {self.frozen!r}")
         if self.lstm_size is not None and (isinstance(self.lstm_size, bool) or not isinstance(self.lstm_size, int)
@@ -153,8 +173,10 @@ class TaskHead:
         """One line for messages and reports: "frozen encoder, concat_last_four -> bilstm (192 per direction)"."""
         encoder = "frozen encoder" if self.frozen else "fine-tuned encoder"
         lstm = f" ({self.lstm_size} per direction)" if self.head == "bilstm" and self.lstm_size else ""
-        return f"{encoder}, {self.layers} -> {self.head}{lstm}"
+        pooled = f", {self.pooling} pooling" if self.pooling != "cls" else ""
+        return f"{encoder}, {self.layers}{pooled} -> {self.head}{lstm}"
 
 
-__all__ = ["HEADS", "HEAD_JOBS", "LAYER_CHOICES", "TASK_HEAD_KEY", "TASK_HEAD_PREFIX", "TaskHead", "check_head",
-           "check_layers", "default_lstm_size", "input_width", "layer_indices", "uses_task_head"]
+__all__ = ["HEADS", "HEAD_JOBS", "LAYER_CHOICES", "POOLINGS", "SENTENCE_JOBS", "TASK_HEAD_KEY", "TASK_HEAD_PREFIX",
+           "TaskHead", "check_head", "check_layers", "check_pooling", "default_lstm_size", "input_width", "layer_indices",
+           "uses_task_head"]
