@@ -141,6 +141,28 @@ def test_classification_equals_finetunings_predictions(models: dict[str, Path], 
     assert [r["label"] for r in pipeline(models["cls"])(sentences)] == expected
 
 
+def test_call_time_options_are_transformers_or_refused(models: dict[str, Path]) -> None:
+    """A call takes the options its task changes per call (top_k for classification and fill-mask,
+    as transformers' pipelines take them); any other is a TypeError naming it, never ignored."""
+    from bertforge import pipeline
+
+    classifier = pipeline(models["cls"])
+    plain = classifier("a gripping film")
+    ranked = classifier("a gripping film", top_k=None)  # every label, best first, as transformers answers
+    assert [r["label"] for r in ranked][0] == plain["label"] and len(ranked) == len(classifier.labels)
+    assert ranked[0]["score"] == pytest.approx(plain["score"]) and ranked[0]["score"] >= ranked[1]["score"]
+    assert classifier(["a gripping film", "dull"], top_k=1)[1] == classifier("dull", top_k=None)[:1]
+    with pytest.raises(TypeError, match=r"text-classification pipeline: unknown option\(s\) foo at call time "
+                                        r"\(it takes: top_k"):
+        classifier("a gripping film", foo=1)
+    with pytest.raises(ValueError, match="top_k"):
+        classifier("a gripping film", top_k=0)
+    fill = pipeline(models["mlm"])
+    assert len(fill("the [MASK] sat .", top_k=2)[0]) == 2  # one mask: its two best tokens
+    with pytest.raises(TypeError, match="fill-mask pipeline: unknown option.*normalize"):
+        fill("the [MASK] sat .", normalize=True)
+
+
 def test_ner_equals_finetunings_tags_and_entities_point_into_the_text(models: dict[str, Path],
                                                                       tmp_path: Path) -> None:
     predict("ner", "conll2003", models["ner"], models["conll"], tmp_path)

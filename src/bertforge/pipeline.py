@@ -173,6 +173,11 @@ class Pipeline:
     def __call__(self, inputs: Any, **options: Any) -> Any:
         """A list of inputs gives a list of results; anything else is one input (a text, a (text, pair) or
         (question, context) tuple, a dict) and gives one result. See the module docstring."""
+        unknown = sorted(set(options) - set(self.runner.call_options))
+        if unknown:
+            takes = ", ".join(self.runner.call_options) or "none"
+            raise TypeError(f"{self.task} pipeline: unknown option(s) {', '.join(unknown)} at call time (it takes: "
+                            f"{takes}; the others are set when the pipeline is made)")
         single = not isinstance(inputs, list)
         batch = [inputs] if single else inputs
         if not batch:
@@ -373,6 +378,7 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------
 class _Runner:
     token_outputs: ClassVar[tuple[str, ...]] = ()
+    call_options: ClassVar[tuple[str, ...]] = ()  # what a call may change (`pipe(inputs, **options)`)
 
     def __init__(self, pipe: Pipeline) -> None:
         self.pipe = pipe
@@ -400,10 +406,18 @@ class _Runner:
         return result
 
 
+def _top_k(value: Any) -> int | None:
+    """A call's top_k for text classification: None (every label, ranked) or a positive count."""
+    return None if value is None else _positive(value, "top_k")
+
+
 class _Classification(_Runner):
     """Sentence (pair) classification, multi-label classification and regression, through the task's
     featurize (BERT's truncation) and postprocess (a GLUE task's argmax, or the classify family's
-    softmax, per-label sigmoid thresholds tuned on dev, or value)."""
+    softmax, per-label sigmoid thresholds tuned on dev, or value). A call's `top_k` (None: every
+    label) answers as transformers' text-classification pipeline does: the ranked labels and scores."""
+
+    call_options = ("top_k",)
 
     def prepare(self, inputs: list[Any]) -> Prepared:
         pairs = []
@@ -450,12 +464,13 @@ class _Classification(_Runner):
         return len(longer) > feature.length
 
     def finish(self, prepared: Prepared, outputs: list[dict[str, np.ndarray]], **options: Any) -> list[Any]:
+        asked = {"top_k": _top_k(options["top_k"])} if "top_k" in options else {}
         features = prepared.features
         if len(features) != len(prepared.examples):  # windows: one row per example, its windows' mean logits
             features, outputs = _pool_windows(features, outputs, len(prepared.examples))
         predictions = self.spec.postprocess(prepared.examples, features, outputs, label_names=self.pipe.labels)
         return [{**self._result(prediction, output["logits"]), "truncated": info["truncated"],
-                 "windows": info["windows"]}
+                 "windows": info["windows"], **asked}
                 for prediction, output, info in zip(predictions, outputs, prepared.info, strict=True)]
 
     def _result(self, prediction: Any, logits: np.ndarray) -> dict[str, Any]:
@@ -475,6 +490,8 @@ class _Classification(_Runner):
                 "scores": [{"label": n, "score": p} for n, p in ranked]}
 
     def public(self, result: Any) -> Any:
+        if "top_k" in result and "scores" in result:  # asked for at call time: the ranked labels, as transformers
+            return result["scores"] if result["top_k"] is None else result["scores"][:result["top_k"]]
         return output_row(self.pipe.task, result, all_scores=self.pipe.all_scores)
 
 
@@ -575,6 +592,8 @@ class _QuestionAnswering(_Runner):
     """SQuAD's windows and answer search (tasks/squad.py) with the model's saved settings: doc stride,
     max query length and, for a SQuAD v2.0 model, the null threshold tuned on dev."""
 
+    call_options = ("allow_no_answer", "max_answer_tokens")
+
     token_outputs = ("start_logits", "end_logits")
 
     def prepare(self, inputs: list[Any]) -> Prepared:
@@ -638,6 +657,7 @@ class _FillMask(_Runner):
     """The top-k tokens for every [MASK] of a text (special tokens never predicted)."""
 
     token_outputs = ("mask_scores", "mask_ids")
+    call_options = ("top_k",)
 
     def prepare(self, inputs: list[Any]) -> Prepared:
         tok = self.pipe.tokenizer
@@ -713,6 +733,8 @@ class _FillMask(_Runner):
 class _Embeddings(_Runner):
     """One vector per text from the final layer: the [CLS] vector, the mean of the real tokens
     (specials included, as sentence-transformers does), or the pooler's output."""
+
+    call_options = ("pooling", "normalize")
 
     def prepare(self, inputs: list[Any]) -> Prepared:
         texts = [_text(item.get("text") if isinstance(item, dict) else item, i) for i, item in enumerate(inputs)]

@@ -46,6 +46,11 @@ class EncoderOutput:
     hidden_states: tuple[torch.Tensor, ...] | None = None  # L + 1 tensors (B, T, H): embeddings, then each layer
     attentions: tuple[torch.Tensor, ...] | None = None  # L tensors (B, A, T, T): attention probabilities
 
+    @property
+    def pooler_output(self) -> torch.Tensor | None:
+        """`pooled_output` under transformers' name, so code written for it reads the same vector."""
+        return self.pooled_output
+
 
 @dataclass
 class PreTrainingOutput:

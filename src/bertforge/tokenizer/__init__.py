@@ -29,7 +29,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,14 @@ from tokenizers import (
 from tokenizers import Tokenizer as BackendTokenizer
 
 from bertforge.fileio import write_bytes_atomic, write_text_atomic
+from bertforge.tokenizer.encoding import (
+    BatchEncoding,
+    Encoding,
+    check_text,
+    is_positive_int,
+    pair_lengths,
+    surrogate_error,
+)
 from bertforge.tokenizer.files import (
     model_max_length_of,
     read_backend,
@@ -70,58 +77,6 @@ from bertforge.tokenizer.train import learn_vocab
 _SPECIAL_KEYS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 # tokenizer_config.json flags of the classes in layouts.FLAVOURS, kept when a tokenizer.json is wrapped
 _FLAGS = sorted({key for flavour in FLAVOURS.values() for key in flavour.options})
-
-
-@dataclass
-class Encoding:
-    """One encoded text, or text pair, with everything needed to map tokens back to characters."""
-
-    input_ids: list[int]
-    token_type_ids: list[int]
-    attention_mask: list[int]
-    tokens: list[str]
-    offsets: list[tuple[int, int]]  # (start, end) chars into the original text of the token's segment
-    word_ids: list[int | None]  # word index within the segment; None for special and padding tokens
-    sequence_ids: list[int | None]  # 0 = text, 1 = pair; None for special and padding tokens
-
-    def __len__(self) -> int:
-        return len(self.input_ids)
-
-
-def _is_positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def _check_text(value: Any, what: str) -> None:
-    if not isinstance(value, str):
-        raise TypeError(f"BertTokenizer: {what} must be a str, got {type(value).__name__}: {value!r:.80}")
-
-
-def _surrogate_error(texts: Iterable[str]) -> ValueError:
-    # tokenizers refuses lone surrogates (they are not valid Unicode) with a bare "TypeError: ... must be
-    # str"; find the culprit so the message says what is actually wrong.
-    for text in texts:
-        for i, ch in enumerate(text):
-            if 0xD800 <= ord(ch) <= 0xDFFF:
-                return ValueError(
-                    f"BertTokenizer: text contains a lone surrogate {ch!r} at character {i}; "
-                    "it is not valid Unicode (decode the source with errors='replace')"
-                )
-    return ValueError("BertTokenizer: the tokenizers library rejected the input text")
-
-
-def _pair_lengths(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
-    """How many tokens of each segment survive BERT's pair truncation to `budget` tokens in all.
-
-    BERT pops one token at a time from the longer segment, from the second on a tie. Written out:
-    a segment no longer than half the budget is kept whole and the other gets the rest; otherwise
-    both end at half, the first taking the odd token.
-    """
-    if len_a + len_b <= budget:
-        return len_a, len_b
-    if 2 * min(len_a, len_b) <= budget:
-        return (len_a, budget - len_a) if len_a <= len_b else (budget - len_b, len_b)
-    return (budget + 1) // 2, budget // 2
 
 
 # A single text longer than this many characters per kept token is truncated from a prefix (`_long_prefix`).
@@ -164,7 +119,7 @@ class BertTokenizer:
         for key, token in specials.items():
             if token not in vocab:
                 raise ValueError(f"{source}: special token {token!r} ({key}) is missing from the vocabulary")
-        if not _is_positive_int(model_max_length):
+        if not is_positive_int(model_max_length):
             raise ValueError(f"model_max_length must be a positive int, got {model_max_length!r}")
 
         # Settings are fixed at construction: the backend below is built from them.
@@ -243,7 +198,7 @@ class BertTokenizer:
         for key, token in names.items():
             if token is not None and token not in vocab:
                 raise TokenizerFileError(f"{source}: special token {token!r} ({key}) is not in the vocabulary")
-        if not _is_positive_int(model_max_length):
+        if not is_positive_int(model_max_length):
             raise ValueError(f"model_max_length must be a positive int, got {model_max_length!r}")
         tokenizer = cls.__new__(cls)
         tokenizer.lowercase = tokenizer.strip_accents = None
@@ -339,7 +294,7 @@ class BertTokenizer:
 
     def tokenize(self, text: str) -> list[str]:
         """WordPiece pieces of `text`, without special tokens and without any length limit."""
-        _check_text(text, "text")
+        check_text(text, "text")
         return self._encode_segments([text])[0].tokens
 
     def words(self, text: str) -> list[tuple[str, tuple[int, int]]]:
@@ -350,7 +305,7 @@ class BertTokenizer:
         For word-level tasks: encoding these words with `backend.encode_batch(..., is_pretokenized=True)`
         gives each word its own pieces. BERT's pre-tokenizer gives its words and punctuation unchanged.
         """
-        _check_text(text, "text")
+        check_text(text, "text")
         out = []
         pre_tokenizer = self._backend.pre_tokenizer
         spans = ([span for _, span in pre_tokenizer.pre_tokenize_str(text)] if pre_tokenizer is not None
@@ -376,6 +331,35 @@ class BertTokenizer:
         """
         return self._encode_items([(text, pair)], max_length, truncation, add_special_tokens, "encode")[0]
 
+    def __call__(
+        self,
+        text: str | Sequence[str],
+        text_pair: str | Sequence[str] | None = None,
+        *,
+        padding: bool | str = False,
+        truncation: bool = False,
+        max_length: int | None = None,
+        add_special_tokens: bool = True,
+        return_tensors: str | None = None,
+    ) -> BatchEncoding:
+        """transformers' call: one text (or a text and its pair) gives lists of ids; a list of texts (and
+        a list of pairs) gives a batch, padded and stacked as `encode_batch` does. The items are
+        input_ids, token_type_ids and attention_mask: `model(**tokenizer(texts, padding=True,
+        return_tensors="pt"))` runs the model."""
+        single = isinstance(text, str)
+        if text_pair is not None and single != isinstance(text_pair, str):
+            raise TypeError("text and text_pair must both be one text or both be lists of texts")
+        texts = [text] if single else list(text)
+        pairs = None if text_pair is None else ([text_pair] if single else list(text_pair))
+        if pairs is not None and len(pairs) != len(texts):
+            raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
+        items = texts if pairs is None else list(zip(texts, pairs, strict=True))
+        batch = self.encode_batch(items, max_length=max_length, truncation=truncation, padding=padding,
+                                  add_special_tokens=add_special_tokens, return_tensors=return_tensors)
+        if single and return_tensors is None:  # one text: its lists, without the batch dimension
+            return BatchEncoding({key: value[0] for key, value in batch.items()}, batch.encodings)
+        return batch
+
     def encode_batch(
         self,
         texts: Sequence[str] | Sequence[tuple[str, str]],
@@ -390,7 +374,8 @@ class BertTokenizer:
 
         `padding`: False, True / "longest" (to the longest in the batch), or "max_length".
         `return_tensors`: None (lists of lists), "pt" (torch.long) or "np" (int64).
-        Returns input_ids, token_type_ids, attention_mask and "encodings" (one `Encoding` each, padded).
+        Returns a `BatchEncoding`: input_ids, token_type_ids and attention_mask as its items (so
+        `model(**batch)` works), and one `Encoding` per text (padded) as `.encodings` (also `batch["encodings"]`).
         """
         if isinstance(texts, (str, bytes)):
             raise TypeError("encode_batch expects a sequence of texts; for one text use encode()")
@@ -426,12 +411,11 @@ class BertTokenizer:
                                  "tensor; pass padding=True (or padding='max_length')")
             for key in ("input_ids", "token_type_ids", "attention_mask"):
                 out[key] = self._to_tensor(out[key], return_tensors)
-        out["encodings"] = encodings
-        return out
+        return BatchEncoding(out, encodings)
 
     def _limit(self, max_length: int | None) -> int:
         limit = self.model_max_length if max_length is None else max_length
-        if not _is_positive_int(limit):
+        if not is_positive_int(limit):
             raise ValueError(f"max_length must be a positive int, got {max_length!r}")
         return limit
 
@@ -442,7 +426,7 @@ class BertTokenizer:
                 return [self._backend.encode(texts[0], add_special_tokens=False)]
             return self._backend.encode_batch(texts, add_special_tokens=False)
         except TypeError as err:  # the only str the library refuses holds a lone surrogate
-            raise _surrogate_error(texts) from err
+            raise surrogate_error(texts) from err
 
     def _encode_items(
         self,
@@ -454,9 +438,9 @@ class BertTokenizer:
     ) -> list[Encoding]:
         for i, (text, pair) in enumerate(items):
             where = f"item {i}" if caller == "encode_batch" else "text"
-            _check_text(text, where)
+            check_text(text, where)
             if pair is not None:
-                _check_text(pair, f"the pair of {where}" if caller == "encode_batch" else "pair")
+                check_text(pair, f"the pair of {where}" if caller == "encode_batch" else "pair")
         limit = self._limit(max_length)
 
         # Encode every segment in one (parallel) call, then assemble [CLS] a [SEP] b [SEP] here. A very long
@@ -485,7 +469,7 @@ class BertTokenizer:
                 if b is None:
                     len_a = limit - n_special
                 else:
-                    len_a, len_b = _pair_lengths(len_a, len_b, limit - n_special)
+                    len_a, len_b = pair_lengths(len_a, len_b, limit - n_special)
             out.append(self._assemble(a, len_a, b, len_b, add_special_tokens))
         return out
 
@@ -748,4 +732,4 @@ class BertTokenizer:
 # The same class under a name that does not suggest WordPiece: it loads every layout above.
 Tokenizer = BertTokenizer
 
-__all__ = ["BertTokenizer", "Encoding", "Tokenizer", "TokenizerFileError", "TokenizerFilesMissing"]
+__all__ = ["BatchEncoding", "BertTokenizer", "Encoding", "Tokenizer", "TokenizerFileError", "TokenizerFilesMissing"]
