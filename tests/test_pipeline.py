@@ -481,3 +481,25 @@ def test_multiple_choice_equals_finetuning_through_pipeline_and_predict(models: 
     assert [json.loads(line)["choice"] for line in (tmp_path / "o.jsonl").read_text().splitlines()] == expected
     with pytest.raises(InputError, match="3 endings"):
         mc({"context": "a", "endings": ["b", "c", "d"]})
+
+
+def test_a_cuda_device_without_cuda_is_one_line_before_the_model_loads(models: dict[str, Path], tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from bertforge import pipeline
+    from bertforge.devices import check_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match=r"device cuda: this torch \(.*\) (was built without CUDA|sees no CUDA GPU); "
+                                         r"use --device cpu") as caught:
+        pipeline(models["cls"], device="cuda")
+    assert "\n" not in str(caught.value)
+    with pytest.raises(ValueError, match="not a torch device"):
+        check_device("gpu0")
+    check_device("cpu")
+    check_device(None)
+    source = tmp_path / "in.txt"
+    source.write_text("a gripping film\n", encoding="utf-8")
+    code, output = _cli("--model", str(models["cls"]), "--input", str(source), "--out",
+                        str(tmp_path / "out.jsonl"), "--device", "cuda")
+    assert code == 2 and "use --device cpu" in output and "Traceback" not in output
+    assert not (tmp_path / "out.jsonl").exists()

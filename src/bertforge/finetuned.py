@@ -117,6 +117,7 @@ def load_for_inference(directory: str | os.PathLike[str], precision: str = "fp32
     auto: `bertforge.precision`; a saved int8 copy always runs int8), on `device` (default: where
     torch puts tensors), with its tokenizer and task.json record."""
     from bertforge.checkpoint import CheckpointError
+    from bertforge.devices import check_device
     from bertforge.model.auto import load_any, load_for_job
     from bertforge.precision import apply_precision, choose_precision, is_quantized_checkpoint, load_quantized
     from bertforge.tokenizer import BertTokenizer
@@ -125,6 +126,7 @@ def load_for_inference(directory: str | os.PathLike[str], precision: str = "fp32
     if not directory.is_dir():
         raise FileNotFoundError(f"{directory}: no such model directory")
     choose_precision(precision)  # an unknown name fails before anything loads
+    check_device(device)  # so does a device torch cannot use here
     if is_quantized_checkpoint(directory):
         model = load_quantized(directory)  # its head is the trained one
     elif job is not None:

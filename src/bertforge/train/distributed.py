@@ -53,6 +53,9 @@ def init_distributed(device: str | None = None, timeout_s: float = DEFAULT_TIMEO
     NCCL on GPU, gloo on CPU. Each rank uses GPU LOCAL_RANK. `timeout_s` bounds every collective and
     the rendezvous, so a dead rank ends the others with `DistributedTimeout` instead of a silent hang.
     """
+    from bertforge.devices import check_device
+
+    check_device(device)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
