@@ -302,8 +302,9 @@ def curve_paragraph(pretrained: Sequence[dict[str, Any]], random: Sequence[dict[
         text.append(f"At {_sizes(stuck)} neither tiny start gets clear of the majority class ({majority:.3f}), so "
                     "those points say little either way.")
     if hurts:
-        text.append("The CPU studies of docs/research-log.md trace the pre-trained tiny model's deficit on "
-                    "SST-2 to its [CLS] vector, which only the sentence-pair task trains.")
+        text.append("The [CLS] vector is not the whole of the deficit: with the mean of the token vectors "
+                    "instead (`finetune --pooling mean`) both starts score higher and the pre-trained one "
+                    "stays behind (docs/research-log.md).")
     if minilm:
         text.append(_minilm_sentence(minilm, ours, twin, majority))
     return " ".join(text)
