@@ -214,6 +214,28 @@ def test_a_finetune_resume_under_other_settings_or_files_is_refused_in_one_line(
     _assert_same_weights(out / "seed-1", fresh / "seed-1")
 
 
+def test_a_rerun_naming_the_same_files_another_way_is_the_same_run(sst, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model, data and output given relative instead of absolute (or through ./): the same run, its
+    finished seed reused; a path that names another file is refused with both paths whole."""
+    out = tmp_path / "runs" / "same"
+    runner = CliRunner()
+    assert runner.invoke(app, _finetune_args(sst, out, "--epochs", "1")).exit_code == 0
+    monkeypatch.chdir(sst["model"].parent)
+    relative = {key: Path(".") / path.relative_to(sst["model"].parent) for key, path in sst.items()}
+    result = runner.invoke(app, _finetune_args(relative, out, "--epochs", "1"))
+    assert result.exit_code == 0 and "reusing its metrics" in result.output, result.output
+
+    deep = tmp_path / ("a-rather-long-folder-name-" * 4) / "train.csv"
+    deep.parent.mkdir()
+    deep.write_bytes(sst["train"].read_bytes())
+    args = _finetune_args(sst, out, "--epochs", "1")
+    args[args.index(str(sst["train"]))] = str(deep)
+    result = runner.invoke(app, args)
+    line = _error_line(result.output)
+    assert result.exit_code == 2 and f"task_settings.train {sst['train']} -> {deep}" in line, line
+
+
 def test_a_pretrain_resume_under_other_settings_or_data_is_refused(shards, tmp_path: Path) -> None:  # noqa: F811
     data, tokenizer = shards
     out = tmp_path / "run"

@@ -111,6 +111,7 @@ from bertforge.train.rundir import (
     flat_settings,
     mismatch_error,
     read_run_record,
+    same_settings,
     setting_differences,
     write_run_record,
 )
@@ -284,7 +285,7 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
         check_run_record(out_dir, hyper, inputs, what="fine-tuning run")
         for seed in recipe.seeds:  # a finished seed is reused with the same settings, and never retrained over
             saved = TaskRecord.read(out_dir / f"seed-{seed}")
-            if saved is not None and saved.metrics and saved.hyperparameters != hyper:
+            if saved is not None and saved.metrics and not same_settings(saved.hyperparameters or {}, hyper):
                 # (a directory from before fingerprint.json: its seeds' task.json still say their settings)
                 differ = setting_differences(flat_settings(saved.hyperparameters or {}), flat_settings(hyper))
                 raise mismatch_error(out_dir / f"seed-{seed}", differ, "fine-tuned seed")
@@ -300,7 +301,7 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
         seed_dir = out_dir / f"seed-{seed}"
         spec.settings = dict(base_settings)  # each seed tunes its own (SQuAD v2.0's null threshold)
         saved = TaskRecord.read(seed_dir)
-        if saved is not None and saved.metrics and saved.hyperparameters == hyper:
+        if saved is not None and saved.metrics and same_settings(saved.hyperparameters or {}, hyper):
             _say(f"seed {seed}: already done in {seed_dir}, reusing its metrics", verbose)
             runs.append({"seed": seed, "metrics": saved.metrics, "steps": saved.steps,
                          "wall_s": saved.wall_s, "dir": seed_dir.name, "best": saved.best,

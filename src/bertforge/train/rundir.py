@@ -126,18 +126,33 @@ def flat_settings(settings: Mapping[str, Any], prefix: str = "") -> dict[str, An
 
 
 def setting_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """`name old -> new` for every setting that differs (new order first, then the ones only `old` has)."""
+    """`name old -> new` for every setting that differs (new order first, then the ones only `old` has),
+    each value whole. Two spellings of one path (relative and absolute, `./x` and `x`, through a link)
+    are the same setting: what a path names is compared, as the inputs' contents are."""
     names = [*new, *(k for k in old if k not in new)]
-    return [f"{name} {_show(old, name)} -> {_show(new, name)}" for name in names if old.get(name) != new.get(name)
-            or (name in old) != (name in new)]
+    return [f"{name} {_show(old, name)} -> {_show(new, name)}" for name in names
+            if (name in old) != (name in new) or not _same_value(old.get(name), new.get(name))]
+
+
+def same_settings(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether two records of settings agree (`setting_differences` finds nothing)."""
+    return not setting_differences(flat_settings(old), flat_settings(new))
+
+
+def _same_value(old: Any, new: Any) -> bool:
+    if old == new:
+        return True
+    if not (isinstance(old, str) and isinstance(new, str)) or not old or not new:
+        return False
+    first, second = Path(old).expanduser(), Path(new).expanduser()
+    return first.exists() and second.exists() and first.resolve() == second.resolve()
 
 
 def _show(settings: Mapping[str, Any], name: str) -> str:
     if name not in settings:
         return "(unset)"
     value = settings[name]
-    text = value if isinstance(value, str) else json.dumps(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def read_run_record(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
@@ -213,4 +228,4 @@ def clear_run(run_dir: str | os.PathLike[str], patterns: Iterable[str]) -> list[
 
 __all__ = ["MODEL_FILES", "RECORD_FILE", "RunInput", "RunMismatchError", "check_run_record", "clear_run",
            "digest_input", "directory_input", "file_input", "flat_settings", "mismatch_error", "read_run_record",
-           "run_differences", "setting_differences", "write_run_record"]
+           "run_differences", "same_settings", "setting_differences", "write_run_record"]
