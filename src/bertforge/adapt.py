@@ -125,6 +125,7 @@ class AdaptResult:
     steps: int
     objective: str  # "mlm" or "rtd"
     new_heads: list[str]  # heads the checkpoint lacked, started afresh
+    head_steps: int = 0  # steps that trained the new head alone before those (head_warmup)
 
 
 def adaptation_objective(checkpoint: str | os.PathLike[str]) -> str:
@@ -221,7 +222,7 @@ def _train(recipe: AdaptRecipe, pretrain_recipe: Any, checkpoint: Path, out: Pat
     _save_config(recipe, out)
     final = result.final if result.final is not None else out / "final"
     return AdaptResult(final=final, before=before, after=after, steps=result.train.step, objective=objective,
-                       new_heads=new_heads)
+                       new_heads=new_heads, head_steps=head_steps)
 
 
 def _save_config(recipe: AdaptRecipe, out: Path) -> None:
@@ -238,7 +239,8 @@ def _finished(out: Path, recipe: AdaptRecipe) -> AdaptResult | None:
     if saved.get("settings") != json.loads(json.dumps(_flat_settings(recipe), default=str)):
         return None  # the pre-training run's own check names what differs
     return AdaptResult(final=out / "final", before=saved["before"], after=saved["after"], steps=saved["steps"],
-                       objective=saved["objective"], new_heads=saved["new_heads"])
+                       objective=saved["objective"], new_heads=saved["new_heads"],
+                       head_steps=saved.get("head_warmup_steps", 0))
 
 
 def _checkpoint_dir(model: str | None) -> Path:

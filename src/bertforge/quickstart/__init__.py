@@ -259,10 +259,8 @@ def stage_adapt_minilm(run: Path, budget: Budget, echo: Callable[[str], None]) -
     result = adapt(minilm_dir(), text, run / "minilm-adapted", resume=True, max_steps=budget.adapt_steps,
                    max_seq_length=budget.max_seq_length, batch_size=FINETUNE_BATCH_SIZE, lr=ADAPT_LR,
                    head_warmup=ADAPT_HEAD_WARMUP, progress=False, echo=echo)
-    written = json.loads((run / "minilm-adapted" / "results.json").read_text())
-    return {"final": str(result.final), "sentences": len(rows), "steps": result.steps,
-            "head_steps": written.get("head_warmup_steps", 0), "before": result.before, "after": result.after,
-            "new_heads": result.new_heads}
+    return {"final": str(result.final), "sentences": len(rows), "steps": result.steps, "head_steps": result.head_steps,
+            "before": result.before, "after": result.after, "new_heads": result.new_heads}
 
 
 def stage_curve_minilm_adapted(run: Path, budget: Budget, echo: Callable[[str], None]) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from bertforge.model.base import (
     PreTrainingOutput,
     SpanOutput,
     TaskOutput,
+    mean_of_real_tokens,
     num_labels,
     span_logits_and_loss,
     token_classification_loss,
@@ -405,10 +406,7 @@ class PredictionHead(nn.Module):
 def _pool(config: ModernBertConfig, hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
     """(B, T, H) -> (B, H): the first real token's vector ("cls"), or the mean over real tokens ("mean")."""
     if config.classifier_pooling == "mean":
-        if attention_mask is None:
-            return hidden.mean(dim=1)
-        weights = attention_mask.to(hidden.dtype).unsqueeze(-1)  # (B, T, 1)
-        return (hidden * weights).sum(dim=1) / weights.sum(dim=1)
+        return mean_of_real_tokens(hidden, attention_mask)
     first = attention_mask.argmax(dim=-1) if attention_mask is not None else torch.zeros(
         hidden.shape[0], dtype=torch.long, device=hidden.device)  # left padding: [CLS] is the first real token
     return hidden[torch.arange(hidden.shape[0], device=hidden.device), first]
