@@ -386,7 +386,7 @@ def _bad_files(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "forced regression": (["--train", g, "--dev", g, "--problem-type", "regression"],
                               "good.csv:2: label: 'positive' is not a number"),
         "one class": (["--train", str(tmp / "one-class.csv"), "--dev", g], "only one label (positive)"),
-        "no dev": (["--train", g], "classify needs a training and a dev file"),
+        "dev twice": (["--train", g, "--dev", g, "--dev-fraction", "0.2"], "both give a dev split"),
         "missing column name": (["--train", g, "--dev", g, "--text-column", "review"],
                                 "good.csv:2: review: no such column; the columns are: text, label"),
     }

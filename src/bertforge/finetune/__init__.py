@@ -81,8 +81,10 @@ from bertforge.finetune.recipe import (
     FinetuneRecipe,
     build_recipe,
     hyperparameters,
+    resolve_dev_fraction,
     summarize,
 )
+from bertforge.finetune.devsplit import DEV_SPLIT_FILE, split_dev, write_dev_split
 from bertforge.finetuned import (
     TASK_FILE,
     TaskRecord,
@@ -240,8 +242,10 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
     if recipe.model is None or (recipe.data is None and spec.reads_data_dir):
         raise ValueError(f"the recipe names no {'model' if recipe.model is None else 'data'} "
                          "(give --model and --data, or model: and data: in the recipe)")
-    if not spec.reads_data_dir and not (spec.settings.get("train") and spec.settings.get("dev")):
-        raise ValueError(f"finetune {spec.family} needs a training and a dev file: give --train FILE --dev FILE")
+    if not spec.reads_data_dir and not spec.settings.get("train"):
+        raise ValueError(f"finetune {spec.family} needs a training file: give --train FILE (and --dev FILE, or a "
+                         "part of the training file is held out as the dev split)")
+    resolve_dev_fraction(spec, recipe.train.dev_fraction)  # a dev file and --dev-fraction together: refused now
     # adapt_on: the model fine-tuned is the adapted one; the recipe keeps naming the one it started from
     adapted = _adapted_first(recipe, spec, out_dir, progress, verbose, overwrite) if recipe.adapt_on else None
     model_dir = adapted if adapted is not None else Path(recipe.model)
@@ -251,7 +255,8 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     check_tokenizer_fits(tokenizer, model_dir)
 
-    train_examples, held_out = split_holdout(spec.read(data_dir, spec.train_split), loop.holdout)
+    train_examples, dev_split = held_out_dev(spec, spec.read(data_dir, spec.train_split), loop)
+    train_examples, held_out = split_holdout(train_examples, loop.holdout)
     train_examples = subsample(train_examples, loop.max_train_examples)
     labels = spec.label_names(train_examples)
     label_list = labels if isinstance(labels, list) else None
@@ -260,7 +265,7 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
         raise ValueError(f"{data_dir}: no training examples for {task_title(spec.family, spec.name)}")
     eval_sets = {}
     for split in spec.eval_splits():
-        examples = spec.read(data_dir, split)
+        examples = dev_split if split == "dev" and dev_split is not None else spec.read(data_dir, split)
         examples = examples[:loop.max_eval_examples] if loop.max_eval_examples else examples
         eval_sets[split] = (examples, spec.featurize(examples, tokenizer, loop.max_length, label_names=label_list))
     if held_out:
@@ -274,6 +279,9 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
     _check_task_head(loop, spec.job, model_dir)
     _say(f"{task_title(spec.family, spec.name)}: {len(train_examples)} training examples -> {len(train_features)} features; "
          + ", ".join(f"{s}: {len(e)} examples" for s, (e, _) in {**eval_sets, **final_sets}.items()), verbose)
+    if dev_split is not None:
+        _say(f"no dev file: dev is {loop.dev_fraction:g} of the training file ({len(dev_split)} examples, "
+             f"dev_seed {loop.dev_seed}), held out of training; written to {out_dir / DEV_SPLIT_FILE}", verbose)
 
     recipe = dataclasses.replace(recipe, task_settings=dict(spec.settings))  # as the reader completed them
     hyper = hyperparameters(recipe)
@@ -292,6 +300,8 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
     if read_run_record(out_dir) is None:
         write_run_record(out_dir, hyper, inputs)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if dev_split is not None:  # the rows scored as dev, for the user to look at (or give as --dev later)
+        write_dev_split(out_dir / DEV_SPLIT_FILE, dev_split)
     save_recipe(recipe, out_dir / RUN_CONFIG_FILE,
                 header=f"bertforge finetune {spec.family} --config {out_dir / RUN_CONFIG_FILE} repeats this run")
     base_settings = dict(spec.settings)
@@ -390,6 +400,14 @@ def model_hidden_size(model_dir: str | Path) -> int | None:
         return int(read_config(model_dir).hidden_size)
     except Exception:  # a missing or malformed config.json is refused by name when the model loads
         return None
+
+
+def held_out_dev(spec: Task, examples: list[Any], loop: FinetuneLoop) -> tuple[list[Any], list[Any] | None]:
+    """(training examples, the dev split drawn from them or None) per `loop.dev_fraction`."""
+    if not loop.dev_fraction:
+        return examples, None
+    strata, groups = spec.dev_split_keys(examples)
+    return split_dev(examples, loop.dev_fraction, loop.dev_seed, strata=strata, groups=groups)
 
 
 def split_holdout(examples: Sequence[Any], holdout: float) -> tuple[list[Any], list[Any]]:

@@ -62,6 +62,12 @@ class FinetuneLoop:
     holdout: float = setting(0.0, help="Hold a fixed random part of the training set out of training and score "
                                        "it as an extra split, holdout: N examples, or a fraction below 1 (the "
                                        "same part whatever the other settings; 0: none).")
+    dev_fraction: float | None = setting(None, help="Your own files without --dev: score a held-out part of the "
+                                                    "training file as the dev split, this fraction of its rows "
+                                                    "(each class keeps its share; a QA paragraph's questions stay "
+                                                    "together), written to OUT/dev-split.jsonl. Default: 0.1 "
+                                                    "when there is no dev file, none when there is.")
+    dev_seed: int = setting(0, help="Seed of the --dev-fraction draw (the same rows for every other setting).")
     reinit_layers: int = setting(0, help="Start the top N encoder layers and the pooler afresh (N = all keeps "
                                          "only the embeddings; Zhang et al. 2021).")
     frozen: bool = setting(False, help="Keep the encoder as loaded (feature-based, the paper's section 5.3): only "
@@ -95,6 +101,8 @@ class FinetuneLoop:
             raise ValueError(f"epochs must be positive and batch_size at least 1, got {self.epochs}, {self.batch_size}")
         if self.holdout < 0 or (self.holdout >= 1 and not float(self.holdout).is_integer()):
             raise ValueError(f"holdout must be a whole number of examples or a fraction below 1, got {self.holdout}")
+        if self.dev_fraction is not None and not 0 <= self.dev_fraction < 1:
+            raise ValueError(f"dev_fraction must be a fraction below 1 (0: no dev split), got {self.dev_fraction}")
         if self.reinit_layers < 0:
             raise ValueError(f"reinit_layers must be 0 or more, got {self.reinit_layers}")
         if self.eval_every_steps < 0 or (self.patience is not None and self.patience < 0):
@@ -163,9 +171,32 @@ class FinetuneRecipe:
         optim = dataclasses.replace(self.optim, lr=lr)
         loop = dataclasses.replace(
             self.train, batch_size=self.train.batch_size or task.default_batch_size,
-            max_length=self.train.max_length or task.default_max_length)
+            max_length=self.train.max_length or task.default_max_length,
+            dev_fraction=resolve_dev_fraction(task, self.train.dev_fraction))
         return dataclasses.replace(self, task=self.task or task.name, task_settings=dict(task.settings),
                                    optim=optim, train=loop)
+
+
+def resolve_dev_fraction(task: Task, asked: float | None) -> float:
+    """The share of the training file held out as the dev split: only for the own-files families, by
+    default 0.1 when they have no dev file; a dev file and a fraction together are refused."""
+    from bertforge.finetune.devsplit import DEFAULT_DEV_FRACTION
+
+    if task.reads_data_dir:
+        if asked:
+            raise ValueError(f"dev_fraction is for your own files (classify, tag, qa); finetune {task.family} "
+                             "reads its dev split from --data")
+        return 0.0
+    has_dev = bool(task.settings.get("dev"))
+    if has_dev and asked:
+        raise ValueError(f"--dev {task.settings['dev']} and --dev-fraction {asked:g} both give a dev split; "
+                         "give one of them")
+    if has_dev:
+        return 0.0
+    if asked == 0:
+        raise ValueError(f"finetune {task.family} needs a dev split: give --dev FILE, or leave --dev-fraction "
+                         f"out (then {DEFAULT_DEV_FRACTION:g} of the training file is held out)")
+    return DEFAULT_DEV_FRACTION if asked is None else asked
 
 
 def build_recipe(family: str, config: Any = None, options: Mapping[str, Any] = (),
@@ -208,6 +239,9 @@ def hyperparameters(recipe: FinetuneRecipe) -> dict[str, Any]:
     flat = {name: _get_path(recipe, s.path) for name, s in found.items() if name not in _NOT_RESULT_SETTINGS}
     if not flat.get("holdout"):
         flat.pop("holdout", None)  # off: as run directories made before the setting existed recorded it
+    if not flat.get("dev_fraction"):  # likewise a dev file rather than a held-out part of the training file
+        flat.pop("dev_fraction", None)
+        flat.pop("dev_seed", None)
     for name, default in {**_HEAD_DEFAULTS, **_ADAPT_DEFAULTS}.items():  # as recorded before these settings
         if flat.get(name, default) == default:
             flat.pop(name, None)

@@ -339,6 +339,12 @@ class Task(ABC):
         the benchmarks, whose test labels are hidden; the own-data families' --test file."""
         return ()
 
+    def dev_split_keys(self, examples: Sequence[Any]) -> tuple[list[Any] | None, list[Any] | None]:
+        """(strata, groups) for drawing a dev split from training `examples` (`--dev-fraction`): one key
+        per example, or None. Strata keep each key's share (classes); groups stay on one side (rows
+        that share an input). Neither: plain random rows."""
+        return None, None
+
     # ---- head
     def label_names(self, train_examples: Sequence[Any]) -> list[str] | int | None:
         """The head's output labels (stored as id2label), an int for unnamed outputs, None for none."""

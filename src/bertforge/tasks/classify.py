@@ -206,6 +206,11 @@ class Classify(Task):
     def final_splits(self) -> tuple[str, ...]:
         return ("test",) if self.settings["test"] else ()
 
+    def dev_split_keys(self, examples: Sequence[ClassifyExample]) -> tuple[list[Any] | None, list[Any] | None]:
+        if self.problem_type == "single_label_classification":
+            return [e.label for e in examples], None  # each class keeps its share of the rows
+        return None, None
+
     def read(self, data_dir: str | Path | None, split: str) -> list[ClassifyExample]:
         """The rows of the `split` file ("train", "dev" or "test"; `data_dir` is not used).
 
