@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("recipe", "tables"),  # settings dataclasses (knows no job); users' files as streamed rows
     ("config",),
     ("tokenizer",),
-    ("checkpoint",),  # the file format: knows the key map, not the model classes
+    ("checkpoint", "sentence_config"),  # the file format: knows the key map, not the model classes; sentence-transformers' embedding files
     ("model", "data"),
     ("train", "precision"),  # a training loop for any nn.Module; inference at fp32, bf16 or int8
     ("features", "plot", "tasks", "finetuned"),  # frozen features; figures; task readers, features, metrics; the fine-tuned model directory

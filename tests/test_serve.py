@@ -309,7 +309,11 @@ def test_embed(models: dict[str, Path], mlm: TestClient) -> None:
     assert raw["pooling"] == "cls" and not math.isclose(sum(x * x for x in raw["embedding"]), 1.0)
     body = _assert_error(mlm.post("/embed", json={"text": "the cat", "pooling": "pooler"}))
     assert body["error"] == "no_pooler"
-    _assert_error(mlm.post("/embed", json={"text": "the cat", "pooling": "max"}))
+    largest = mlm.post("/embed", json={"text": "the cat", "pooling": "max", "normalize": False}).json()
+    mean = mlm.post("/embed", json={"text": "the cat", "pooling": "mean", "normalize": False}).json()
+    assert largest["pooling"] == "max" and all(a >= b - 1e-6 for a, b in zip(largest["embedding"], mean["embedding"],
+                                                                              strict=True))
+    _assert_error(mlm.post("/embed", json={"text": "the cat", "pooling": "median"}))
 
 
 def test_attention(mlm: TestClient) -> None:

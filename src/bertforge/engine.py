@@ -59,7 +59,7 @@ GRAPHS = ("head", "embeddings", "fill-mask")
 CACHE_ENV = "BERTFORGE_ONNX_CACHE"
 CACHE_FOLDER = ".bertforge-onnx"  # inside the model directory
 # Bump when the exported graphs change, so that caches made by an older bertforge are not reused.
-GRAPH_VERSION = 2  # 2: attention exported in the form ONNX Runtime fuses
+GRAPH_VERSION = 3  # 2: attention exported in the form ONNX Runtime fuses; 3: max pooling in the embeddings graph
 # Fill-mask's graph hands out this many tokens per position (the server's top_k limit is 50).
 FILL_MASK_TOP_K = 50
 # An export whose outputs differ from PyTorch's by more than this is broken, not rounded.

@@ -53,7 +53,8 @@ OUTPUTS: dict[str, tuple[tuple[str, str, bool], ...]] = {
     "question-answering": (("start_logits", "start_logits", True), ("end_logits", "end_logits", True)),
     "multiple-choice": (("logits", "logits", False),),
     # the graphs the onnxruntime engine runs for two pipeline tasks (`PooledEncoder`, `MaskedTopK` below)
-    "sentence-embeddings": (("cls", "cls", False), ("mean", "mean", False), ("pooler", "pooler", False)),
+    "sentence-embeddings": (("cls", "cls", False), ("mean", "mean", False), ("max", "max", False),
+                            ("pooler", "pooler", False)),
     "fill-mask": (("mask_scores", "mask_scores", True), ("mask_ids", "mask_ids", True)),
 }
 
@@ -76,6 +77,7 @@ class _Vectors:
 
     cls: torch.Tensor | None = None
     mean: torch.Tensor | None = None
+    max: torch.Tensor | None = None
     pooler: torch.Tensor | None = None
     mask_scores: torch.Tensor | None = None
     mask_ids: torch.Tensor | None = None
@@ -83,8 +85,8 @@ class _Vectors:
 
 class PooledEncoder(nn.Module):
     """The backbone of any model with the pipeline's sentence poolings inside the graph: the [CLS]
-    vector, the mean of the real tokens (specials included, as sentence-transformers does) and the
-    pooler's output where the family has one. Per-sentence outputs are (B, H), so a batch's (B, T, H)
+    vector, the mean and the maximum over the real tokens (specials included, as sentence-transformers
+    does) and the pooler's output where the family has one. Per-sentence outputs are (B, H), so a batch's (B, T, H)
     hidden states never leave the graph."""
 
     job = "sentence-embeddings"
@@ -102,7 +104,8 @@ class PooledEncoder(nn.Module):
         hidden = out.last_hidden_state.float()  # (B, T, H)
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
         mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-        return _Vectors(cls=hidden[:, 0], mean=mean, pooler=out.pooled_output)
+        largest = hidden.masked_fill(mask == 0, torch.finfo(hidden.dtype).min).amax(1)  # padding never wins
+        return _Vectors(cls=hidden[:, 0], mean=mean, max=largest, pooler=out.pooled_output)
 
 
 class MaskedTopK(nn.Module):

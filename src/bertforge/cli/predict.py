@@ -45,8 +45,11 @@ def predict_command(
         "--max-length", help="Pieces per input (default: the length the model was fine-tuned with).")] = None,
     chunk_rows: Annotated[int, typer.Option(
         "--chunk-rows", help="Rows read, predicted and written at a time (memory is bounded by it).")] = 4096,
-    pooling: Annotated[str, typer.Option("--pooling", help="Embeddings: mean, cls or pooler.")] = "mean",
-    normalize: Annotated[bool, typer.Option("--normalize", help="Embeddings: scale to unit length.")] = False,
+    pooling: Annotated[str | None, typer.Option("--pooling", help="Embeddings: mean, cls, max or pooler (default: "
+                                                                  "what a sentence-transformers model's modules.json "
+                                                                  "says, else mean).")] = None,
+    normalize: Annotated[bool | None, typer.Option("--normalize/--no-normalize", help="Embeddings: scale to unit "
+                                                   "length (default: as modules.json says, else not).")] = None,
     top_k: Annotated[int, typer.Option("--top-k", help="Fill-mask: tokens per [MASK].")] = 5,
     all_scores: Annotated[bool, typer.Option(
         "--all-scores", help="Text classification: also write every label's score (a ranked list of "
@@ -100,7 +103,8 @@ def predict_command(
 
 
 def _predict_file(model: Path, input_file: Path, out: Path, *, task: str | None, batch_size: int,
-                  max_length: int | None, device: str | None, precision: str, pooling: str, normalize: bool,
+                  max_length: int | None, device: str | None, precision: str, pooling: str | None,
+                  normalize: bool | None,
                   top_k: int, all_scores: bool = False, long_text: str = "truncate",
                   window_stride: int | None = None, engine: str = "torch", engine_calibrate: bool = False,
                   **file_options: Any) -> None:
@@ -120,6 +124,10 @@ def _predict_file(model: Path, input_file: Path, out: Path, *, task: str | None,
     on = f", {pipe.engine_name}" if pipe.engine is not None else ""  # torch, the default, goes unsaid
     typer.echo(f"{pipe.task} ({pipe.precision}{on}): {done['rows']} rows -> {out} "
                f"({done['rows_per_second']:.1f} rows/s)")
+    if pipe.task == "embeddings":
+        how = "as asked" if pipe.embedding_source in ("asked for", "default") else f"from {pipe.embedding_source}"
+        typer.echo(f"embeddings: {pipe.pooling} pooling{', normalised' if pipe.normalize else ''}, "
+                   f"at most {pipe.max_length} pieces ({how})")
     if done["windowed"]:
         typer.echo(f"{done['windowed']} rows were longer than {pipe.max_length} pieces and were read in "
                    f"windows (stride {pipe.window_stride})")

@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     import torch
 
 from bertforge.fileio import run_lock
+from bertforge.finetune.devsplit import DEV_SPLIT_FILE, split_dev, write_dev_split
 from bertforge.finetune.recipe import (
     RESULTS_FILE,
     FinetuneLoop,
@@ -84,7 +85,6 @@ from bertforge.finetune.recipe import (
     resolve_dev_fraction,
     summarize,
 )
-from bertforge.finetune.devsplit import DEV_SPLIT_FILE, split_dev, write_dev_split
 from bertforge.finetuned import (
     TASK_FILE,
     TaskRecord,

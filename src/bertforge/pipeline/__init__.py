@@ -93,7 +93,7 @@ TASK_JOBS = {
     "multiple-choice": ("multiple-choice",),
 }
 log = logging.getLogger(__name__)
-POOLINGS = ("mean", "cls", "pooler")
+POOLINGS = ("mean", "cls", "max", "pooler")
 # What text classification does with a text longer than max_length: cut it (BERT's way, and what
 # fine-tuning trained on), or read it whole in overlapping windows whose logits are averaged.
 LONG_TEXT = ("truncate", "windows")
@@ -111,7 +111,7 @@ class Pipeline:
 
     def __init__(self, model: Any, tokenizer: BertTokenizer, task: str, *, spec: Task | None = None,
                  max_length: int | None = None, batch_size: int = 32, device: str | None = None,
-                 pooling: str = "mean", normalize: bool = False, top_k: int = 5, long_text: str = "truncate",
+                 pooling: str | None = None, normalize: bool | None = None, top_k: int = 5, long_text: str = "truncate",
                  window_stride: int | None = None, all_scores: bool = False) -> None:
         import torch
 
@@ -126,9 +126,13 @@ class Pipeline:
         # without a saved length: the model's limit, except for QA's windows (384 pieces, as fine-tuned)
         default = self.spec.default_max_length if task == "question-answering" and self.spec else limit
         self.max_length = min(positive_int(max_length or default, "max_length"), limit)
+        # embeddings: what decided the pooling (pipeline() names a sentence-transformers modules.json)
+        self.embedding_source = "asked for" if pooling else "default"
+        pooling = pooling or "mean"
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
-        self.pooling, self.normalize, self.top_k = pooling, normalize, positive_int(top_k, "top_k")
+        self.pooling, self.normalize, self.top_k = pooling, bool(normalize), positive_int(top_k, "top_k")
+        self.lowercase_inputs = False  # a sentence-transformers model with do_lower_case
         if long_text not in LONG_TEXT:
             raise ValueError(f"long_text must be one of {', '.join(LONG_TEXT)}, got {long_text!r}")
         if long_text == "windows" and task != "text-classification":
@@ -303,14 +307,36 @@ def pipeline(model: str | Path, task: str | None = None, *, batch_size: int = 32
     spec = task_for(chosen, found.record)
     if max_length is None and spec is not None:
         max_length = saved.max_length
+    sentence = embedding_defaults(model_dir, options) if chosen == "embeddings" else None
+    if sentence is not None:
+        options = {**options, "pooling": options.get("pooling") or sentence.pooling,
+                   "normalize": sentence.normalize if options.get("normalize") is None else options["normalize"]}
+        max_length = max_length or sentence.max_length
     pipe = Pipeline(loaded, found.tokenizer, chosen, spec=spec, max_length=max_length, batch_size=batch_size,
                     device=device, **options)
+    if sentence is not None:
+        pipe.embedding_source, pipe.lowercase_inputs = sentence.describe(), sentence.lowercase
     if engine == "torch":
         pipe.precision = found.precision
         pipe.engine_choice = EngineChoice("torch", found.precision, "asked for")
         return pipe
     use_engine(pipe, engine, precision, model_dir=model_dir, device=device, calibrate=engine_calibrate)
     return pipe
+
+
+def embedding_defaults(model_dir: str | Path, options: dict[str, Any]) -> Any:
+    """The sentence-transformers embedding `model_dir` defines (`bertforge.sentence_config`), whose
+    pooling, normalisation and length are the embeddings' defaults, so that they equal
+    `SentenceTransformer.encode`; None for a plain checkpoint. A modules.json bertforge cannot follow
+    is an error unless the pooling is given (then the encoder's own vectors are what was asked for)."""
+    from bertforge.sentence_config import SentenceConfigError, read_sentence_embedding
+
+    try:
+        return read_sentence_embedding(model_dir)
+    except SentenceConfigError:
+        if options.get("pooling"):
+            return None
+        raise
 
 
 def use_engine(pipe: Pipeline, engine: str, precision: str, *, model_dir: str | Path | None = None,

@@ -417,14 +417,15 @@ class _FillMask(Runner):
 
 
 class _Embeddings(Runner):
-    """One vector per text from the final layer: the [CLS] vector, the mean of the real tokens
-    (specials included, as sentence-transformers does), or the pooler's output."""
+    """One vector per text from the final layer: the [CLS] vector, the mean or the maximum over the real
+    tokens (specials included, as sentence-transformers does), or the pooler's output."""
 
     call_options = ("pooling", "normalize")
 
     def prepare(self, inputs: list[Any]) -> Prepared:
         texts = [_text(item.get("text") if isinstance(item, dict) else item, i) for i, item in enumerate(inputs)]
-        encoded = self.pipe.tokenizer.encode_batch(texts, max_length=10**9)
+        cased = [text.lower() for text in texts] if self.pipe.lowercase_inputs else texts
+        encoded = self.pipe.tokenizer.encode_batch(cased, max_length=10**9)
         features, info = [], []
         for i, encoding in enumerate(encoded["encodings"]):
             ids, types = encoding.input_ids, encoding.token_type_ids
@@ -443,7 +444,8 @@ class _Embeddings(Runner):
         out = backbone(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         hidden = out.last_hidden_state.float()  # (B, T, H)
         mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
-        vectors = {"cls": hidden[:, 0], "mean": (hidden * mask).sum(1) / mask.sum(1)}
+        vectors = {"cls": hidden[:, 0], "mean": (hidden * mask).sum(1) / mask.sum(1),
+                   "max": hidden.masked_fill(mask == 0, float("-inf")).amax(1)}
         if out.pooled_output is not None:
             vectors["pooler"] = out.pooled_output
         return vectors
@@ -455,7 +457,8 @@ class _Embeddings(Runner):
         results = []
         for output, info in zip(outputs, prepared.info, strict=True):
             if pooling not in output:
-                raise ValueError("this model has no pooler; use pooling 'mean' or 'cls'")
+                raise ValueError("this model has no pooler; use pooling 'mean' or 'cls'" if pooling == "pooler" else
+                                 f"pooling {pooling} is not in the {self.pipe.engine_name} engine's graph; use the torch engine")
             vector = output[pooling].astype(np.float64)
             if normalize:
                 vector = vector / max(float(np.linalg.norm(vector)), 1e-12)

@@ -109,8 +109,10 @@ def stage_pretrain(run: Path, budget: Budget, echo: Callable[[str], None]) -> di
     from bertforge.train.log import read_metrics
 
     dropout = budget.pretrain_dropout
+    # by time on the full budget: the same minutes on every machine (a fast CPU takes more steps), the
+    # rate warming up over the first steps and decaying to zero at the budget's end (Cramming's rule)
     result = pretrain(budget.model, run / "data", run / "pretrain", max_steps=budget.pretrain_steps, resume=True,
-                      batch_size=budget.pretrain_batch_size, lr=budget.pretrain_lr,
+                      budget_minutes=budget.pretrain_minutes, batch_size=budget.pretrain_batch_size, lr=budget.pretrain_lr,
                       warmup_steps=budget.pretrain_warmup_steps, hidden_dropout_prob=dropout,
                       attention_probs_dropout_prob=dropout, eval_every=budget.eval_every,
                       save_every=budget.eval_every, keep_last=1, eval_batch_size=128, eval_max_batches=0)
@@ -118,7 +120,8 @@ def stage_pretrain(run: Path, budget: Budget, echo: Callable[[str], None]) -> di
     trained = [r for r in read_metrics(run / "pretrain") if r.get("split") == "train" and "tokens" in r]
     config = json.loads((run / "pretrain" / "final" / "config.json").read_text())
     shape = f"L={config['num_hidden_layers']}, H={config['hidden_size']}, A={config['num_attention_heads']}"
-    return {"final": str(result.final), "steps": budget.pretrain_steps, "architecture": f"{budget.model} ({shape})",
+    return {"final": str(result.final), "steps": result.train.step, "minutes": budget.pretrain_minutes or None,
+            "architecture": f"{budget.model} ({shape})",
             "tokens": trained[-1]["tokens"] if trained else None}
 
 

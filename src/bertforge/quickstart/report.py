@@ -112,7 +112,7 @@ instances of up to {budget.max_seq_length} tokens ({budget.dupe_factor} {"pairin
 masks drawn afresh every epoch), and {data['validation_instances']} held-out ones from other chapters, masked once ({data['seconds']:.0f} s).
 
 ## 3. Pre-training a {pre.get('architecture', budget.model)} BERT
-{budget.pretrain_steps} steps of batch {budget.pretrain_batch_size} at peak learning rate {budget.pretrain_lr:g}, no
+{_pretrain_length(pre)} of batch {budget.pretrain_batch_size} at peak learning rate {budget.pretrain_lr:g}, no
 dropout ({tokens}{pre['seconds']:.0f} s{rate}). `pretrain/run_config.yaml` is the resolved recipe:
 `bertforge pretrain --config RUN/pretrain/run_config.yaml --data RUN/data --out DIR` repeats it.
 
@@ -222,6 +222,12 @@ def adaptation_paragraph(adapted: dict[str, Any], minilm: Sequence[dict[str, Any
     return (f"Adapted here: all-MiniLM-L6-v2 continued with masked LM for {head_steps + adapted['steps']} steps on "
             f"the text of the {adapted['sentences']:,} bundled training sentences, labels dropped, dev sentences never read"
             f"{head}{scores}. Fine-tuned alike: " + "; ".join(verdicts) + ".")
+
+
+def _pretrain_length(pre: dict[str, Any]) -> str:
+    """"3,912 steps (5 minutes of training)", or the steps alone for a run by steps."""
+    steps = f"{pre['steps']:,} steps"
+    return f"{steps} ({pre['minutes']:g} minutes of training, the schedule fitted to them)" if pre.get("minutes") else steps
 
 
 def _cell(point: dict[str, Any] | None, steps: int) -> str:

@@ -46,7 +46,8 @@ class Budget:
     dupe_factor: int  # pairings of the text, each with other sentence pairs (masks are drawn per epoch)
     validation_fraction: float  # of the documents (chapters), held out and masked once
     model: str  # a preset name (bertforge.model.registry.preset_names())
-    pretrain_steps: int
+    pretrain_steps: int  # the steps, or with pretrain_minutes the most steps
+    pretrain_minutes: float  # training minutes (warm-up and decay fitted to them); 0: by steps
     pretrain_batch_size: int
     pretrain_lr: float
     pretrain_warmup_steps: int
@@ -87,13 +88,15 @@ class Budget:
 # a random start at the majority class) or fewer sizes.
 BUDGETS = {
     "full": Budget(books=None, vocab_size=8000, max_seq_length=64, objective="sop", dupe_factor=5,
-                   validation_fraction=0.05, model="tiny", pretrain_steps=5000, pretrain_batch_size=32,
+                   validation_fraction=0.05, model="tiny", pretrain_steps=20000, pretrain_minutes=5.0,
+                   pretrain_batch_size=32,
                    pretrain_lr=1e-3, pretrain_warmup_steps=300, pretrain_dropout=0.0, eval_every=250,
                    curve_sizes=(100, 300, 1000, 4000), curve_seeds=(1, 2, 3), curve_epochs=3.0,
                    curve_min_steps=200, curve_max_steps=200, minilm_max_size=100, minilm_max_steps=50,
                    finetune_eval_examples=None, finetune_lr=3e-4, adapt_steps=40),
     "smoke": Budget(books=1, vocab_size=1000, max_seq_length=64, objective="sop", dupe_factor=1,
-                    validation_fraction=0.25, model="tiny", pretrain_steps=40, pretrain_batch_size=16,
+                    validation_fraction=0.25, model="tiny", pretrain_steps=40, pretrain_minutes=0.0,
+                    pretrain_batch_size=16,
                     pretrain_lr=1e-3, pretrain_warmup_steps=4, pretrain_dropout=0.0, eval_every=20,
                     curve_sizes=(32, 64), curve_seeds=(1, 2), curve_epochs=1.0, curve_min_steps=2,
                     curve_max_steps=2, minilm_max_size=32, minilm_max_steps=1, finetune_eval_examples=64,

@@ -8,7 +8,7 @@ Every list item becomes one queued item of that task's `DynamicBatcher`, so item
 of concurrent requests share model calls.
 
 Three layers, in order of a request:
-1. pydantic request models (strict types, no unknown fields, character and list limits) reject
+1. pydantic request models (`bertforge.serve.schemas`: strict types, no unknown fields, character and list limits) reject
    malformed input with 422 before anything else runs;
 2. `ModelService.prepare_*` runs the task's inference pipeline (`bertforge.pipeline`) up to its
    model rows in the event loop and raises `ApiError` (a 4xx with a code and a message) for input
@@ -29,13 +29,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Generic, Literal, TypeVar
+from typing import Any
 
 import torch
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bertforge.engine import EngineChoice
@@ -43,268 +42,42 @@ from bertforge.finetuned import TaskRecord, label_names_of, load_for_inference
 from bertforge.pipeline import InputError, Pipeline, Prepared, task_for, use_engine
 from bertforge.precision import cpu_description, model_precision
 from bertforge.serve.batcher import DynamicBatcher
+from bertforge.serve.schemas import (
+    BODY_TIMEOUT_S,
+    MAX_ATTENTION_TOKENS,
+    MAX_BODY_BYTES,
+    MAX_CONTEXT_CHARS,
+    MAX_ITEMS,
+    MAX_MASKS,
+    MAX_TEXT_CHARS,
+    MAX_TOP_K,
+    REQUEST_MODELS,
+    TASK_HEADS,
+    TASK_MODELS,
+    TASKS,
+    ApiError,
+    AttentionRequest,
+    AttentionResult,
+    Batch,
+    ClassifyRequest,
+    ClassifyResult,
+    EmbedRequest,
+    EmbedResult,
+    Entity,
+    ErrorBody,
+    FillMaskRequest,
+    FillMaskResult,
+    LabelScore,
+    MaskPrediction,
+    MaskResult,
+    NerRequest,
+    NerResult,
+    QARequest,
+    QAResult,
+    TokenLabel,
+)
 
 log = logging.getLogger(__name__)
-
-# --------------------------------------------------------------------------------------------------
-# Limits. Characters are counted before tokenisation (a cheap bound on work per request); token
-# limits come from the model (config.max_tokens) and are checked after tokenisation.
-# --------------------------------------------------------------------------------------------------
-MAX_TEXT_CHARS = 5_000  # one text (fill-mask, classify, ner, embed, attention, a QA question)
-MAX_CONTEXT_CHARS = 20_000  # one QA passage: long passages are read in overlapping windows
-MAX_ITEMS = 32  # inputs in one request
-MAX_MASKS = 10  # [MASK] tokens in one fill-mask text
-MAX_TOP_K = 50
-MAX_ATTENTION_TOKENS = 128  # the attention map is T x T numbers in JSON
-MAX_BODY_BYTES = 1_000_000  # refused with 413 as soon as more arrives, whatever the transfer encoding
-BODY_TIMEOUT_S = 10.0  # a request whose body stops arriving for this long is answered 408
-
-TASKS = ("fill-mask", "classify", "qa", "ner", "embed", "attention")
-# which model jobs have the head each task needs (embed and attention need only the encoder)
-TASK_MODELS = {
-    "fill-mask": ("masked-lm", "pretraining"),
-    "classify": ("sequence-classification",),
-    "qa": ("question-answering",),
-    "ner": ("token-classification",),
-}
-TASK_HEADS = {"fill-mask": "masked-LM", "classify": "sequence-classification", "qa": "span (QA)",
-              "ner": "token-classification"}
-
-
-class ApiError(Exception):
-    """A request the server understood but cannot serve: becomes `{"error": code, "message": ...}`."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-
-
-# --------------------------------------------------------------------------------------------------
-# Request and response models
-# --------------------------------------------------------------------------------------------------
-Text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEXT_CHARS)]
-Context = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTEXT_CHARS)]
-Items = Field(default=None, min_length=1, max_length=MAX_ITEMS)
-
-
-class _Request(BaseModel):
-    # strict: "5" is not an int and 5 is not a str; forbid: a misspelt field is an error, not ignored
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    @field_validator("*")
-    @classmethod
-    def _not_blank(cls, value: Any, info: Any) -> Any:
-        texts = value if isinstance(value, list) else [value]
-        for i, text in enumerate(texts):
-            if isinstance(text, str) and not text.strip():
-                where = f"item {i} of {info.field_name}" if isinstance(value, list) else info.field_name
-                raise ValueError(f"{where} is blank (only whitespace)")
-        return value
-
-
-def _one_or_many(single: Any, many: Any, names: tuple[str, str]) -> None:
-    if (single is None) == (many is None):
-        raise ValueError(f"give either '{names[0]}' (one input) or '{names[1]}' (a list of up to {MAX_ITEMS})")
-
-
-class _TextsRequest(_Request):
-    text: Text | None = None
-    texts: list[Text] | None = Items
-
-    @model_validator(mode="after")
-    def _check_inputs(self) -> "_TextsRequest":
-        _one_or_many(self.text, self.texts, ("text", "texts"))
-        return self
-
-    def inputs(self) -> list[str]:
-        return [self.text] if self.text is not None else list(self.texts or [])
-
-    @property
-    def batched(self) -> bool:
-        return self.texts is not None
-
-
-class FillMaskRequest(_TextsRequest):
-    """Text with one or more [MASK] tokens; each mask gets the model's top-k tokens."""
-
-    top_k: int = Field(default=5, ge=1, le=MAX_TOP_K)
-
-
-class ClassifyRequest(_TextsRequest):
-    """A sentence, or a sentence pair (`text_pair` / `text_pairs`), for a sequence-classification model."""
-
-    text_pair: Text | None = None
-    text_pairs: list[Text] | None = Items
-
-    @model_validator(mode="after")
-    def _check_pairs(self) -> "ClassifyRequest":
-        if self.text_pair is not None and self.text is None:
-            raise ValueError("'text_pair' goes with 'text'; with 'texts' give 'text_pairs'")
-        if self.text_pairs is not None and (self.texts is None or len(self.text_pairs) != len(self.texts)):
-            raise ValueError("'text_pairs' needs 'texts' of the same length")
-        return self
-
-    def pairs(self) -> list[str | None]:
-        if self.text_pairs is not None:
-            return list(self.text_pairs)
-        return [self.text_pair] * len(self.inputs())
-
-
-class NerRequest(_TextsRequest):
-    """Text for a token-classification model; answers entities with character spans."""
-
-
-class EmbedRequest(_TextsRequest):
-    """Text to embed: mean of the final token vectors (default), the [CLS] vector, or the pooler's."""
-
-    pooling: Literal["mean", "cls", "pooler"] = "mean"
-    normalize: bool = True
-
-
-class QARequest(_Request):
-    """A question and a passage (or lists of both); the answer is a span of the passage."""
-
-    question: Text | None = None
-    context: Context | None = None
-    questions: list[Text] | None = Items
-    contexts: list[Context] | None = Items
-    # None: the model's own setting (config.json "version_2_with_negative"), else False
-    allow_no_answer: bool | None = None
-    max_answer_tokens: int = Field(default=30, ge=1, le=128)
-
-    @model_validator(mode="after")
-    def _check_inputs(self) -> "QARequest":
-        _one_or_many(self.question, self.questions, ("question", "questions"))
-        _one_or_many(self.context, self.contexts, ("context", "contexts"))
-        if (self.question is None) != (self.context is None):
-            raise ValueError("'question' goes with 'context', 'questions' with 'contexts'")
-        if self.questions is not None and len(self.questions) != len(self.contexts or []):
-            raise ValueError("'questions' and 'contexts' must have the same length")
-        return self
-
-    def inputs(self) -> list[tuple[str, str]]:
-        if self.question is not None and self.context is not None:
-            return [(self.question, self.context)]
-        return list(zip(self.questions or [], self.contexts or [], strict=True))
-
-    @property
-    def batched(self) -> bool:
-        return self.questions is not None
-
-
-class AttentionRequest(_Request):
-    """One text (or pair); the answer is the attention of one layer and head (or the mean of the heads)."""
-
-    text: Text
-    text_pair: Text | None = None
-    layer: int = Field(default=0, ge=0)
-    head: int | None = Field(default=None, ge=0, description="None: the mean over the layer's heads")
-
-
-# each endpoint's request model, for messages that list the accepted fields
-REQUEST_MODELS: dict[str, type[BaseModel]] = {
-    "/fill-mask": FillMaskRequest, "/classify": ClassifyRequest, "/qa": QARequest, "/ner": NerRequest,
-    "/embed": EmbedRequest, "/attention": AttentionRequest,
-}
-
-
-class _Response(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-R = TypeVar("R")
-
-
-class Batch(_Response, Generic[R]):
-    results: list[R]
-
-
-class MaskPrediction(_Response):
-    token: str
-    token_id: int
-    score: float
-    sequence: str  # the input text with this mask filled in
-
-
-class MaskResult(_Response):
-    position: int  # token index of the [MASK] in the encoded sequence
-    start: int  # its characters in the text
-    end: int
-    predictions: list[MaskPrediction]
-
-
-class FillMaskResult(_Response):
-    masks: list[MaskResult]
-
-
-class LabelScore(_Response):
-    label: str
-    score: float
-
-
-class ClassifyResult(_Response):
-    label: str | None  # None for a regression head (one output) and a multi-label model
-    score: float | None
-    value: float | None = None  # the regression output
-    labels: list[str] | None = None  # a multi-label model: every label at or above its threshold
-    scores: list[LabelScore]
-    truncated: bool
-
-
-class QAResult(_Response):
-    answer: str  # "" when no_answer
-    score: float  # the span's probability among the n-best spans; with no answer, [CLS]'s among [CLS] and them
-    start: int | None  # characters of the passage; None when no_answer
-    end: int | None
-    no_answer: bool
-    # SQuAD v2.0: null score - best span score (logits); no answer when above the model's tuned threshold
-    null_odds: float | None = None
-
-
-class Entity(_Response):
-    label: str
-    text: str
-    start: int
-    end: int
-    score: float
-
-
-class TokenLabel(_Response):
-    token: str
-    label: str
-    score: float
-    start: int
-    end: int
-
-
-class NerResult(_Response):
-    entities: list[Entity]
-    tokens: list[TokenLabel]
-    truncated: bool
-
-
-class EmbedResult(_Response):
-    embedding: list[float]
-    dim: int
-    pooling: str
-    tokens: int
-    truncated: bool
-
-
-class AttentionResult(_Response):
-    tokens: list[str]
-    layer: int
-    head: int | None
-    num_layers: int
-    num_heads: int
-    weights: list[list[float]]  # (T, T): row = query token, column = key token
-
-
-class ErrorBody(_Response):
-    error: str
-    message: str
-    details: list[dict[str, Any]] | None = None
-
 
 # --------------------------------------------------------------------------------------------------
 # The model service: prepare (event loop, cheap, raises ApiError) and run (model thread, batched)
@@ -404,9 +177,29 @@ class ModelService:
         kind = PIPELINE_TASKS[task]
         spec = task_for(kind, TaskRecord.from_dict(info) if info else None)
         max_length = info.get("max_length") if spec is not None else None
-        windows = {"long_text": self.long_text} if kind == "text-classification" else {}
+        extra: dict[str, Any] = {"long_text": self.long_text} if kind == "text-classification" else {}
+        if kind == "embeddings":
+            extra["normalize"] = True  # /embed's default (a sentence-transformers directory says its own)
         return Pipeline(self._model, self.tokenizer, kind, spec=spec, max_length=max_length, batch_size=batch_size,
-                        device=str(self.device), **windows)
+                        device=str(self.device), **extra)
+
+    def follow_sentence_config(self, model_dir: str | Path) -> None:
+        """/embed's defaults from a sentence-transformers directory's modules.json (pooling, Normalize,
+        max_seq_length, do_lower_case), so that it answers `SentenceTransformer.encode`'s vectors; a
+        modules.json it cannot follow leaves the defaults, as a request's own pooling would."""
+        from bertforge.sentence_config import SentenceConfigError, read_sentence_embedding
+
+        pipe = self.pipelines.get("embed")
+        try:
+            sentence = read_sentence_embedding(model_dir) if pipe is not None else None
+        except SentenceConfigError as exc:
+            log.warning("/embed keeps its defaults: %s", exc)
+            return
+        if pipe is None or sentence is None:
+            return
+        pipe.pooling, pipe.normalize, pipe.lowercase_inputs = sentence.pooling, sentence.normalize, sentence.lowercase
+        pipe.max_length = min(sentence.max_length or pipe.max_length, pipe.max_length)
+        pipe.embedding_source = sentence.describe()
 
     @property
     def model(self) -> Any:
@@ -431,6 +224,7 @@ class ModelService:
         loaded = load_for_inference(model_dir, precision if engine == "torch" else "fp32")
         record = loaded.record.to_dict() if loaded.record is not None else {}
         service = cls(loaded.model, loaded.tokenizer, task_info=record, **kwargs)
+        service.follow_sentence_config(model_dir)
         if engine != "torch":
             service.use_engine(engine, precision, model_dir=model_dir, calibrate=engine_calibrate)
         return service
@@ -542,7 +336,7 @@ class ModelService:
                           truncated=False)  # long texts are read in windows of whole words
                 for r in self._run("ner", items)]
 
-    def prepare_embed(self, text: str, pooling: str = "mean", normalize: bool = True) -> _Item:
+    def prepare_embed(self, text: str, pooling: str | None = None, normalize: bool | None = None) -> _Item:
         return self.prepare("embed", text, pooling=pooling, normalize=normalize)
 
     def run_embed(self, items: list[_Item]) -> list[EmbedResult]:
