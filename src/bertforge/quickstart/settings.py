@@ -88,7 +88,7 @@ class Budget:
 # a random start at the majority class) or fewer sizes.
 BUDGETS = {
     "full": Budget(books=None, vocab_size=8000, max_seq_length=64, objective="sop", dupe_factor=5,
-                   validation_fraction=0.05, model="tiny", pretrain_steps=20000, pretrain_minutes=5.0,
+                   validation_fraction=0.05, model="tiny", pretrain_steps=20000, pretrain_minutes=4.0,
                    pretrain_batch_size=32,
                    pretrain_lr=1e-3, pretrain_warmup_steps=300, pretrain_dropout=0.0, eval_every=250,
                    curve_sizes=(100, 300, 1000, 4000), curve_seeds=(1, 2, 3), curve_epochs=3.0,
