@@ -642,6 +642,7 @@ def use_loopback_hub(hub: LoopbackHub, hf_home: str | os.PathLike[str], monkeypa
     cache scanner imports HF_HUB_CACHE by value. The environment is set as well, for child processes.
     """
     import huggingface_hub
+    import huggingface_hub.hf_api  # a lazy attribute of the package until the module is imported
     from huggingface_hub import constants
     from huggingface_hub.utils import _http
 

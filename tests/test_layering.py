@@ -18,7 +18,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "bertforge"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("fileio", "threads", "devices"),  # threads: the process's CPU thread policy (fair share of a busy machine); devices: which torch device can run here
+    ("fileio", "threads", "devices", "hub"),  # hub: model names resolved to cached snapshots; threads: the process's CPU thread policy (fair share of a busy machine); devices: which torch device can run here
     ("formats",),  # which format a user's file holds: by name, then by content where the name is unclear
     ("recipe", "tables"),  # settings dataclasses (knows no job); users' files as streamed rows
     ("config",),

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.fileio import run_lock, write_text_atomic
+from bertforge.hub import local_or_hub
 from bertforge.recipe import resolve, setting
 from bertforge.recipe import save as save_recipe
 from bertforge.train.config import OptimConfig, TrainConfig
@@ -246,7 +247,7 @@ def _finished(out: Path, recipe: AdaptRecipe) -> AdaptResult | None:
 def _checkpoint_dir(model: str | None) -> Path:
     if model is None:
         raise ValueError("no checkpoint: give --model DIR (or model in the recipe)")
-    path = Path(model).expanduser()
+    path = local_or_hub(model)  # a Hub name: its cached snapshot
     if not (path / "config.json").is_file():
         raise ValueError(f"--model {model}: no such model directory (expected a directory with config.json)")
     return path

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.fileio import write_text_atomic
+from bertforge.hub import local_or_hub
 
 TASK_FILE = "task.json"
 
@@ -122,7 +123,7 @@ def load_for_inference(directory: str | os.PathLike[str], precision: str = "fp32
     from bertforge.precision import apply_precision, choose_precision, is_quantized_checkpoint, load_quantized
     from bertforge.tokenizer import BertTokenizer
 
-    directory = Path(directory)
+    directory = local_or_hub(directory)  # a Hub name (`org/name@revision`): its cached snapshot
     if not directory.is_dir():
         raise FileNotFoundError(f"{directory}: no such model directory")
     choose_precision(precision)  # an unknown name fails before anything loads

@@ -22,6 +22,22 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
+MODEL_NAME_HELP = " Or a Hugging Face Hub model: org/name, or org/name@revision (a branch, tag or commit)."
+
+
+def hub_model(value: Path | None) -> Path | None:
+    """A --model value as the directory to read: a Hub name (`org/name[@revision]`, not an existing
+    directory) becomes its snapshot in the Hugging Face cache (`bertforge.hub`)."""
+    if value is None:
+        return None
+    from bertforge.hub import HubModelError, local_or_hub
+
+    try:
+        return local_or_hub(value)
+    except HubModelError as exc:
+        raise fail(str(exc)) from exc
+
+
 def library_errors() -> tuple[type[BaseException], ...]:
     """The exceptions by which the library reports bad input (a file, a setting, a checkpoint)."""
     from bertforge.checkpoint import CheckpointError

@@ -8,16 +8,17 @@ from typing import Annotated
 
 import typer
 
-from bertforge.cli.common import fail, text_lines
+from bertforge.cli.common import MODEL_NAME_HELP, fail, hub_model, text_lines
 
 
 def inspect_command(
-    model_dir: Annotated[Path, typer.Argument(help="A Hugging Face-format BERT directory.")],
+    model_dir: Annotated[Path, typer.Argument(help="A Hugging Face-format BERT directory." + MODEL_NAME_HELP)],
 ) -> None:
     """Load a checkpoint and print its config, parameter count and key report.
 
     Example: `bertforge inspect runs/tiny/final`
     """
+    model_dir = hub_model(model_dir)  # a Hub name (org/name[@revision]): its cached snapshot
     from bertforge.checkpoint import CheckpointError
     from bertforge.model import load_any
 
@@ -104,7 +105,7 @@ def evaluate_squad(
 
 
 def attention_command(
-    model: Annotated[Path, typer.Option("--model", help="A Hugging Face-format BERT directory.")],
+    model: Annotated[Path, typer.Option("--model", help="A Hugging Face-format BERT directory." + MODEL_NAME_HELP)],
     text: Annotated[str, typer.Option("--text", help="The text to look at.")],
     png: Annotated[Path, typer.Option("--png", help="The PNG to write.")],
     pair: Annotated[str | None, typer.Option(help="Optional second segment.")] = None,
@@ -116,6 +117,7 @@ def attention_command(
 
     Example: `bertforge attention --model models/minilm --text "The cat sat on the mat." --layer 2 --head 9 --png att.png`
     """
+    model = hub_model(model)  # a Hub name (org/name[@revision]): its cached snapshot
     from bertforge.analysis import attention_maps, plot_attention
     from bertforge.checkpoint import CheckpointError
     from bertforge.model.auto import load_for_job
@@ -131,7 +133,7 @@ def attention_command(
 
 
 def attention_stats_command(
-    model: Annotated[Path, typer.Option("--model", help="A Hugging Face-format BERT directory.")],
+    model: Annotated[Path, typer.Option("--model", help="A Hugging Face-format BERT directory." + MODEL_NAME_HELP)],
     input_file: Annotated[Path, typer.Option("--input", help="UTF-8 text, one text per line (blank lines "
                                                              "skipped; 'a ||| b' with --pairs).")],
     png: Annotated[Path | None, typer.Option(help="The layers x heads grid (default INPUT-stem.attention.png "
@@ -150,6 +152,7 @@ def attention_stats_command(
 
     Example: `bertforge attention-stats --model models/minilm --input sentences.txt --png stats.png --table stats.md`
     """
+    model = hub_model(model)  # a Hub name (org/name[@revision]): its cached snapshot
     import json
 
     from tqdm.auto import tqdm
@@ -218,6 +221,7 @@ def ablate_features_command(
 
     Example: `bertforge ablate-features --model models/minilm --data data/conll2003 --out runs/ablation --train-sentences 4000`
     """
+    model = hub_model(model)  # a Hub name (org/name[@revision]): its cached snapshot
     import torch
 
     from bertforge.ablation import FrozenNerConfig, ablate

@@ -9,13 +9,13 @@ from typing import Annotated, Any
 
 import typer
 
-from bertforge.cli.common import PRECISION_HELP, fail, text_lines
+from bertforge.cli.common import MODEL_NAME_HELP, PRECISION_HELP, fail, hub_model, text_lines
 from bertforge.cli.options import EngineCalibrateOption, EngineOption
 
 
 def predict_command(
     model: Annotated[Path, typer.Option("--model", help="A fine-tuned model (a seed-N directory) or any "
-                                                        "BERT checkpoint.")],
+                                                                            "BERT checkpoint." + MODEL_NAME_HELP)],
     family: Annotated[str | None, typer.Argument(
         help="With --data: the task family (glue, ner, squad, swag, tag or qa). Not used with --input.")] = None,
     input_file: Annotated[Path | None, typer.Option(
@@ -179,7 +179,7 @@ def _predict_leaderboard(family: str, model: Path, data: Path, out: Path, *, tas
 
 
 def serve_command(
-    model: Annotated[Path, typer.Option("--model", help="A Hugging Face-format BERT directory.")],
+    model: Annotated[Path, typer.Option("--model", help="A Hugging Face-format BERT directory." + MODEL_NAME_HELP)],
     host: Annotated[str, typer.Option(help="Interface to listen on (127.0.0.1: this machine only).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
     max_batch_size: Annotated[int, typer.Option(help="Rows per model call; 1 turns dynamic batching off.")] = 16,
@@ -205,6 +205,7 @@ def serve_command(
     Example: `bertforge serve --model runs/squad/final --port 8000`, then open http://127.0.0.1:8000/
     (API schema at /docs).
     """
+    model = hub_model(model)  # a Hub name (org/name[@revision]): its cached snapshot
     from bertforge.checkpoint import CheckpointError
 
     if not 0 < port < 65536:
@@ -236,7 +237,7 @@ def serve_command(
 
 
 def quantize_command(
-    model: Annotated[Path, typer.Option("--model", help="A Hugging Face-format BERT directory (any head).")],
+    model: Annotated[Path, typer.Option("--model", help="A Hugging Face-format BERT directory (any head)." + MODEL_NAME_HELP)],
     out: Annotated[Path, typer.Option("--out", help="Directory for the int8 copy.")],
 ) -> None:
     """Save an int8 copy of a checkpoint (dynamic quantization of the encoder's Linear layers, torchao).
@@ -245,6 +246,7 @@ def quantize_command(
     and their scales; no pickle). `predict`, `serve` and `extract` load it and run it at int8; it is not
     a transformers checkpoint. Example: `bertforge quantize --model runs/sst2/seed-1 --out runs/sst2/int8`
     """
+    model = hub_model(model)  # a Hub name (org/name[@revision]): its cached snapshot
     from bertforge.checkpoint import CheckpointError
 
     try:
@@ -266,7 +268,7 @@ def quantize_command(
 
 
 def export_onnx_command(
-    model: Annotated[Path, typer.Option("--model", help="A Hugging Face-format BERT directory.")],
+    model: Annotated[Path, typer.Option("--model", help="A Hugging Face-format BERT directory." + MODEL_NAME_HELP)],
     out: Annotated[Path, typer.Option("--out", help="The .onnx file to write.")],
     opset: Annotated[int, typer.Option(help="ONNX opset version.")] = 18,
     check: Annotated[bool, typer.Option(help="Compare ONNX Runtime with PyTorch after export.")] = True,
@@ -277,6 +279,7 @@ def export_onnx_command(
 
     Example: `bertforge export-onnx --model runs/squad/final --out squad.onnx`
     """
+    model = hub_model(model)  # a Hub name (org/name[@revision]): its cached snapshot
     from bertforge.checkpoint import CheckpointError
 
     try:
@@ -310,7 +313,7 @@ def _parse_layers(text: str | None) -> list[int] | None:
 
 
 def extract_command(
-    model: Annotated[Path, typer.Option("--model", help="A Hugging Face-format BERT directory (any head).")],
+    model: Annotated[Path, typer.Option("--model", help="A Hugging Face-format BERT directory (any head)." + MODEL_NAME_HELP)],
     input_file: Annotated[Path, typer.Option("--input", help="UTF-8 text, one input per line.")],
     out: Annotated[Path, typer.Option("--out", help="Output: .npy or .safetensors (+ .index.json), or .jsonl.")],
     strategy: Annotated[str | None, typer.Option(
@@ -341,6 +344,7 @@ def extract_command(
     Example: `bertforge extract --model models/minilm --input sentences.txt --strategy sum_last_four --out feats.npy`
     (Google's JSONL: `--layers -1,-2,-3,-4 --align token --out feats.jsonl`)
     """
+    model = hub_model(model)  # a Hub name (org/name[@revision]): its cached snapshot
     from tqdm.auto import tqdm
 
     from bertforge.checkpoint import CheckpointError

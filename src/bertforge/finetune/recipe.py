@@ -144,7 +144,8 @@ class FinetuneRecipe:
     task: str | None = setting(None, help="The task within the family: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, "
                                           "QNLI, RTE, WNLI; conll2003; squad, v1.1, v2.0; swag; any name for "
                                           "classify.")
-    model: str | None = setting(None, help="The pre-trained checkpoint (Hugging Face layout).")
+    model: str | None = setting(None, help="The pre-trained checkpoint (Hugging Face layout), or a Hugging Face Hub "
+                                           "model: org/name or org/name@revision.")
     data: str | None = setting(None, help="The task's data directory (or file, for SQuAD; classify takes "
                                           "--train/--dev/--test files instead).")
     seeds: list[int] = setting(default_factory=lambda: [1], help="Comma-separated seeds, one run each.")

@@ -319,7 +319,11 @@ class PreTrainedModel(nn.Module):
         bare encoder does not use) and errors, as this class declares; errors raise `CheckpointError`
         unless `strict=False`. The sorted lists are kept on `model.load_report`. Pickle files
         (`pytorch_model.bin`) are refused unless `allow_pickle=True`, and then read with `weights_only=True`.
+        `directory` may also name a Hugging Face Hub model (`org/name`, `org/name@revision`: `bertforge.hub`).
         """
+        from bertforge.hub import local_or_hub
+
+        directory = local_or_hub(directory, allow_pickle=allow_pickle)  # a Hub name: its cached snapshot
         source = str(os.path.join(directory, "config.json"))
         config = registry.config_from_dict(hf_checkpoint.read_config_data(directory), source=source)
         target = cls.for_config(config)

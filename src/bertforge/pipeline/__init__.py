@@ -286,7 +286,9 @@ def pipeline(model: str | Path, task: str | None = None, *, batch_size: int = 32
 
     if engine not in ENGINES:
         raise EngineError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
-    model_dir = Path(model)
+    from bertforge.hub import local_or_hub
+
+    model_dir = local_or_hub(model)  # a Hub name (`org/name@revision`): its cached snapshot
     # an engine other than torch may export the model: load its fp32 weights, and set the precision after
     found = load_for_inference(model_dir, precision if engine == "torch" else "fp32", device)
     loaded, saved = found.model, found.record or TaskRecord()

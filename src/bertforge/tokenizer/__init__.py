@@ -580,7 +580,9 @@ class BertTokenizer:
         Missing or unreadable files raise a `TokenizerFileError` (a ValueError; a FileNotFoundError
         too when files are missing) naming the file.
         """
-        directory = Path(directory)
+        from bertforge.hub import local_or_hub
+
+        directory = local_or_hub(directory)  # a Hub name (`org/name`): its cached snapshot
         if not directory.is_dir():
             raise TokenizerFilesMissing(f"no tokenizer directory at {directory}")
         config: dict[str, Any] = {}
