@@ -98,7 +98,7 @@ def test_a_numeric_text_column_is_refused_alike_by_finetune_and_predict(tmp_path
     config = set_labels(BertConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size), ["a", "b"])
     BertForSequenceClassification(config).save_pretrained(tmp_path / "model", tokenizer=tokenizer)
     with pytest.raises(DataFormatError, match=r"rows\.parquet:1: text: not text \(int\)"):
-        predict_file(pipeline(tmp_path / "model"), path, tmp_path / "out.jsonl", progress=False)
+        predict_file(pipeline(tmp_path / "model"), path, tmp_path / "out.jsonl", progress=False, on_error="stop")
 
 
 def test_a_full_disk_is_named_as_such(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

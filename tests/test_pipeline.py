@@ -408,11 +408,43 @@ def test_predict_bad_input_is_one_located_line_and_no_file(models: dict[str, Pat
         source = tmp_path / "in.csv"
         source.write_text('text,id\ngood,1\n"  ",2\n', encoding="utf-8")
         expected = "in.csv:3: text: empty text"
-    code, output = _cli("--model", models["cls"], "--input", source, "--out", out, "--chunk-rows", "4")
+    code, output = _cli("--model", models["cls"], "--input", source, "--out", out, "--chunk-rows", "4",
+                        "--on-error", "stop")
     assert code == 2
     errors = [line for line in output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and expected in errors[0], output
     assert not out.exists() and not list(tmp_path.glob(".out.jsonl*"))  # nothing written half
+
+
+@pytest.mark.parametrize("out_name", ["out.jsonl", "out.csv"])
+def test_one_bad_row_never_kills_the_run(models: dict[str, Path], tmp_path: Path, out_name: str) -> None:
+    """1,000 rows with a blank line and a cell that is not text: the other 998 are answered, in order."""
+    source = tmp_path / "in.jsonl"
+    rows = [{"text": f"review number {i} was good", "id": i} for i in range(1000)]
+    rows[10]["text"], rows[500]["text"] = "   ", 7
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / out_name
+    code, output = _cli("--model", models["cls"], "--input", source, "--out", out, "--keep-columns", "id",
+                        "--chunk-rows", "64", "--no-progress")
+    assert code == 0, output
+    assert "2 rows could not be answered and were recorded" in " ".join(output.split())
+    if out_name.endswith(".jsonl"):
+        written = [json.loads(line) for line in out.read_text().splitlines()]
+    else:
+        import csv
+
+        written = list(csv.DictReader(out.open(encoding="utf-8")))
+    assert [int(r["id"]) for r in written] == list(range(1000))  # every row, in input order
+    errors = {int(r["id"]): r["error"] for r in written if r.get("error")}
+    assert errors == {10: f"{source}:11: text: empty text",
+                      500: f"{source}:501: text: not text (int); name the column that holds the text"}
+    assert all(r["label"] for r in written if int(r["id"]) not in errors)
+    skipped = tmp_path / "skipped.jsonl"
+    code, output = _cli("--model", models["cls"], "--input", source, "--out", skipped, "--keep-columns", "id",
+                        "--on-error", "skip", "--no-progress")
+    assert code == 0 and "were skipped" in " ".join(output.split())
+    kept = [json.loads(line)["id"] for line in skipped.read_text().splitlines()]
+    assert len(kept) == 998 and 10 not in kept and 500 not in kept
 
 
 def test_predict_keeps_the_leaderboard_mode(models: dict[str, Path], tmp_path: Path) -> None:

@@ -222,8 +222,9 @@ def _parquet_rows(path: Path, batch_rows: int) -> Iterator[Row]:
 # writing
 # ------------------------------------------------------------------------------------------------
 @contextmanager
-def write_rows(path: str | Path) -> Iterator[Callable[[dict[str, Any]], None]]:
-    """A function that writes one row to `path` (.jsonl, or .csv/.tsv whose header is the first row's keys).
+def write_rows(path: str | Path, always: Sequence[str] = ()) -> Iterator[Callable[[dict[str, Any]], None]]:
+    """A function that writes one row to `path` (.jsonl, or .csv/.tsv whose header is the first row's keys,
+    then the `always` columns it lacks: a column only some rows have, such as an error message).
 
     Rows stream to a temporary file beside `path`, which replaces `path` only when the block completes.
     In CSV a list or dict value is written as its JSON text.
@@ -239,7 +240,7 @@ def write_rows(path: str | Path) -> Iterator[Callable[[dict[str, Any]], None]]:
         if fmt == "jsonl":
             yield lambda row: handle.write(_json_row(row, path) + "\n")
         else:
-            yield _csv_writer(handle, "," if fmt == "csv" else "\t")
+            yield _csv_writer(handle, "," if fmt == "csv" else "\t", always)
 
 
 def _json_row(row: dict[str, Any], path: Path) -> str:
@@ -252,13 +253,13 @@ def _json_row(row: dict[str, Any], path: Path) -> str:
                          "infinite: check its config.json (layer_norm_eps, ...) and weights") from None
 
 
-def _csv_writer(handle: io.TextIOBase, delimiter: str) -> Callable[[dict[str, Any]], None]:
+def _csv_writer(handle: io.TextIOBase, delimiter: str, always: Sequence[str] = ()) -> Callable[[dict[str, Any]], None]:
     writer = csv.writer(handle, delimiter=delimiter)
     header: list[str] = []
 
     def write(row: dict[str, Any]) -> None:
         if not header:
-            header.extend(row)
+            header.extend([*row, *(name for name in always if name not in row)])
             writer.writerow(header)
         _json_row(row, Path(getattr(handle, "name", "<rows>")))  # the same check: no NaN in a file
         writer.writerow([_cell(row.get(name)) for name in header])

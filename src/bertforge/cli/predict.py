@@ -45,6 +45,10 @@ def predict_command(
         "--max-length", help="Pieces per input (default: the length the model was fine-tuned with).")] = None,
     chunk_rows: Annotated[int, typer.Option(
         "--chunk-rows", help="Rows read, predicted and written at a time (memory is bounded by it).")] = 4096,
+    on_error: Annotated[str, typer.Option(
+        "--on-error", help="A row the task cannot answer (empty text, no [MASK], no context): record (its output "
+                           "row says what is wrong, in an error column, and the run goes on), skip (left out) or "
+                           "stop (exit 2, nothing written).")] = "record",
     pooling: Annotated[str | None, typer.Option("--pooling", help="Embeddings: mean, cls, max or pooler (default: "
                                                                   "what a sentence-transformers model's modules.json "
                                                                   "says, else mean).")] = None,
@@ -94,7 +98,7 @@ def predict_command(
                       batch_size=batch_size, max_length=max_length, chunk_rows=chunk_rows, device=device,
                       precision=precision, progress=progress, pooling=pooling, normalize=normalize, top_k=top_k,
                       all_scores=all_scores, long_text=long_text, window_stride=window_stride, engine=engine,
-                      engine_calibrate=engine_calibrate)
+                      engine_calibrate=engine_calibrate, on_error=on_error)
         return
     if family is None:
         raise fail("--data needs the task family first: bertforge predict glue|ner|squad|swag|tag|qa --data ...")
@@ -124,6 +128,10 @@ def _predict_file(model: Path, input_file: Path, out: Path, *, task: str | None,
     on = f", {pipe.engine_name}" if pipe.engine is not None else ""  # torch, the default, goes unsaid
     typer.echo(f"{pipe.task} ({pipe.precision}{on}): {done['rows']} rows -> {out} "
                f"({done['rows_per_second']:.1f} rows/s)")
+    if done["errors"]:
+        verb = "recorded with an error column" if file_options.get("on_error", "record") == "record" else "skipped"
+        typer.secho(f"warning: {done['errors']} rows could not be answered and were {verb}; the first: "
+                    f"{done['first_error']}", fg="yellow", err=True)
     if pipe.task == "embeddings":
         how = "as asked" if pipe.embedding_source in ("asked for", "default") else f"from {pipe.embedding_source}"
         typer.echo(f"embeddings: {pipe.pooling} pooling{', normalised' if pipe.normalize else ''}, "

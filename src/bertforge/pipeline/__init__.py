@@ -215,6 +215,7 @@ class Pipeline:
         return predict_file(self, input_path, out_path, **kwargs)
 
 
+ON_ERROR = ("record", "skip", "stop")  # what predict_file does with a row the task cannot answer
 _LONG_TEXT_HINT = " (long_text='windows' reads them whole)"
 
 
@@ -389,21 +390,27 @@ def input_columns(task: str, *, text_column: str = "text", pair_column: str | No
 def predict_file(pipe: Pipeline, input_path: str | Path, out_path: str | Path, *, text_column: str = "text",
                  pair_column: str | None = None, question_column: str = "question",
                  context_column: str = "context", keep_columns: Sequence[str] = (), chunk_rows: int = 4096,
-                 progress: bool = True, **options: Any) -> dict[str, Any]:
+                 progress: bool = True, on_error: str = "record", **options: Any) -> dict[str, Any]:
     """Predict every row of a table (any `bertforge.tables` format, decided by `bertforge.formats`; plain
     lines only for a task that reads one text column) into `out_path` (.jsonl, .csv, .tsv).
 
     Rows are read `chunk_rows` at a time; each chunk is featurised, run in length-sorted batches and
     written in input order before the next chunk is read, so memory does not grow with the file.
     `keep_columns` are copied from the input row in front of the prediction. The output appears only
-    when complete (a bad row stops the run with `DataFormatError` naming its line, and nothing is
-    written). Returns {"rows", "seconds", "rows_per_second", "out", "truncated" (rows cut to
-    max_length), "windowed" (rows read in more than one window)}.
+    when complete. A row the task cannot answer (an empty text, a fill-mask text without [MASK], a
+    question without a context, a cell that is not text) is decided by `on_error`: "record" (the
+    default) writes the row with `error` saying what is wrong, where it is ("FILE:LINE: COLUMN: ...")
+    instead of a prediction, and goes on; "skip" leaves it out and goes on; "stop" ends the run with
+    `DataFormatError` naming its line, and nothing is written. Returns {"rows", "seconds",
+    "rows_per_second", "out", "truncated" (rows cut to max_length), "windowed" (rows read in more than
+    one window), "errors" (rows recorded or skipped), "first_error"}.
     """
     from bertforge.formats import detect_format
     from bertforge.tables import LINES_COLUMN, TABLE_FORMATS, iter_rows, write_rows
 
     chunk_rows = positive_int(chunk_rows, "chunk_rows")
+    if on_error not in ON_ERROR:
+        raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
     input_path = Path(input_path)
     columns = input_columns(pipe.task, text_column=text_column, pair_column=pair_column,
                             question_column=question_column, context_column=context_column)
@@ -411,17 +418,23 @@ def predict_file(pipe: Pipeline, input_path: str | Path, out_path: str | Path, *
     # plain lines have the one column "text": read a file as lines only when that is all the task needs
     accept = [f for f in TABLE_FORMATS if f != "lines" or set(wanted) <= {LINES_COLUMN}]
     rows = iter_rows(input_path, wanted, fmt=detect_format(input_path, accept))
-    started, count, truncated, windowed = time.perf_counter(), 0, 0, 0
+    started, count, truncated, windowed, errors = time.perf_counter(), 0, 0, 0, []
     bar = _progress_bar(progress, input_path)
     try:
-        with write_rows(out_path) as write:
+        with write_rows(out_path, always=("error",) if on_error == "record" else ()) as write:
             for chunk in _chunks(rows, chunk_rows):
-                results = _predict_chunk(pipe, input_path, chunk, columns, options)
+                results, failed = _predict_chunk(pipe, input_path, chunk, columns, options, stop=on_error == "stop")
                 truncated += count_truncated(results)
                 windowed += sum(1 for r in results if isinstance(r, dict) and r.get("windows", 1) > 1)
-                for row, result in zip(chunk, results, strict=True):
-                    write({**{name: row.values[name] for name in keep_columns},
-                           **output_row(pipe.task, result, all_scores=pipe.all_scores)})
+                answers = iter(results)
+                for position, row in enumerate(chunk):
+                    kept = {name: row.values.get(name) for name in keep_columns}
+                    if position in failed:
+                        errors.append(failed[position])
+                        if on_error == "record":
+                            write({**kept, "error": failed[position]})
+                        continue
+                    write({**kept, **output_row(pipe.task, next(answers), all_scores=pipe.all_scores)})
                 count += len(chunk)
                 if bar is not None:
                     bar.update(len(chunk))
@@ -430,21 +443,41 @@ def predict_file(pipe: Pipeline, input_path: str | Path, out_path: str | Path, *
             bar.close()
     seconds = time.perf_counter() - started
     return {"rows": count, "seconds": seconds, "rows_per_second": count / seconds if seconds else math.inf,
-            "out": str(out_path), "truncated": truncated, "windowed": windowed}
+            "out": str(out_path), "truncated": truncated, "windowed": windowed, "errors": len(errors),
+            "first_error": errors[0] if errors else None}
 
 
 def _predict_chunk(pipe: Pipeline, path: Path, chunk: list[Any], columns: dict[str, str],
-                   options: dict[str, Any]) -> list[Any]:
-    inputs = [_row_input(path, row, columns) for row in chunk]
+                   options: dict[str, Any], *, stop: bool) -> tuple[list[Any], dict[int, str]]:
+    """(the results of the chunk's answerable rows, in order; {position in the chunk: what is wrong}
+    for the others). With `stop` the first bad row raises `DataFormatError` instead."""
+    failed: dict[int, str] = {}
+    inputs: dict[int, Any] = {}
+    for position, row in enumerate(chunk):
+        try:
+            inputs[position] = _row_input(path, row, columns)
+        except DataFormatError as exc:
+            if stop:
+                raise
+            failed[position] = str(exc)
     if pipe.task == "multiple-choice":
-        inputs = [{"context": v["context"], "start": v["start"], "endings": [v[f"ending{k}"] for k in range(4)]}
-                  for v in inputs]
-    try:
-        prepared = pipe.prepare(inputs)
-    except InputError as exc:  # locate it in the file
-        raise DataFormatError(path, chunk[exc.index].number, columns.get(exc.field or "", exc.field),
-                              exc.detail) from None
-    return pipe.finish(prepared, pipe.run(prepared.features, **options), **options)
+        inputs = {i: {"context": v["context"], "start": v["start"], "endings": [v[f"ending{k}"] for k in range(4)]}
+                  for i, v in inputs.items()}
+    while inputs:
+        order = list(inputs)
+        try:
+            prepared = pipe.prepare([inputs[i] for i in order])
+            break
+        except InputError as exc:  # locate it in the file; without `stop`, set the row aside and go on
+            position = order[exc.index]
+            error = DataFormatError(path, chunk[position].number, columns.get(exc.field or "", exc.field), exc.detail)
+            if stop:
+                raise error from None
+            failed[position] = str(error)
+            del inputs[position]
+    else:
+        return [], failed  # no row of the chunk was answerable
+    return pipe.finish(prepared, pipe.run(prepared.features, **options), **options), failed
 
 
 def _chunks(rows: Iterator[Any], size: int) -> Iterator[list[Any]]:
