@@ -113,6 +113,8 @@ def test_serve_embed_answers_the_models_own_vectors(tmp_path: Path) -> None:
 
     directory = _sentence_dir(tmp_path, pooling="cls", normalize=False, max_seq_length=12, lower=True)
     with TestClient(create_app(directory)) as client:
+        health = client.get("/health").json()
+        assert health["max_length"]["embed"] == 12 and health["max_tokens"] == 64  # what /embed reads, and the model's
         answer = client.post("/embed", json={"texts": TEXTS}).json()
         vectors = np.array([r["embedding"] for r in answer["results"]])
         np.testing.assert_allclose(vectors, _st_vectors(directory, TEXTS), atol=1e-5)

@@ -600,7 +600,9 @@ def create_app(
             "labels": service.labels,
             "num_layers": config.num_hidden_layers,
             "num_heads": config.num_attention_heads,
-            "max_tokens": service.max_tokens,
+            "max_tokens": service.max_tokens,  # the model's own limit
+            # what each endpoint reads: the fine-tuned length from task.json, modules.json's for /embed
+            "max_length": {task: pipe.max_length for task, pipe in service.pipelines.items()},
             "mask_token": service.tokenizer.mask_token,
             "limits": {"max_text_chars": MAX_TEXT_CHARS, "max_context_chars": MAX_CONTEXT_CHARS,
                        "max_items": MAX_ITEMS, "max_masks": MAX_MASKS, "max_top_k": MAX_TOP_K,
