@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from bertforge import BertConfig, BertForSequenceClassification, BertModel, BertTokenizer
 from bertforge.checkpoint import CheckpointError
 from bertforge.cli import app
+from bertforge.finetuned import label_names_of
 from bertforge.hub import HubModelError, is_hub_name, resolve_model, split_revision
 from bertforge.model.base import set_labels
 from bertforge.pipeline import pipeline
@@ -130,3 +131,39 @@ def test_commands_take_names(loopback_hub, checkpoints: dict[str, Path], tmp_pat
     missing = runner.invoke(app, ["predict", "--model", "org/none", "--input", str(texts), "--out",
                                   str(tmp_path / "q.jsonl")])
     assert missing.exit_code == 2 and "no such model on the Hub" in " ".join(missing.output.split())
+
+
+def test_model_card_and_push(loopback_hub, checkpoints: dict[str, Path], tmp_path: Path, monkeypatch) -> None:
+    import huggingface_hub
+    import yaml
+
+    loopback_hub.commit("org/encoder", _files(checkpoints["encoder"]))
+    train = tmp_path / "train.csv"
+    train.write_text("text,label\n" + "a gripping film,positive\ndull and slow,negative\n" * 6, encoding="utf-8")
+    runner = CliRunner()
+    result = runner.invoke(app, ["finetune", "classify", "--model", "org/encoder", "--train", str(train), "--out",
+                                 str(tmp_path / "ft"), "--epochs", "1", "--batch-size", "4", "--max-length", "16"])
+    assert result.exit_code == 0, result.output
+    seed = tmp_path / "ft" / "seed-1"
+    card = (seed / "README.md").read_text()
+    meta = yaml.safe_load(card.split("---")[1])
+    assert meta["library_name"] == "transformers" and "bertforge" in meta["tags"]
+    assert meta["pipeline_tag"] == "text-classification" and meta["base_model"] == "org/encoder"
+    scores = meta["model-index"][0]["results"][0]["metrics"]
+    assert {m["type"] for m in scores} >= {"accuracy", "macro_f1"}
+    assert loopback_hub.head("org/encoder") in card  # the base model's resolved commit
+
+    monkeypatch.setenv("HF_TOKEN", loopback_hub.token)
+    (seed / "run" / "checkpoints").mkdir(parents=True, exist_ok=True)
+    (seed / "run" / "checkpoints" / "state.pt").write_bytes(b"optimizer state, not for the Hub")
+    pushed = runner.invoke(app, ["push", str(seed), "me/reviews"])
+    assert pushed.exit_code == 0, pushed.output
+    assert "me/reviews" in pushed.output and "(private)" in pushed.output
+    uploaded = set(loopback_hub.files("me/reviews"))
+    assert {"config.json", "model.safetensors", "README.md", "task.json", "vocab.txt"} <= uploaded
+    assert not [name for name in uploaded if name.startswith("run/")]
+    loaded = BertForSequenceClassification.from_pretrained("me/reviews")  # by name, with the token
+    assert label_names_of(loaded) == ["negative", "positive"]
+    monkeypatch.delenv("HF_TOKEN")
+    with pytest.raises(huggingface_hub.errors.RepositoryNotFoundError):  # private: not without the token
+        huggingface_hub.model_info("me/reviews", token=False)

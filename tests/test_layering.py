@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("model", "data"),
     ("train", "precision"),  # a training loop for any nn.Module; inference at fp32, bf16 or int8
     ("features", "plot", "tasks", "finetuned"),  # frozen features; figures; task readers, features, metrics; the fine-tuned model directory
-    ("pretrain",),  # shards -> an encoder, through the one loop
+    ("pretrain", "modelcard"),  # shards -> an encoder, through the one loop; a model directory's Hub card and upload
     ("adapt",),  # continued pre-training of a checkpoint on the user's text: prepare + pretrain
     ("finetune", "analysis", "export", "ablation"),  # ablation: frozen features + tasks.ner; finetune may adapt first
     ("distill",),  # teacher -> student through the one loop, on the tasks of finetune and the shards of pretrain

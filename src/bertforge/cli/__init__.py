@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import typer
 
-from bertforge.cli import distill, finetune, inspect, predict, search, train
+from bertforge.cli import distill, finetune, hub, inspect, predict, search, train
 
 app = typer.Typer(
     name="bertforge",
@@ -52,6 +52,7 @@ for _name, _command in [
     ("attention", inspect.attention_command),
     ("attention-stats", inspect.attention_stats_command),
     ("ablate-features", inspect.ablate_features_command),
+    ("push", hub.push_command),
 ]:
     app.command(_name)(_command)
 

@@ -97,6 +97,7 @@ from bertforge.model.task_heads import (
     TASK_HEAD_KEY,
     layer_indices,
 )
+from bertforge.modelcard import write_model_card
 from bertforge.recipe import RUN_CONFIG_FILE
 from bertforge.recipe import override as recipe_override
 from bertforge.recipe import save as save_recipe
@@ -370,6 +371,8 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
                             best=best.summary(selection), wall_s=round(wall, 1), hyperparameters=hyper,
                             source_model=str(model_dir), test_metrics=test_metrics or None)
         record.write(seed_dir)
+        write_model_card(seed_dir, base_model=source.get("repo_id") or str(recipe.model),
+                         base_revision=source.get("commit"), command=_command_line())
         if not loop.keep_checkpoints:
             shutil.rmtree(seed_dir / "run" / "checkpoints", ignore_errors=True)
         _say(f"seed {seed}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()) + f"  ({wall:.0f} s)", verbose)
@@ -402,6 +405,13 @@ def model_hidden_size(model_dir: str | Path) -> int | None:
         return int(read_config(model_dir).hidden_size)
     except Exception:  # a missing or malformed config.json is refused by name when the model loads
         return None
+
+
+def _command_line() -> str | None:
+    """The command that is running, for the model card (None from Python)."""
+    if not sys.argv or not sys.argv[0].endswith("bertforge"):
+        return None
+    return " ".join(["bertforge", *sys.argv[1:]])
 
 
 def held_out_dev(spec: Task, examples: list[Any], loop: FinetuneLoop) -> tuple[list[Any], list[Any] | None]:

@@ -284,6 +284,7 @@ class Task(ABC):
     # The pipeline task this family answers (text-classification, token-classification,
     # question-answering, multiple-choice); None for a family that only fine-tunes and evaluates.
     inference_task: ClassVar[str | None] = None
+    hub_dataset: ClassVar[str | None] = None  # the benchmark's data set on the Hugging Face Hub (model cards name it)
     # The family whose pre- and post-processing run a checkpoint of that pipeline task that has no
     # task.json (one family per pipeline task).
     inference_default: ClassVar[bool] = False
@@ -404,6 +405,7 @@ class OwnFiles:
 
     reads_data_dir: ClassVar[bool] = False
     single_task: ClassVar[bool] = True
+    hub_dataset: ClassVar[str | None] = None  # the user's own data, not the benchmark the task builds on
     settings: dict[str, Any]
 
     def eval_splits(self) -> tuple[str, ...]:

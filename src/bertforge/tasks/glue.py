@@ -220,6 +220,7 @@ class Glue(Task):
 
     job = "sequence-classification"  # the model the task fine-tunes: the encoder plus this job's output layer
     inference_task = "text-classification"
+    hub_dataset = "nyu-mll/glue"
     inference_default = True
     requires_name = "a GLUE task needs its name (CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI)"
 

@@ -220,6 +220,7 @@ class Ner(Task):
 
     job = "token-classification"  # the model the task fine-tunes: the encoder plus this job's output layer
     inference_task = "token-classification"
+    hub_dataset = "eriktks/conll2003"
     inference_default = True
 
     def inference_example(self, index: int, fields: dict[str, Any]) -> NerSentence:

@@ -299,6 +299,7 @@ class Squad(Task):
 
     job = "question-answering"  # the model the task fine-tunes: the encoder plus this job's output layer
     inference_task = "question-answering"
+    hub_dataset = "rajpurkar/squad"
     inference_default = True
 
     @classmethod

@@ -157,6 +157,7 @@ class Swag(Task):
 
     job = "multiple-choice"  # the model the task fine-tunes: the encoder plus this job's output layer
     inference_task = "multiple-choice"
+    hub_dataset = "allenai/swag"
     inference_default = True
     num_choices: ClassVar[int] = NUM_CHOICES
 
