@@ -7,14 +7,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 from typer.testing import CliRunner
 
-from bertforge import BertConfig, BertModel, BertTokenizer
 from bertforge.cli import app
 from bertforge.finetune import finetune
 from bertforge.finetune.devsplit import split_dev
+from tests.tiny_models import save_tiny_encoder
 
 WORDS = ("good great fine warm bright bad dull slow flat poor film story acting ending anna flew to rome "
          "paris bob where did who with the a and in 1948 when arrive")
@@ -22,15 +21,7 @@ WORDS = ("good great fine warm bright bad dull slow flat poor film story acting 
 
 @pytest.fixture(scope="module")
 def encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    corpus = tmp_path_factory.mktemp("corpus") / "corpus.txt"
-    corpus.write_text((WORDS + "\n") * 10, encoding="utf-8")
-    tokenizer = BertTokenizer.train([corpus], vocab_size=120, min_frequency=1, show_progress=False)
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1,
-                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
-    directory = tmp_path_factory.mktemp("encoder")
-    BertModel(config).save_pretrained(directory, tokenizer=tokenizer)
-    return directory
+    return save_tiny_encoder(tmp_path_factory.mktemp("model"), WORDS, vocab_size=120)
 
 
 def _classify_rows() -> list[dict]:
