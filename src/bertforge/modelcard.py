@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,13 @@ def model_card(directory: str | os.PathLike[str], *, base_model: str | None = No
     lines = ["---", *_yaml(meta), *_model_index(directory.name, record, task), "---", ""]
     lines += _prose(config, record, base_model, base_revision, command)
     return "\n".join(lines) + "\n"
+
+
+def command_line() -> str | None:
+    """The bertforge command that is running, for a card (None when called from Python)."""
+    if not sys.argv or not sys.argv[0].endswith("bertforge"):
+        return None
+    return " ".join(["bertforge", *sys.argv[1:]])
 
 
 def write_model_card(directory: str | os.PathLike[str], **details: Any) -> Path:
@@ -135,4 +143,4 @@ def push_model(directory: str | os.PathLike[str], repo_id: str, *, private: bool
     return str(url)
 
 
-__all__ = ["CARD_FILE", "PUSH_IGNORE", "model_card", "push_model", "write_model_card"]
+__all__ = ["CARD_FILE", "PUSH_IGNORE", "command_line", "model_card", "push_model", "write_model_card"]

@@ -74,7 +74,7 @@ if TYPE_CHECKING:
     import torch
 
 from bertforge.fileio import run_lock
-from bertforge.finetune.devsplit import DEV_SPLIT_FILE, split_dev, write_dev_split
+from bertforge.finetune.devsplit import DEV_SPLIT_FILE, held_out_dev, split_holdout, write_dev_split
 from bertforge.finetune.recipe import (
     RESULTS_FILE,
     FinetuneLoop,
@@ -97,7 +97,7 @@ from bertforge.model.task_heads import (
     TASK_HEAD_KEY,
     layer_indices,
 )
-from bertforge.modelcard import write_model_card
+from bertforge.modelcard import command_line, write_model_card
 from bertforge.recipe import RUN_CONFIG_FILE
 from bertforge.recipe import override as recipe_override
 from bertforge.recipe import save as save_recipe
@@ -126,7 +126,6 @@ _RUN_STATE = ("seed-*", RESULTS_FILE, RUN_CONFIG_FILE, RECORD_FILE)
 # the extra eval split of `holdout`, and the fixed seed that picks it: apart from the run seeds, so
 # every configuration of a search holds out the same examples
 HOLDOUT_SPLIT = "holdout"
-HOLDOUT_SEED = 20190524
 # batches per length-sorted group with group_by_length (transformers' LengthGroupedSampler uses 50 too)
 LENGTH_GROUP_BATCHES = 50
 
@@ -372,7 +371,7 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
                             source_model=str(model_dir), test_metrics=test_metrics or None)
         record.write(seed_dir)
         write_model_card(seed_dir, base_model=source.get("repo_id") or str(recipe.model),
-                         base_revision=source.get("commit"), command=_command_line())
+                         base_revision=source.get("commit"), command=command_line())
         if not loop.keep_checkpoints:
             shutil.rmtree(seed_dir / "run" / "checkpoints", ignore_errors=True)
         _say(f"seed {seed}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()) + f"  ({wall:.0f} s)", verbose)
@@ -405,34 +404,6 @@ def model_hidden_size(model_dir: str | Path) -> int | None:
         return int(read_config(model_dir).hidden_size)
     except Exception:  # a missing or malformed config.json is refused by name when the model loads
         return None
-
-
-def _command_line() -> str | None:
-    """The command that is running, for the model card (None from Python)."""
-    if not sys.argv or not sys.argv[0].endswith("bertforge"):
-        return None
-    return " ".join(["bertforge", *sys.argv[1:]])
-
-
-def held_out_dev(spec: Task, examples: list[Any], loop: FinetuneLoop) -> tuple[list[Any], list[Any] | None]:
-    """(training examples, the dev split drawn from them or None) per `loop.dev_fraction`."""
-    if not loop.dev_fraction:
-        return examples, None
-    strata, groups = spec.dev_split_keys(examples)
-    return split_dev(examples, loop.dev_fraction, loop.dev_seed, strata=strata, groups=groups)
-
-
-def split_holdout(examples: Sequence[Any], holdout: float) -> tuple[list[Any], list[Any]]:
-    """(training examples, held-out examples), each in file order: `holdout` examples (a count, or a
-    fraction of them when below 1) drawn with the fixed `HOLDOUT_SEED`, so the same ones for every
-    configuration that reads the same training split."""
-    count = int(holdout) if holdout >= 1 else round(holdout * len(examples))
-    if count <= 0:
-        return list(examples), []
-    if count >= len(examples):
-        raise ValueError(f"holdout {holdout:g} leaves no training examples (the training split has {len(examples)})")
-    held = set(np.random.default_rng(HOLDOUT_SEED).choice(len(examples), size=count, replace=False).tolist())
-    return [e for i, e in enumerate(examples) if i not in held], [examples[i] for i in sorted(held)]
 
 
 def _check_task_head(loop: FinetuneLoop, job: str, model_dir: Path) -> None:

@@ -1,4 +1,5 @@
-"""A dev split drawn from the training file when the user has no dev file (`--dev-fraction`).
+"""Parts of the training file held out of training: the dev split drawn when the user has no dev file
+(`--dev-fraction`), and the fixed hold-out scored beside the dev split (`holdout`).
 
 Fine-tuning on one's own data often starts from one labelled file. Scoring needs rows the model did
 not train on, so a fixed, seeded part of the training rows is held out as the dev split: per class for
@@ -20,8 +21,10 @@ from typing import Any
 import numpy as np
 
 from bertforge.fileio import write_text_atomic
+from bertforge.tasks.base import Task
 
 DEV_SPLIT_FILE = "dev-split.jsonl"
+HOLDOUT_SEED = 20190524
 DEFAULT_DEV_FRACTION = 0.1  # when no dev file is given: transformers' examples and sklearn users' usual 10%
 
 
@@ -49,6 +52,28 @@ def split_dev(examples: Sequence[Any], fraction: float, seed: int, *, strata: Se
     if not held or len(held) == len(examples):
         raise ValueError(f"dev_fraction {fraction:g} of {len(examples)} training examples leaves "
                          f"{'no dev' if not held else 'no training'} examples; give a --dev file or another fraction")
+    return [e for i, e in enumerate(examples) if i not in held], [examples[i] for i in sorted(held)]
+
+
+def held_out_dev(spec: Task, examples: list[Any], loop: Any) -> tuple[list[Any], list[Any] | None]:
+    """(training examples, the dev split drawn from them or None) per the `FinetuneLoop`'s `dev_fraction`
+    and `dev_seed`."""
+    if not loop.dev_fraction:
+        return examples, None
+    strata, groups = spec.dev_split_keys(examples)
+    return split_dev(examples, loop.dev_fraction, loop.dev_seed, strata=strata, groups=groups)
+
+
+def split_holdout(examples: Sequence[Any], holdout: float) -> tuple[list[Any], list[Any]]:
+    """(training examples, held-out examples), each in file order: `holdout` examples (a count, or a
+    fraction of them when below 1) drawn with the fixed `HOLDOUT_SEED`, so the same ones for every
+    configuration that reads the same training split."""
+    count = int(holdout) if holdout >= 1 else round(holdout * len(examples))
+    if count <= 0:
+        return list(examples), []
+    if count >= len(examples):
+        raise ValueError(f"holdout {holdout:g} leaves no training examples (the training split has {len(examples)})")
+    held = set(np.random.default_rng(HOLDOUT_SEED).choice(len(examples), size=count, replace=False).tolist())
     return [e for i, e in enumerate(examples) if i not in held], [examples[i] for i in sorted(held)]
 
 
@@ -83,4 +108,5 @@ def _fields(example: Any) -> dict[str, Any]:
     return dataclasses.asdict(example) if dataclasses.is_dataclass(example) else {"example": example}
 
 
-__all__ = ["DEFAULT_DEV_FRACTION", "DEV_SPLIT_FILE", "split_dev", "write_dev_split"]
+__all__ = ["DEFAULT_DEV_FRACTION", "DEV_SPLIT_FILE", "HOLDOUT_SEED", "held_out_dev", "split_dev", "split_holdout",
+           "write_dev_split"]
