@@ -109,6 +109,12 @@ def test_refusals_fetch_nothing(loopback_hub, checkpoints: dict[str, Path]) -> N
     assert loopback_hub.requests == []
 
 
+def test_an_unreachable_hub_is_one_line(loopback_hub) -> None:
+    loopback_hub.stop()  # nothing listens there any more: the connection is refused
+    with pytest.raises(HubModelError, match="no such local directory, and the Hub cannot be reached"):
+        BertModel.from_pretrained("runs/typo")
+
+
 def test_commands_take_names(loopback_hub, checkpoints: dict[str, Path], tmp_path: Path) -> None:
     loopback_hub.commit("org/clf", _files(checkpoints["classifier"]))
     loopback_hub.commit("org/encoder", _files(checkpoints["encoder"]))

@@ -138,6 +138,11 @@ def _download(repo_id: str, revision: str | None, allow_pickle: bool) -> tuple[P
         raise HubModelError(f"{where}: not in the local cache, and HF_HUB_OFFLINE forbids asking the Hub") from exc
     except (HfHubHTTPError, OSError) as exc:
         raise HubModelError(f"{where}: the Hub did not answer ({type(exc).__name__}: {exc})") from exc
+    except Exception as exc:
+        if not type(exc).__module__.startswith(("httpx", "httpcore")):  # a connection that failed: say so in one line
+            raise
+        raise HubModelError(f"{where}: no such local directory, and the Hub cannot be reached to look for a model of "
+                            f"that name ({type(exc).__name__}: {exc})") from exc
     commit = path.name if len(path.name) == 40 else None  # snapshots/<commit>
     return path, commit
 
