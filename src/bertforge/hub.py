@@ -84,21 +84,19 @@ def model_path(spec: str | os.PathLike[str], **options: object) -> Path:
     return resolve_model(spec, **options).path  # type: ignore[arg-type]
 
 
-def hub_source(spec: str | os.PathLike[str] | None) -> dict[str, str | None]:
-    """The repository, revision and resolved commit a model argument names ({} for a local directory):
-    what a run's records keep so that it can be repeated exactly."""
-    if spec is None or Path(spec).expanduser().is_dir() or not is_hub_name(os.fspath(spec)):
-        return {}
-    return resolve_model(spec).provenance()
+def resolve_local_or_hub(spec: str | os.PathLike[str], *, allow_pickle: bool = False) -> ResolvedModel:
+    """`spec` as a path, unless it is no directory and reads as a Hub name: then that model's snapshot
+    (with its repository and commit, which run records keep). A missing path is returned as it is, so
+    that the loader's own message names it."""
+    path = Path(spec).expanduser()
+    if path.is_dir() or not is_hub_name(os.fspath(spec)):
+        return ResolvedModel(path)
+    return resolve_model(spec, allow_pickle=allow_pickle)
 
 
 def local_or_hub(spec: str | os.PathLike[str], *, allow_pickle: bool = False) -> Path:
-    """`spec` as a path, unless it is no directory and reads as a Hub name: then that model's snapshot.
-    What every loader calls, so that a missing path keeps the loader's own message."""
-    path = Path(spec).expanduser()
-    if path.is_dir() or not is_hub_name(os.fspath(spec)):
-        return path
-    return resolve_model(spec, allow_pickle=allow_pickle).path
+    """The directory to read for `spec` (`resolve_local_or_hub(spec).path`): what every loader calls."""
+    return resolve_local_or_hub(spec, allow_pickle=allow_pickle).path
 
 
 def _download(repo_id: str, revision: str | None, allow_pickle: bool) -> tuple[Path, str | None]:
@@ -182,5 +180,5 @@ def _refuse_custom_code(repo_id: str, path: Path) -> None:
                             f"{', '.join(sorted(auto_map))}); bertforge runs only its own model families")
 
 
-__all__ = ["MODEL_FILES", "HubModelError", "ResolvedModel", "hub_source", "is_hub_name", "local_or_hub", "model_path", "resolve_model",
+__all__ = ["MODEL_FILES", "HubModelError", "ResolvedModel", "is_hub_name", "local_or_hub", "resolve_local_or_hub", "model_path", "resolve_model",
            "split_revision"]

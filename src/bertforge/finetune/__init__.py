@@ -92,7 +92,7 @@ from bertforge.finetuned import (
     check_tokenizer_fits,
     load_for_inference,
 )
-from bertforge.hub import hub_source, local_or_hub
+from bertforge.hub import resolve_local_or_hub
 from bertforge.model.task_heads import (
     TASK_HEAD_KEY,
     layer_indices,
@@ -249,8 +249,9 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
     resolve_dev_fraction(spec, recipe.train.dev_fraction)  # a dev file and --dev-fraction together: refused now
     # adapt_on: the model fine-tuned is the adapted one; the recipe keeps naming the one it started from
     adapted = _adapted_first(recipe, spec, out_dir, progress, verbose, overwrite) if recipe.adapt_on else None
-    source = hub_source(recipe.model)  # a Hub name: its repository and the commit its snapshot is of
-    model_dir = adapted if adapted is not None else local_or_hub(recipe.model)  # a Hub name: its snapshot
+    resolved = resolve_local_or_hub(recipe.model)  # a Hub name: its snapshot, repository and commit
+    source = resolved.provenance()
+    model_dir = adapted if adapted is not None else resolved.path
     recipe = recipe.resolved(spec, model_hidden_size(model_dir))
     loop, optim = recipe.train, recipe.optim
     data_dir = None if recipe.data is None else Path(recipe.data)
