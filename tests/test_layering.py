@@ -19,7 +19,7 @@ PACKAGE = "bertforge"
 
 LAYERS: list[tuple[str, ...]] = [
     ("fileio", "threads", "devices", "hub"),  # hub: model names resolved to cached snapshots; threads: the process's CPU thread policy (fair share of a busy machine); devices: which torch device can run here
-    ("formats",),  # which format a user's file holds: by name, then by content where the name is unclear
+    ("formats", "hubdata"),  # which format a user's file holds; hubdata: data set names resolved to cached Parquet files
     ("recipe", "tables"),  # settings dataclasses (knows no job); users' files as streamed rows
     ("config",),
     ("tokenizer",),
@@ -27,7 +27,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("model", "data"),
     ("train", "precision"),  # a training loop for any nn.Module; inference at fp32, bf16 or int8
     ("features", "plot", "tasks", "finetuned"),  # frozen features; figures; task readers, features, metrics; the fine-tuned model directory
-    ("pretrain", "modelcard"),  # shards -> an encoder, through the one loop; a model directory's Hub card and upload
+    ("modelcard",),  # a model directory's Hub card and upload: every job that makes a model directory writes one
+    ("pretrain",),  # shards -> an encoder, through the one loop
     ("adapt",),  # continued pre-training of a checkpoint on the user's text: prepare + pretrain
     ("finetune", "analysis", "export", "ablation"),  # ablation: frozen features + tasks.ner; finetune may adapt first
     ("distill",),  # teacher -> student through the one loop, on the tasks of finetune and the shards of pretrain

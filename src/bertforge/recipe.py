@@ -381,10 +381,11 @@ def dump(recipe: Any) -> str:
     return yaml.safe_dump(to_mapping(recipe), sort_keys=False, default_flow_style=False)
 
 
-def save(recipe: Any, path: str | Path, header: str = "") -> Path:
-    """Write the recipe as YAML, atomically; `header` lines become comments at the top."""
+def save(recipe: Any, path: str | Path, header: str = "", records: str = "") -> Path:
+    """Write the recipe as YAML, atomically; `header` lines become comments at the top, `records` (YAML of
+    keys the recipe class lists as `records`) follows the settings."""
     comment = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
-    write_text_atomic(Path(path), comment + dump(recipe))
+    write_text_atomic(Path(path), comment + dump(recipe) + records)
     return Path(path)
 
 

@@ -58,13 +58,12 @@ files, SQuAD predictions.json and null_odds.json, CoNLL word/gold/predicted line
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import shutil
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -85,6 +84,7 @@ from bertforge.finetune.recipe import (
     resolve_dev_fraction,
     summarize,
 )
+from bertforge.finetune.runrecord import examples_digest, run_inputs, save_run_config
 from bertforge.finetuned import (
     TASK_FILE,
     TaskRecord,
@@ -100,18 +100,13 @@ from bertforge.model.task_heads import (
 from bertforge.modelcard import command_line, write_model_card
 from bertforge.recipe import RUN_CONFIG_FILE
 from bertforge.recipe import override as recipe_override
-from bertforge.recipe import save as save_recipe
 from bertforge.tasks import FAMILIES, make_task
 from bertforge.tasks.base import Task, TaskBatches, run_batches, run_model, subsample, task_title
 from bertforge.train.config import TrainConfig
 from bertforge.train.rundir import (
     RECORD_FILE,
-    RunInput,
     check_run_record,
     clear_run,
-    digest_input,
-    directory_input,
-    file_input,
     flat_settings,
     mismatch_error,
     read_run_record,
@@ -288,7 +283,7 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
 
     recipe = dataclasses.replace(recipe, task_settings=dict(spec.settings))  # as the reader completed them
     hyper = hyperparameters(recipe)
-    inputs = _run_inputs(spec, model_dir, data_dir, [train_examples, *(e for e, _ in eval_sets.values()),
+    inputs = run_inputs(spec, model_dir, data_dir, [train_examples, *(e for e, _ in eval_sets.values()),
                                                      *(e for e, _ in final_sets.values())])
     if overwrite:
         clear_run(out_dir, _RUN_STATE)
@@ -305,8 +300,8 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
     out_dir.mkdir(parents=True, exist_ok=True)
     if dev_split is not None:  # the rows scored as dev, for the user to look at (or give as --dev later)
         write_dev_split(out_dir / DEV_SPLIT_FILE, dev_split)
-    save_recipe(recipe, out_dir / RUN_CONFIG_FILE,
-                header=f"bertforge finetune {spec.family} --config {out_dir / RUN_CONFIG_FILE} repeats this run")
+    data_source = spec.data_sources()  # the Hub data sets read, with their commits
+    save_run_config(recipe, out_dir, spec.family, source, data_source)
     base_settings = dict(spec.settings)
     selection_metric = main_metric_key(spec, loop.selection_metric)
     runs = []
@@ -385,6 +380,7 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
         "family": spec.family, "task": spec.name, "model": str(model_dir), **({"model_source": source} if source else {}),
         "data": str(data_dir) if data_dir is not None else {s: spec.settings[s] for s in ("train", "dev", "test")
                                                             if spec.settings.get(s)},
+        **({"data_source": data_source} if data_source else {}),
         "hyperparameters": hyper, "train_examples": len(train_examples), "train_features": len(train_features),
         "eval_examples": {split: len(e) for split, (e, _) in eval_sets.items()},
         "seeds": runs, "summary": summarize([r["metrics"] for r in runs]), "selection_metric": selection_metric,
@@ -414,30 +410,6 @@ def _check_task_head(loop: FinetuneLoop, job: str, model_dir: Path) -> None:
     head = loop.task_head(job)
     if head is not None:
         layer_indices(head.layers, read_config(model_dir).num_hidden_layers)
-
-
-def _run_inputs(task: Task, model_dir: Path, data_dir: Path | None, read: list[list[Any]]) -> list[RunInput]:
-    """What a fine-tuning run's results depend on besides its settings: the model directory's files,
-    and the task's files (own-data families: --train/--dev/--test), or, for a task that reads a data
-    directory, a digest of the examples it read there."""
-    inputs = [directory_input("model", model_dir)]
-    if not task.reads_data_dir:
-        inputs += [file_input(f"{split} file", task.settings[split]) for split in ("train", "dev", "test")
-                   if task.settings.get(split) and Path(task.settings[split]).is_file()]
-    elif data_dir is not None:
-        inputs.append(digest_input("data", data_dir, examples_digest(read)))
-    return inputs
-
-
-def examples_digest(splits: Iterable[Sequence[Any]]) -> str:
-    """SHA-256 of examples (each split's, in order) as their reprs: the data a task read, whatever its files."""
-    digest = hashlib.sha256()
-    for examples in splits:
-        digest.update(f"{len(examples)}\n".encode())
-        for example in examples:
-            digest.update(repr(example).encode("utf-8", "backslashreplace"))
-            digest.update(b"\n")
-    return digest.hexdigest()
 
 
 def _predict_final(task: Task, model: Any, final_sets: dict[str, tuple[list[Any], list[Any]]],
@@ -700,7 +672,7 @@ def _write_json(path: Path, value: Any) -> None:
     write_text_atomic(path, json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
 
-__all__ = ["BEST_DIR", "FAMILIES", "HOLDOUT_SPLIT", "RESULTS_FILE", "RUN_CONFIG_FILE", "TASK_FILE", "FinetuneLoop", "FinetuneOptim",
+__all__ = ["BEST_DIR", "examples_digest", "FAMILIES", "HOLDOUT_SPLIT", "RESULTS_FILE", "RUN_CONFIG_FILE", "TASK_FILE", "FinetuneLoop", "FinetuneOptim",
            "FinetuneRecipe", "PredictEngine", "RowEngine", "build_recipe", "finetune", "hyperparameters", "load_for_task",
            "main_metric_key", "model_hidden_size", "predict", "reinitialize_top_layers", "run_finetune", "split_holdout",
            "summarize"]

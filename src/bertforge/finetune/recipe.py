@@ -10,7 +10,7 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from bertforge.model.task_heads import TaskHead, check_head, check_layers, check_pooling, uses_task_head
 from bertforge.recipe import resolve, setting
@@ -147,7 +147,9 @@ class FinetuneRecipe:
     model: str | None = setting(None, help="The pre-trained checkpoint (Hugging Face layout), or a Hugging Face Hub "
                                            "model: org/name or org/name@revision.")
     data: str | None = setting(None, help="The task's data directory (or file, for SQuAD; classify takes "
-                                          "--train/--dev/--test files instead).")
+                                          "--train/--dev/--test files instead), or a Hugging Face Hub data set: "
+                                          "org/name[@revision][:config] (nyu-mll/glue, eriktks/conll2003, "
+                                          "rajpurkar/squad).")
     seeds: list[int] = setting(default_factory=lambda: [1], help="Comma-separated seeds, one run each.")
     task_settings: dict[str, Any] = setting(default_factory=dict, help="Task options (SQuAD: doc_stride, ...).",
                                             keys=lambda recipe: FAMILIES[recipe.family].setting_options)
@@ -158,6 +160,8 @@ class FinetuneRecipe:
     adapt_epochs: float | None = setting(None, help="With adapt_on: passes over the text (default 3).")
     optim: FinetuneOptim = dataclasses.field(default_factory=FinetuneOptim)
     train: FinetuneLoop = dataclasses.field(default_factory=FinetuneLoop)
+    # what run_config.yaml records beside the settings: the Hub commits the model and data resolved to
+    records: ClassVar[tuple[str, ...]] = ("model_source", "data_source")
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:

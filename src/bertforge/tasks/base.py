@@ -33,6 +33,7 @@ import numpy as np
 from bertforge import threads
 from bertforge.config import IGNORE_INDEX
 from bertforge.fileio import DataFormatError, NotUtf8Error, read_utf8_lines
+from bertforge.hubdata import dataset_name, resolve_split
 
 if TYPE_CHECKING:
     import torch
@@ -346,6 +347,43 @@ class Task(ABC):
         that share an input). Neither: plain random rows."""
         return None, None
 
+    def hub_split(self, name: Any, split: str, config: str | None = None) -> Any:
+        """`hubdata.resolve_split(name, split, config=config)`, once per task: the split of a Hub data set
+        (`hubdata.DatasetSplit`), downloaded, its commit kept for `data_sources`."""
+        resolved = self.__dict__.setdefault("_hub_splits", {})
+        key = (str(name), split, config)
+        if key not in resolved:
+            resolved[key] = resolve_split(name, split, config=config)
+        return resolved[key]
+
+    def data_sources(self) -> dict[str, dict[str, Any]]:
+        """The Hub data sets read so far, by split, with their resolved commits (run records keep them)."""
+        return {split: found.provenance() for (_, split, _), found in self.__dict__.get("_hub_splits", {}).items()}
+
+    def file_of(self, data_dir: str | Path | None, split: str) -> Path:
+        """For the families that read the user's files (`--train` / `--dev` / `--test`): the file of `split`: `data_dir` when it is a file (`predict --data FILE`), else the one the
+        settings name."""
+        if data_dir is not None and Path(data_dir).is_file():
+            return Path(data_dir)
+        named = self.named_file(split)
+        if named is not None:
+            return named
+        raise FileNotFoundError(f"no {split} file: give --{split} FILE")
+
+    def named_file(self, split: str) -> Path | None:
+        """The local file the `split` setting names (None: unset). A Hub data set's name
+        (`org/name[:config][:split]`, `bertforge.hubdata`) is its split downloaded as one Parquet file,
+        once per task."""
+        named = self.settings.get(split)
+        hub = dataset_name(named)
+        if hub is None:
+            return Path(named) if named else None
+        return self.dataset_split(split).local_file()
+
+    def dataset_split(self, split: str) -> Any:
+        """The Hub data set split (`hubdata.DatasetSplit`) the `split` setting names."""
+        return self.hub_split(str(self.settings.get(split)), split)
+
     # ---- head
     def label_names(self, train_examples: Sequence[Any]) -> list[str] | int | None:
         """The head's output labels (stored as id2label), an int for unnamed outputs, None for none."""
@@ -413,16 +451,6 @@ class OwnFiles:
 
     def test_splits(self) -> tuple[str, ...]:
         return ("test",)
-
-    def file_of(self, data_dir: str | Path | None, split: str) -> Path:
-        """The file of `split`: `data_dir` when it is a file (`predict --data FILE`), else the one the
-        settings name."""
-        if data_dir is not None and Path(data_dir).is_file():
-            return Path(data_dir)
-        named = self.settings.get(split)
-        if named:
-            return Path(named)
-        raise FileNotFoundError(f"no {split} file: give --{split} FILE")
 
 
 __all__ = [

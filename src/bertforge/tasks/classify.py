@@ -221,7 +221,7 @@ class Classify(Task):
             raise ValueError(f"classify has the splits {', '.join(_FILE_SPLITS)}, not {split!r}")
         if not self.settings[split]:
             raise ValueError(f"classify needs a {split} file (--{split} FILE, or {split}: in task_settings)")
-        return self.read_file(self.settings[split], labelled=None if split == "test" else True)
+        return self.read_file(self.file_of(None, split), labelled=None if split == "test" else True)
 
     def read_file(self, path: str | Path, *, labelled: bool | None = True) -> list[ClassifyExample]:
         """Examples from any table with this task's columns; `labelled` None: if it has the label column."""

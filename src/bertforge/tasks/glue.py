@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from bertforge.hubdata import dataset_name
 from bertforge.tasks.base import DataFormatError, Feature, Task, read_text_lines
 from bertforge.tasks.metrics import canonical_glue_task, glue_metrics
 
@@ -167,6 +168,40 @@ def read_glue_file(path: str | Path, task: str, *, labelled: bool | None = None,
     return examples
 
 
+# the Hub's nyu-mll/glue: the text columns tried in order, and the class names where the local files
+# hold names rather than ids (its ids are those of the local "0"/"1" files everywhere else)
+_HUB_TEXT_A = ("sentence", "sentence1", "question1", "premise", "question")
+_HUB_TEXT_B = ("sentence2", "question2", "hypothesis", "sentence")
+_HUB_CLASS_NAMES = {"mnli": ("entailment", "neutral", "contradiction"), "ax": ("entailment", "neutral", "contradiction"),
+                    "qnli": ("entailment", "not_entailment"), "rte": ("entailment", "not_entailment")}
+
+
+def glue_hub_examples(rows: Sequence[dict[str, Any]], task: str, split: str, source: str) -> list[GlueExample]:
+    """GLUE examples from the rows of the Hub's nyu-mll/glue (one config's split), labelled as the local
+    files are: "0"/"1", the NLI class names, STS-B's score; -1 (a test row) is no label."""
+    spec, key = glue_task(task), canonical_glue_task(task)
+    key = "mnli" if key.startswith("mnli") else key
+    first = rows[0] if rows else {}
+    text_a = next((c for c in _HUB_TEXT_A if c in first), None)
+    text_b = next((c for c in _HUB_TEXT_B if c in first and c != text_a), None) if spec.text_b else None
+    if rows and (text_a is None or (spec.text_b and text_b is None) or "label" not in first):
+        raise DataFormatError(source, 1, text_a or "sentence", f"not {spec.name} rows: columns are {', '.join(first)}")
+    examples = []
+    for number, row in enumerate(rows, start=1):
+        label: str | float | None = None
+        value = row["label"]
+        if value is not None and value != -1:
+            if spec.labels is None:
+                label = float(value)
+            elif key in _HUB_CLASS_NAMES:
+                label = _HUB_CLASS_NAMES[key][int(value)]
+            else:
+                label = str(int(value))
+        examples.append(GlueExample(guid=f"{split}-{row.get('idx', number - 1)}", text_a=str(row[text_a]),
+                                    text_b=str(row[text_b]) if text_b else None, label=label))
+    return examples
+
+
 def _parse_label(spec: GlueTask, value: str, path: Path, line: int) -> str | float:
     if spec.labels is None:
         try:
@@ -240,6 +275,11 @@ class Glue(Task):
         return MAIN_METRICS.get(self.name, "accuracy")
 
     def read(self, data_dir: str | Path, split: str) -> list[GlueExample]:
+        hub = dataset_name(data_dir)
+        if hub is not None:  # a Hub data set: the task's config, unless the name gives one
+            task = "ax" if split == "ax" else self.name
+            found = self.hub_split(hub, "test" if split == "ax" else split, config=task)
+            return glue_hub_examples(found.rows(), task, split, str(hub))
         if split == "ax":
             return read_glue(data_dir, "ax", "test")
         return read_glue(data_dir, self.name, split)

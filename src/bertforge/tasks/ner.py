@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
+from bertforge.hubdata import dataset_name
 from bertforge.tasks.base import (
     IGNORE_INDEX,
     DataFormatError,
@@ -149,6 +150,37 @@ def label_list(sentences: Sequence[NerSentence]) -> list[str]:
     return ["O"] + sorted(used - {"O"})
 
 
+def conll_hub_sentences(found: Any, split: str) -> list[NerSentence]:
+    """Sentences from a Hub data set's split (`hubdata.DatasetSplit`) in the layout of eriktks/conll2003:
+    `tokens` and `ner_tags` (ClassLabel ids, or tag names), and `pos_tags` / `chunk_tags` when there;
+    the tags converted to IOB2 as the file reader does."""
+    def names_of(column: str, fallback: Sequence[str] = ()) -> list[str]:
+        return found.class_names(column) or list(fallback)
+
+    tag_names, pos_names, chunk_names = names_of("ner_tags", CONLL2003_LABELS), names_of("pos_tags"), names_of("chunk_tags")
+
+    def as_names(values: Sequence[Any] | None, names: Sequence[str], number: int, column: str) -> list[str]:
+        if values is None:
+            return []
+        try:
+            return [names[v] if isinstance(v, int) and names else str(v) for v in values]
+        except IndexError:
+            raise DataFormatError(str(found.name), number, column, f"a tag id beyond the {len(names)} names") from None
+
+    sentences = []
+    for number, row in enumerate(found.rows(), start=1):
+        if "tokens" not in row or "ner_tags" not in row:
+            raise DataFormatError(str(found.name), number, "tokens", f"not CoNLL rows: columns are {', '.join(row)}")
+        words = [str(w) for w in row["tokens"]]
+        if not words:
+            continue
+        tags = iob1_to_iob2(as_names(row["ner_tags"], tag_names, number, "ner_tags"))
+        sentences.append(NerSentence(f"{split}-{row.get('id', number - 1)}", words, tags,
+                                     as_names(row.get("pos_tags"), pos_names, number, "pos_tags"),
+                                     as_names(row.get("chunk_tags"), chunk_names, number, "chunk_tags"), 0, number))
+    return sentences
+
+
 # ------------------------------------------------------------------------------------------------
 # fine-tuning: what the NER task declares
 # ------------------------------------------------------------------------------------------------
@@ -230,6 +262,9 @@ class Ner(Task):
         return {"words": list(example.words)}
 
     def read(self, data_dir: str | Path, split: str) -> list[NerSentence]:
+        hub = dataset_name(data_dir)
+        if hub is not None:
+            return conll_hub_sentences(self.hub_split(hub, split), split)
         root = Path(data_dir)
         names = NER_FILES.get(split, (split,))
         for name in names:

@@ -82,7 +82,7 @@ class Qa(OwnFiles, Squad):
     def read(self, data_dir: str | Path | None, split: str) -> list[SquadExample]:  # type: ignore[override]
         path = self.file_of(data_dir, split)
         if not self.settings.get("version"):
-            named = [Path(self.settings[s]) for s in ("train", "dev", "test") if self.settings.get(s)]
+            named = [f for s in ("train", "dev", "test") if (f := self.named_file(s)) is not None]
             every = [e for p in dict.fromkeys([*named, path]) for e in self._examples(p)]
             self.settings["version"] = "2.0" if any(e.is_impossible for e in every) else "1.1"
         return self._examples(path)
@@ -120,7 +120,7 @@ class Qa(OwnFiles, Squad):
         return examples
 
     def _is_labelled_split(self, path: Path) -> bool:
-        return any(self.settings.get(s) and Path(self.settings[s]) == path for s in ("train", "dev"))
+        return any(self.named_file(s) == path for s in ("train", "dev"))
 
     def has_labels(self, examples: Sequence[Any]) -> bool:
         return bool(examples) and all(e.answers or e.is_impossible for e in examples)

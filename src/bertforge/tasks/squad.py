@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 
 from bertforge.fileio import NotUtf8Error, decode_utf8
+from bertforge.hubdata import dataset_name
 from bertforge.tasks.base import DataFormatError, Feature, Task, max_context_score
 from bertforge.tasks.metrics import detect_squad_version, squad_evaluate
 
@@ -107,6 +108,29 @@ def _parse(path: Path) -> tuple[str, dict[str, Any]]:
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise DataFormatError(path, 1, "data", "not a SQuAD file: expected an object with a 'data' list")
     return text, data
+
+
+def squad_hub_examples(rows: Sequence[dict[str, Any]], source: str) -> list[SquadExample]:
+    """Examples from the rows of a Hub data set in rajpurkar/squad's layout (id, title, context,
+    question, answers {text: [...], answer_start: [...]}); no answers is unanswerable (v2.0). Articles
+    are numbered by title in order, as the file reader numbers them."""
+    examples: list[SquadExample] = []
+    articles: dict[str, int] = {}
+    for number, row in enumerate(rows, start=1):
+        missing = [c for c in ("id", "context", "question", "answers") if c not in row]
+        if missing:
+            raise DataFormatError(source, number, missing[0], f"not SQuAD rows: columns are {', '.join(row)}")
+        context, answers = str(row["context"]), row["answers"] or {}
+        spans = []
+        for text, start in zip(answers.get("text") or [], answers.get("answer_start") or [], strict=True):
+            if context[start:start + len(text)] != text:
+                raise DataFormatError(source, number, "answers", f"answer {text!r} is not at {start} in the context")
+            spans.append(SquadAnswer(text, int(start)))
+        title = str(row.get("title") or "")
+        article = articles.setdefault(title, len(articles))
+        examples.append(SquadExample(str(row["id"]), title, str(row["question"]), context, spans,
+                                     is_impossible=not spans, article=article))
+    return examples
 
 
 def read_squad(path: str | Path, *, on_misaligned: Literal["raise", "skip"] = "raise",
@@ -332,16 +356,23 @@ class Squad(Task):
         return found[0]
 
     def read(self, data_dir: str | Path, split: str) -> list[SquadExample]:
-        path = self.data_file(data_dir, split)
-        examples = read_squad(path)
-        if not self.settings.get("version"):
-            self.settings["version"] = detect_squad_version(load_squad_json(path))
+        hub = dataset_name(data_dir)
         n_train = self.settings.get("train_articles")
+        if hub is not None:  # a Hub data set: rajpurkar/squad (v1.1) or rajpurkar/squad_v2
+            source = str(hub)
+            examples = squad_hub_examples(self.hub_split(hub, "dev" if n_train else split).rows(), source)
+            version = "2.0" if any(e.is_impossible for e in examples) else "1.1"
+        else:
+            path = self.data_file(data_dir, split)
+            source, examples = str(path), read_squad(path)
+            version = None if self.settings.get("version") else detect_squad_version(load_squad_json(path))
+        if not self.settings.get("version"):
+            self.settings["version"] = version
         if n_train:
             keep = (lambda a: a < n_train) if split == "train" else (lambda a: a >= n_train)
             examples = [e for e in examples if keep(e.article)]
             if not examples:
-                raise ValueError(f"{path}: no questions left for {split} with train_articles={n_train}")
+                raise ValueError(f"{source}: no questions left for {split} with train_articles={n_train}")
         return examples
 
     def has_labels(self, examples: Sequence[Any]) -> bool:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from bertforge.fileio import NotUtf8Error, decode_utf8
+from bertforge.hubdata import dataset_name
 from bertforge.tasks.base import DataFormatError, Feature, Task
 from bertforge.tasks.metrics import multiple_choice_accuracy
 
@@ -165,6 +166,12 @@ class Swag(Task):
         return SwagExample(str(index), fields["context"], fields.get("start") or "", list(fields["endings"]), None)
 
     def read(self, data_dir: str | Path, split: str) -> list[SwagExample]:
+        hub = dataset_name(data_dir)
+        if hub is not None:  # a Hub data set in allenai/swag's layout (its config "regular" by default)
+            found = self.hub_split(hub, split, config=None if hub.config else "regular")
+            return [_example({k: v for k, v in row.items() if not (k == "label" and v in (-1, None))},
+                             Path(str(hub)), number, default_id=f"{split}-{number - 1}")
+                    for number, row in enumerate(found.rows(), start=1)]
         root = Path(data_dir)
         names = SWAG_FILES.get(split, (split,))
         for name in names:

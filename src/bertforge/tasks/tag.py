@@ -298,7 +298,7 @@ class Tag(OwnFiles, Ner):
 
     def _detect_scheme(self, data_dir: str | Path | None, path: Path) -> str:
         """The scheme of all the labelled files named in the settings (and `path`) together."""
-        paths = [Path(self.settings[s]) for s in ("train", "dev", "test") if self.settings.get(s)]
+        paths = [f for s in ("train", "dev", "test") if (f := self.named_file(s)) is not None]
         tags = [s.given_tags for p in dict.fromkeys([*paths, path]) for s in self._raw(p) if s.given_tags]
         return detect_scheme(tags)
 
@@ -321,7 +321,7 @@ class Tag(OwnFiles, Ner):
         tag_column = str(self.settings.get("tag_column") or "tags")
         names = self._names(path, tag_column, fmt)
         sentences = []
-        labelled = any(self.settings.get(s) and Path(self.settings[s]) == path for s in ("train", "dev"))
+        labelled = any(self.named_file(s) == path for s in ("train", "dev"))
         for row in iter_rows(path, [token_column, *([tag_column] if labelled else [])], fmt=fmt):
             tokens = row.values[token_column]
             if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
