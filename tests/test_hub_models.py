@@ -139,6 +139,44 @@ def test_commands_take_names(loopback_hub, checkpoints: dict[str, Path], tmp_pat
     assert missing.exit_code == 2 and "no such model on the Hub" in " ".join(missing.output.split())
 
 
+def test_revision_option_and_a_changed_commit(loopback_hub, checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    first = loopback_hub.commit("org/clf", _files(checkpoints["classifier"]))
+    loopback_hub.tag("org/clf", "v1", first)
+    changed = json.loads((checkpoints["classifier"] / "config.json").read_text())
+    changed["id2label"], changed["label2id"] = {"0": "bad", "1": "good"}, {"bad": 0, "good": 1}
+    loopback_hub.commit("org/clf", {"config.json": json.dumps(changed).encode()})
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a gripping film\n", encoding="utf-8")
+    runner = CliRunner()
+    result = runner.invoke(app, ["predict", "--model", "org/clf", "--revision", "v1", "--input", str(texts),
+                                 "--out", str(tmp_path / "p.jsonl"), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "p.jsonl").read_text())["label"] in ("negative", "positive")
+    twice = runner.invoke(app, ["inspect", "org/clf@v1", "--revision", "main"])
+    assert twice.exit_code == 2 and "given twice" in twice.output
+    local = runner.invoke(app, ["inspect", str(checkpoints["classifier"]), "--revision", "v1"])
+    assert local.exit_code == 2 and "local directory" in local.output
+
+    encoder = loopback_hub.commit("org/encoder", _files(checkpoints["encoder"]))
+    train = tmp_path / "train.csv"
+    train.write_text("text,label\n" + "a gripping film,positive\ndull and slow,negative\n" * 6, encoding="utf-8")
+    args = ["finetune", "classify", "--model", "org/encoder", "--train", str(train), "--out", str(tmp_path / "ft"),
+            "--epochs", "1", "--batch-size", "4", "--max-length", "16"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    run_config = (tmp_path / "ft" / "run_config.yaml").read_text()
+    assert "model: org/encoder\n" in run_config and f"commit: {encoder}" in run_config
+    pinned_args = [str(tmp_path / "pinned") if a == str(tmp_path / "ft") else a for a in args]
+    pinned = runner.invoke(app, [*pinned_args, "--revision", encoder])
+    assert pinned.exit_code == 0, pinned.output
+    assert f"model: org/encoder@{encoder}" in (tmp_path / "pinned" / "run_config.yaml").read_text()
+    torch.manual_seed(1)
+    BertModel(BertModel.from_pretrained(checkpoints["encoder"]).config).save_pretrained(tmp_path / "retrained")
+    loopback_hub.commit("org/encoder", {"model.safetensors": (tmp_path / "retrained" / "model.safetensors").read_bytes()})
+    refused = runner.invoke(app, args)  # the name now resolves to another commit: other weights
+    assert refused.exit_code == 2 and "model" in refused.output and "other" in refused.output, refused.output
+
+
 def test_model_card_and_push(loopback_hub, checkpoints: dict[str, Path], tmp_path: Path, monkeypatch) -> None:
     import huggingface_hub
     import yaml

@@ -25,15 +25,37 @@ def fail(message: str) -> typer.Exit:
 MODEL_NAME_HELP = " Or a Hugging Face Hub model: org/name, or org/name@revision (a branch, tag or commit)."
 
 
-def hub_model(value: Path | None) -> Path | None:
+REVISION_HELP = ("With a Hub model name: the branch, tag or commit to use (the same as NAME@REVISION). "
+                 "Default: the repository's main branch.")
+RevisionOption = Annotated[str | None, typer.Option("--revision", help=REVISION_HELP)]
+
+
+def with_revision(model: str | Path | None, revision: str | None) -> str | None:
+    """`model` with `--revision` folded in as `NAME@REVISION` (refused for a local directory, or when the
+    name carries another revision)."""
+    if model is None or revision is None:
+        return None if model is None else str(model)
+    from bertforge.hub import HubModelError, is_hub_name, split_revision
+
+    text = str(model)
+    if Path(text).expanduser().is_dir() or not is_hub_name(text):
+        raise fail(f"--revision {revision}: {text} is a local directory, not a Hub model name")
+    try:
+        name, revision = split_revision(text, revision)
+    except HubModelError as exc:
+        raise fail(str(exc)) from exc
+    return f"{name}@{revision}"
+
+
+def hub_model(value: Path | None, revision: str | None = None) -> Path | None:
     """A --model value as the directory to read: a Hub name (`org/name[@revision]`, not an existing
-    directory) becomes its snapshot in the Hugging Face cache (`bertforge.hub`)."""
+    directory; `revision` from --revision) becomes its snapshot in the Hugging Face cache (`bertforge.hub`)."""
     if value is None:
         return None
     from bertforge.hub import HubModelError, local_or_hub
 
     try:
-        return local_or_hub(value)
+        return local_or_hub(with_revision(value, revision) or value)
     except HubModelError as exc:
         raise fail(str(exc)) from exc
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from bertforge.cli.common import TaskFamilyGroup, fail, flag, library_errors
+from bertforge.cli.common import REVISION_HELP, TaskFamilyGroup, fail, flag, library_errors, with_revision
 from bertforge.cli.options import recipe_command, task_setting_parameters
 from bertforge.finetune import FinetuneRecipe
 
@@ -33,6 +33,10 @@ _OVERWRITE = flag("overwrite", "Clear what an earlier run left in --out (its see
                               "and start again. Without it, a rerun continues --out: finished seeds are "
                               "reused and an interrupted one resumes, if the settings and inputs are the same "
                               "(else the run is refused, naming what differs).")
+
+_REVISION = pyinspect.Parameter(
+    "revision", pyinspect.Parameter.KEYWORD_ONLY, default=None,
+    annotation=Annotated[str | None, typer.Option("--revision", help=REVISION_HELP)])
 
 # `finetune ner --frozen --strategy S`: the paper's feature-based tagger instead (every layer cached once, a
 # two-layer BiLSTM on each word's first piece), which bertforge.ablation builds on the CoNLL-2003 reader of
@@ -56,11 +60,15 @@ def family_command(name: str, family: type) -> Any:
     doc = family.command_help or pyinspect.getdoc(family) or f"Fine-tune on the {name} task family."
 
     def body(*, given: dict[str, Any], config: Path | None, assignments: list[str], out: Path,
-             overwrite: bool = False, strategy: str | None = None) -> None:
+             overwrite: bool = False, strategy: str | None = None, revision: str | None = None) -> None:
+        import dataclasses
+
         from bertforge.finetune import build_recipe, run_finetune
 
         try:
             recipe = build_recipe(name, config, given, assignments)
+            if revision is not None:  # run_config.yaml then names the model as NAME@REVISION
+                recipe = dataclasses.replace(recipe, model=with_revision(recipe.model, revision))
             if strategy is not None:
                 if not recipe.train.frozen:
                     raise ValueError("--strategy goes with --frozen (the feature-based tagger)")
@@ -71,7 +79,7 @@ def family_command(name: str, family: type) -> Any:
         _report(results, out)
 
     return recipe_command(name, FinetuneRecipe, body, doc=doc, skip=skip,
-                          leading=[_OUT, _OVERWRITE, *task_params, *(_NER_STRATEGY if name == _FROZEN_FAMILY else [])],
+                          leading=[_OUT, _OVERWRITE, _REVISION, *task_params, *(_NER_STRATEGY if name == _FROZEN_FAMILY else [])],
                           leading_settings=[p.name for p in task_params])
 
 

@@ -8,17 +8,18 @@ from typing import Annotated
 
 import typer
 
-from bertforge.cli.common import MODEL_NAME_HELP, fail, hub_model, text_lines
+from bertforge.cli.common import MODEL_NAME_HELP, RevisionOption, fail, hub_model, text_lines
 
 
 def inspect_command(
     model_dir: Annotated[Path, typer.Argument(help="A Hugging Face-format BERT directory." + MODEL_NAME_HELP)],
+    revision: RevisionOption = None,
 ) -> None:
     """Load a checkpoint and print its config, parameter count and key report.
 
     Example: `bertforge inspect runs/tiny/final`
     """
-    model_dir = hub_model(model_dir)  # a Hub name (org/name[@revision]): its cached snapshot
+    model_dir = hub_model(model_dir, revision)  # a Hub name (org/name[@revision]): its cached snapshot
     from bertforge.checkpoint import CheckpointError
     from bertforge.model import load_any
 
@@ -112,12 +113,13 @@ def attention_command(
     layer: Annotated[int | None, typer.Option(help="Layer, from 1 (default: every layer).")] = None,
     head: Annotated[int | None, typer.Option(help="Head, from 1 (default: every head).")] = None,
     max_length: Annotated[int, typer.Option(help="Pieces kept, specials included.")] = 64,
+    revision: RevisionOption = None,
 ) -> None:
     """Heat map of attention: one head (--layer and --head), one layer's heads, or the layers x heads grid.
 
     Example: `bertforge attention --model models/minilm --text "The cat sat on the mat." --layer 2 --head 9 --png att.png`
     """
-    model = hub_model(model)  # a Hub name (org/name[@revision]): its cached snapshot
+    model = hub_model(model, revision)  # a Hub name (org/name[@revision]): its cached snapshot
     from bertforge.analysis import attention_maps, plot_attention
     from bertforge.checkpoint import CheckpointError
     from bertforge.model.auto import load_for_job
@@ -146,13 +148,14 @@ def attention_stats_command(
     pairs: Annotated[bool, typer.Option("--pairs", help="Lines hold text pairs as 'text_a ||| text_b'.")] = False,
     title: Annotated[str | None, typer.Option(help="Title of the PNG (default: the model folder's name).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+    revision: RevisionOption = None,
 ) -> None:
     """Per head, over a corpus: average attention to [CLS], [SEP], punctuation, the next and previous
     token, and attention entropy (Clark et al. 2019), as a table and a layers x heads PNG grid.
 
     Example: `bertforge attention-stats --model models/minilm --input sentences.txt --png stats.png --table stats.md`
     """
-    model = hub_model(model)  # a Hub name (org/name[@revision]): its cached snapshot
+    model = hub_model(model, revision)  # a Hub name (org/name[@revision]): its cached snapshot
     import json
 
     from tqdm.auto import tqdm
@@ -214,6 +217,7 @@ def ablate_features_command(
     name: Annotated[str | None, typer.Option(help="The model's name in the table and chart (default: the "
                                                   "folder's name).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars.")] = False,
+    revision: RevisionOption = None,
 ) -> None:
     """The paper's feature-based NER ablation: cache every layer of a frozen encoder once, train a
     two-layer BiLSTM tagger per layer strategy, score CoNLL-2003 dev entity F1 (conlleval), write a
@@ -221,7 +225,7 @@ def ablate_features_command(
 
     Example: `bertforge ablate-features --model models/minilm --data data/conll2003 --out runs/ablation --train-sentences 4000`
     """
-    model = hub_model(model)  # a Hub name (org/name[@revision]): its cached snapshot
+    model = hub_model(model, revision)  # a Hub name (org/name[@revision]): its cached snapshot
     import torch
 
     from bertforge.ablation import FrozenNerConfig, ablate

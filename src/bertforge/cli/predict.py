@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from bertforge.cli.common import MODEL_NAME_HELP, PRECISION_HELP, fail, hub_model, text_lines
+from bertforge.cli.common import MODEL_NAME_HELP, PRECISION_HELP, RevisionOption, fail, hub_model, text_lines
 from bertforge.cli.options import EngineCalibrateOption, EngineOption
 
 
@@ -75,6 +75,7 @@ def predict_command(
                         "test_mismatched and ax).")] = None,
     engine: EngineOption = "torch",
     engine_calibrate: EngineCalibrateOption = False,
+    revision: RevisionOption = None,
 ) -> None:
     """Predict with a model: your own file with `--input` (any fine-tuned model, streamed in chunks, rows in
     input order), or a task's prediction files with `FAMILY --data`: GLUE leaderboard .tsv files, SQuAD
@@ -88,6 +89,7 @@ def predict_command(
         raise fail("give --input FILE (your data) or FAMILY --data DIR (a benchmark's leaderboard files)")
     if out is None:
         raise fail("--out is required")
+    model = hub_model(model, revision)  # type: ignore[assignment]  # a Hub name: its cached snapshot
     if input_file is not None:
         if family is not None:
             raise fail(f"FAMILY ({family}) goes with --data; with --input the task comes from the model "
@@ -207,13 +209,14 @@ def serve_command(
         help="Open connections served at once; more are answered 503 at once.")] = 512,
     engine: EngineOption = "torch",
     engine_calibrate: EngineCalibrateOption = False,
+    revision: RevisionOption = None,
 ) -> None:
     """Serve a checkpoint over HTTP: JSON API (/fill-mask /classify /qa /ner /embed /attention) and a demo page at /.
 
     Example: `bertforge serve --model runs/squad/final --port 8000`, then open http://127.0.0.1:8000/
     (API schema at /docs).
     """
-    model = hub_model(model)  # a Hub name (org/name[@revision]): its cached snapshot
+    model = hub_model(model, revision)  # a Hub name (org/name[@revision]): its cached snapshot
     from bertforge.checkpoint import CheckpointError
 
     if not 0 < port < 65536:
@@ -247,6 +250,7 @@ def serve_command(
 def quantize_command(
     model: Annotated[Path, typer.Option("--model", help="A Hugging Face-format BERT directory (any head)." + MODEL_NAME_HELP)],
     out: Annotated[Path, typer.Option("--out", help="Directory for the int8 copy.")],
+    revision: RevisionOption = None,
 ) -> None:
     """Save an int8 copy of a checkpoint (dynamic quantization of the encoder's Linear layers, torchao).
 
@@ -254,7 +258,7 @@ def quantize_command(
     and their scales; no pickle). `predict`, `serve` and `extract` load it and run it at int8; it is not
     a transformers checkpoint. Example: `bertforge quantize --model runs/sst2/seed-1 --out runs/sst2/int8`
     """
-    model = hub_model(model)  # a Hub name (org/name[@revision]): its cached snapshot
+    model = hub_model(model, revision)  # a Hub name (org/name[@revision]): its cached snapshot
     from bertforge.checkpoint import CheckpointError
 
     try:
@@ -282,12 +286,13 @@ def export_onnx_command(
     check: Annotated[bool, typer.Option(help="Compare ONNX Runtime with PyTorch after export.")] = True,
     int8: Annotated[bool, typer.Option("--int8", help="Quantize the graph with ONNX Runtime's dynamic "
                                                       "quantization (int8 weights, about 4x smaller).")] = False,
+    revision: RevisionOption = None,
 ) -> None:
     """Export a checkpoint to ONNX with dynamic batch and sequence axes on every input.
 
     Example: `bertforge export-onnx --model runs/squad/final --out squad.onnx`
     """
-    model = hub_model(model)  # a Hub name (org/name[@revision]): its cached snapshot
+    model = hub_model(model, revision)  # a Hub name (org/name[@revision]): its cached snapshot
     from bertforge.checkpoint import CheckpointError
 
     try:
@@ -344,6 +349,7 @@ def extract_command(
     device: Annotated[str | None, typer.Option(help="torch device (default cpu).")] = None,
     precision: Annotated[str, typer.Option(help=PRECISION_HELP)] = "fp32",
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+    revision: RevisionOption = None,
 ) -> None:
     """Features of a frozen encoder for each line of a file: per word, per token or pooled per line.
 
@@ -352,7 +358,7 @@ def extract_command(
     Example: `bertforge extract --model models/minilm --input sentences.txt --strategy sum_last_four --out feats.npy`
     (Google's JSONL: `--layers -1,-2,-3,-4 --align token --out feats.jsonl`)
     """
-    model = hub_model(model)  # a Hub name (org/name[@revision]): its cached snapshot
+    model = hub_model(model, revision)  # a Hub name (org/name[@revision]): its cached snapshot
     from tqdm.auto import tqdm
 
     from bertforge.checkpoint import CheckpointError
