@@ -100,9 +100,9 @@ class Classify(Task):
     """
     reads_data_dir: ClassVar[bool] = False  # the files are settings (--train/--dev/--test), not a data directory
     setting_options: ClassVar[dict[str, tuple[type, str]]] = {
-        "train": (str, "Training file: .csv, .tsv, .jsonl (also .gz/.bz2/.xz/.zst) or .parquet."),
-        "dev": (str, "Dev file, same columns: scored every epoch; multi-label thresholds are tuned on it."),
-        "test": (str, "Optional test file, predicted (and scored, if it has labels) by the final model."),
+        "train": (str, "Training file: .csv, .tsv, .jsonl (also .gz/.bz2/.xz/.zst) or .parquet. Or a Hub data set: org/name[@revision][:config][:split]."),
+        "dev": (str, "Dev file, same columns: scored every epoch; multi-label thresholds are tuned on it. Or a Hub data set: org/name[@revision][:config][:split]."),
+        "test": (str, "Optional test file, predicted (and scored, if it has labels) by the final model. Or a Hub data set: org/name[@revision][:config][:split]."),
         "text_column": (str, "The column holding the text (default text)."),
         "pair_column": (str, "A second text column for sentence pairs (default: none)."),
         "label_column": (str, "The column holding the label (default label)."),

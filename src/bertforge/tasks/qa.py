@@ -56,9 +56,9 @@ class Qa(OwnFiles, Squad):
     main_metric: ClassVar[str] = "f1"
     setting_options: ClassVar[dict[str, tuple[type, str]]] = {
         "train": (str, "Training file: SQuAD-format .json, or .jsonl / .parquet rows {id, question, context, "
-                       "answers: {text, answer_start}}."),
-        "dev": (str, "Dev file (same kinds), scored after every epoch; a v2 no-answer threshold is tuned on it."),
-        "test": (str, "Test file (same kinds), scored (if answered) and predicted at the end."),
+                       "answers: {text, answer_start}}. Or a Hub data set: org/name[@revision][:config][:split]."),
+        "dev": (str, "Dev file (same kinds), scored after every epoch; a v2 no-answer threshold is tuned on it. Or a Hub data set: org/name[@revision][:config][:split]."),
+        "test": (str, "Test file (same kinds), scored (if answered) and predicted at the end. Or a Hub data set: org/name[@revision][:config][:split]."),
         "question_column": (str, "Question column of rows (default question)."),
         "context_column": (str, "Context column of rows (default context)."),
         "answers_column": (str, "Answers column of rows (default answers)."),

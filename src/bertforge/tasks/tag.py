@@ -254,9 +254,9 @@ class Tag(OwnFiles, Ner):
     """
     main_metric: ClassVar[str] = "f1"
     setting_options: ClassVar[dict[str, tuple[type, str]]] = {
-        "train": (str, "Training file: a CoNLL-style column file, or .jsonl / .parquet rows of tokens and tags."),
-        "dev": (str, "Dev file (same kinds), scored after every epoch."),
-        "test": (str, "Test file (same kinds), scored (if tagged) and predicted at the end."),
+        "train": (str, "Training file: a CoNLL-style column file, or .jsonl / .parquet rows of tokens and tags. Or a Hub data set: org/name[@revision][:config][:split]."),
+        "dev": (str, "Dev file (same kinds), scored after every epoch. Or a Hub data set: org/name[@revision][:config][:split]."),
+        "test": (str, "Test file (same kinds), scored (if tagged) and predicted at the end. Or a Hub data set: org/name[@revision][:config][:split]."),
         "token_column": (str, "The token column: a 0-based index in a column file (default 0, the first), "
                               "a name in rows (default tokens)."),
         "tag_column": (str, "The tag column: a 0-based index in a column file (default -1, the last), "
