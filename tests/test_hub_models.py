@@ -18,7 +18,7 @@ from bertforge.finetuned import label_names_of
 from bertforge.hub import HubModelError, is_hub_name, resolve_model, split_revision
 from bertforge.model.base import set_labels
 from bertforge.pipeline import pipeline
-from tests.hub_server import loopback_hub_fixture, set_hub_offline  # noqa: F401  (the `loopback_hub` fixture)
+from tests.hub_server import loopback_hub_fixture, set_hub_offline, use_loopback_hub  # noqa: F401  (the `loopback_hub` fixture)
 
 WORDS = "a gripping film warm and bright dull slow flat story the acting ending"
 
@@ -208,6 +208,16 @@ def test_model_card_and_push(loopback_hub, checkpoints: dict[str, Path], tmp_pat
     assert not [name for name in uploaded if name.startswith("run/")]
     loaded = BertForSequenceClassification.from_pretrained("me/reviews")  # by name, with the token
     assert label_names_of(loaded) == ["negative", "positive"]
+    assert huggingface_hub.ModelCard.load(seed / "README.md").data.library_name == "transformers"
+    texts = ["a gripping film", "dull and slow", "the acting"]
+    here = pipeline(seed)(texts, top_k=None)
+    use_loopback_hub(loopback_hub, tmp_path / "another-cache", monkeypatch)  # a user elsewhere, empty cache
+    monkeypatch.setenv("HF_TOKEN", loopback_hub.token)
+    there = pipeline("me/reviews")(texts, top_k=None)
+    assert [[(d["label"], round(d["score"], 6)) for d in row] for row in there] == \
+        [[(d["label"], round(d["score"], 6)) for d in row] for row in here]
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p.stat().st_size < 50_000_000]
+    assert not [p for p in written if loopback_hub.token.encode() in p.read_bytes()]  # the token is in no file
     monkeypatch.delenv("HF_TOKEN")
     with pytest.raises(huggingface_hub.errors.RepositoryNotFoundError):  # private: not without the token
         huggingface_hub.model_info("me/reviews", token=False)
