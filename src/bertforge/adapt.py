@@ -18,7 +18,9 @@ The path is the one every pre-training run takes, with the checkpoint's own toke
 2. The checkpoint is scored on the held-out text as it is (`before`).
 3. `pretrain` continues it through the one training loop (`OUT/checkpoints/`, `OUT/metrics.jsonl`),
    for `max_steps`, `epochs` or `budget_minutes` (warm-up and decay then fitted to the time), and
-   scores it again (`after`); the model goes to `OUT/final/`, with the tokenizer's files.
+   scores it again (`after`); the model goes to `OUT/final/`, with the tokenizer's files and a model
+   card (README.md: the model adapted, by its Hub name and commit where it came from the Hub, the
+   settings, the scores before and after).
 
 The objective is the family's masked LM; an ELECTRA discriminator (which has no masked-LM head)
 continues with replaced-token detection, a generator a quarter as wide beside it (from the
@@ -44,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.fileio import run_lock, write_text_atomic
-from bertforge.hub import local_or_hub
+from bertforge.hub import ResolvedModel, resolve_local_or_hub
 from bertforge.recipe import resolve, setting
 from bertforge.recipe import save as save_recipe
 from bertforge.train.config import OptimConfig, TrainConfig
@@ -166,7 +168,8 @@ def adapt(
         given["inputs"] = [str(inputs)] if isinstance(inputs, str | os.PathLike) else [str(p) for p in inputs]
     recipe = resolve(AdaptRecipe, model if isinstance(model, AdaptRecipe) else None, given,
                      given_as="adapt(): {name}")
-    checkpoint = _checkpoint_dir(recipe.model)
+    source = _checkpoint(recipe.model)  # a Hub name: its snapshot, repository and commit
+    checkpoint = source.path
     if not recipe.text.inputs:
         raise ValueError("no text to adapt on: give --input FILE (or inputs in the recipe)")
     objective = adaptation_objective(checkpoint)
@@ -182,15 +185,17 @@ def adapt(
         if finished is not None:  # a finished run resumed: nothing left to train
             say(f"{out}: already adapted ({finished.steps} steps); after: {_describe(finished.after)}")
             return finished
-        pretrain_recipe = _pretrain_recipe(recipe, objective, stats)
+        pretrain_recipe = _pretrain_recipe(recipe, checkpoint, objective, stats)
         before, new_heads = _baseline(pretrain_recipe, checkpoint, out, objective, overwrite=overwrite)
         if before:
             say(f"before: {_describe(before)}" + (f" (new {', '.join(new_heads)})" if new_heads else ""))
         elif recipe.text.validation_fraction > 0:
             say(f"no held-out text: the text is too small to hold out {recipe.text.validation_fraction:.0%} of "
                 f"it by blocks of {HELD_OUT_BLOCK} lines; raise validation_fraction to score the model")
-        return _train(recipe, pretrain_recipe, checkpoint, out, objective, before, new_heads, stats,
-                      resume=resume, overwrite=overwrite, say=say)
+        result = _train(recipe, pretrain_recipe, checkpoint, out, objective, before, new_heads, stats,
+                        resume=resume, overwrite=overwrite, say=say)
+        _write_card(result, recipe, source, pretrain_recipe.data.batch_size * pretrain_recipe.train.grad_accum)
+        return result
 
 
 def _train(recipe: AdaptRecipe, pretrain_recipe: Any, checkpoint: Path, out: Path, objective: str,
@@ -226,6 +231,26 @@ def _train(recipe: AdaptRecipe, pretrain_recipe: Any, checkpoint: Path, out: Pat
                        new_heads=new_heads, head_steps=head_steps)
 
 
+def _write_card(result: AdaptResult, recipe: AdaptRecipe, source: ResolvedModel, batch_size: int) -> Path:
+    """README.md in OUT/final: the model adapted (a Hub model by its repository and commit), the text and
+    settings, and the held-out scores before and after."""
+    from bertforge.modelcard import command_line, write_model_card
+
+    text = recipe.text
+    settings: dict[str, Any] = {
+        "objective": result.objective, "steps": result.steps, "batch_size": batch_size, "lr": recipe.optim.lr,
+        "max_seq_length": text.max_seq_length, "mask_prob": text.mask_prob, "whole_word": text.whole_word,
+        "line_by_line": text.line_by_line, "precision": recipe.train.precision, "seed": recipe.train.seed}
+    if result.new_heads:
+        settings.update(new_heads=result.new_heads, head_warmup_steps=result.head_steps)
+    if recipe.train.budget_minutes > 0:
+        settings["budget_minutes"] = recipe.train.budget_minutes
+    return write_model_card(result.final, kind="adapted", base_model=source.repo_id or source.path,
+                            base_revision=source.commit, command=command_line(), metrics=result.after,
+                            baseline=result.before, data=", ".join(Path(p).name for p in text.inputs),
+                            settings=settings)
+
+
 def _save_config(recipe: AdaptRecipe, out: Path) -> None:
     save_recipe(recipe, out / CONFIG_FILE, header=f"bertforge adapt --config {out / CONFIG_FILE} --out DIR repeats "
                                                   "this run")
@@ -244,13 +269,13 @@ def _finished(out: Path, recipe: AdaptRecipe) -> AdaptResult | None:
                        head_steps=saved.get("head_warmup_steps", 0))
 
 
-def _checkpoint_dir(model: str | None) -> Path:
+def _checkpoint(model: str | None) -> ResolvedModel:
     if model is None:
         raise ValueError("no checkpoint: give --model DIR (or model in the recipe)")
-    path = local_or_hub(model)  # a Hub name: its cached snapshot
-    if not (path / "config.json").is_file():
+    source = resolve_local_or_hub(model)
+    if not (source.path / "config.json").is_file():
         raise ValueError(f"--model {model}: no such model directory (expected a directory with config.json)")
-    return path
+    return source
 
 
 def _prepare_text(recipe: AdaptRecipe, checkpoint: Path, data_dir: Path, *, overwrite: bool) -> dict[str, Any]:
@@ -272,9 +297,10 @@ def _prepare_text(recipe: AdaptRecipe, checkpoint: Path, data_dir: Path, *, over
     return stats
 
 
-def _pretrain_recipe(recipe: AdaptRecipe, objective: str, stats: dict[str, Any]) -> Any:
-    """The pre-training recipe that continues the checkpoint: its own config, the data's masking, the
-    steps that `epochs` asks for (or `max_steps`, or the time budget with a cap no run reaches)."""
+def _pretrain_recipe(recipe: AdaptRecipe, checkpoint: Path, objective: str, stats: dict[str, Any]) -> Any:
+    """The pre-training recipe that continues the checkpoint: its own config (read from its directory,
+    a Hub model's snapshot), the data's masking, the steps that `epochs` asks for (or `max_steps`, or the
+    time budget with a cap no run reaches)."""
     from bertforge.pretrain import DataOptions
     from bertforge.pretrain import Recipe as PretrainRecipe
 
@@ -290,7 +316,7 @@ def _pretrain_recipe(recipe: AdaptRecipe, objective: str, stats: dict[str, Any])
     elif text.epochs is not None:
         train = dataclasses.replace(train, max_steps=max(1, math.ceil(text.epochs * (sequences // batch_size))))
     data = DataOptions(batch_size=batch_size, objective="rtd" if objective == "rtd" else None)
-    return PretrainRecipe(model={"config": str(recipe.model)}, data=data, optim=recipe.optim, train=train,
+    return PretrainRecipe(model={"config": str(checkpoint)}, data=data, optim=recipe.optim, train=train,
                           train_dropout=recipe.train_dropout, source=recipe.source)
 
 

@@ -1,21 +1,31 @@
 """Model cards: the README.md the Hugging Face Hub shows for a model directory, with its metadata.
 
 A card starts with YAML the Hub reads (library_name, tags, pipeline_tag, base_model, datasets, and
-the dev scores as model-index results), then says in prose what the model is and how it was made:
-the task, the scores, the command and settings (from task.json). Fine-tuning writes one into every
-seed directory; `bertforge push` writes one into a directory that has none before uploading it.
+the scores as model-index results), then says in prose what the model is and how it was made: what
+it started from, the task or the text it learnt, the scores, the command and settings. Every model
+directory bertforge makes gets one: fine-tuning's seed directories (settings and dev scores from
+task.json), pre-training's `final/` (from scratch or continued), adaptation's `final/` (held-out
+scores before and after) and distillation's students (the teacher named); `bertforge push` writes
+one into a directory that has none before uploading it.
+
+A card is for other machines: a local directory is named by its folder name, never by its path, and
+settings that are absolute paths keep only their last part.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bertforge.fileio import write_text_atomic
 from bertforge.finetuned import TaskRecord
+from bertforge.hub import is_hub_name, split_revision
 from bertforge.tasks import FAMILIES, inference_task_of
 
 CARD_FILE = "README.md"
@@ -23,26 +33,85 @@ CARD_FILE = "README.md"
 PIPELINE_TAGS = {"text-classification": "text-classification", "token-classification": "token-classification",
                  "question-answering": "question-answering", "fill-mask": "fill-mask",
                  "multiple-choice": "multiple-choice", "embeddings": "feature-extraction"}
+# how a model was made (model_card's `kind`), in the card's first sentence after the shape
+KINDS = ("pretrained", "adapted", "distilled")
+# folder names that say little alone: the card names them with their parent (sst2/seed-1, tiny/final)
+_GENERIC_FOLDERS = re.compile(r"seed-\d+|final|student|best")
 
 
-def model_card(directory: str | os.PathLike[str], *, base_model: str | None = None,
-               base_revision: str | None = None, command: str | None = None) -> str:
-    """The README.md text for the model in `directory` (its config.json and, when fine-tuned, task.json)."""
+@dataclass(frozen=True)
+class Base:
+    """The model another one started from, as a card names it."""
+
+    repo_id: str | None = None  # a Hub repository: the header's base_model
+    name: str | None = None  # how the prose names it: the repository, or a local directory's folder name
+    revision: str | None = None  # the commit (or revision) it was at
+
+    @classmethod
+    def of(cls, model: str | os.PathLike[str] | None, revision: str | None = None) -> Base:
+        """A Hub name (not an existing path), a directory in the Hub's cache (its repository and commit)
+        or any other local directory (its folder name only)."""
+        if not model:
+            return cls()
+        text = os.fspath(model)
+        snapshot = hub_snapshot(Path(text))
+        if snapshot is not None:
+            return cls(snapshot[0], snapshot[0], revision or snapshot[1])
+        if is_hub_name(text) and not Path(text).expanduser().exists():
+            repo_id, asked = split_revision(text)
+            return cls(repo_id, repo_id, revision or asked)
+        return cls(None, local_name(text), revision)
+
+    def sentence_part(self) -> str:
+        return f"`{self.name}`" + (f" at revision `{self.revision}`" if self.revision else "")
+
+
+def hub_snapshot(path: Path) -> tuple[str, str] | None:
+    """(repository, commit) of a directory in huggingface_hub's cache (models--org--name/snapshots/COMMIT)."""
+    parts = path.parts
+    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
+        return parts[-3][len("models--"):].replace("--", "/"), parts[-1]
+    return None
+
+
+def local_name(path: str | os.PathLike[str]) -> str:
+    """A local directory as a card names it: its folder name, with its parent's where the folder's is generic."""
+    path = Path(os.path.normpath(os.fspath(path)))
+    name = path.name or os.fspath(path)
+    if _GENERIC_FOLDERS.fullmatch(name) and path.parent.name:
+        return f"{path.parent.name}/{name}"
+    return name
+
+
+def model_card(directory: str | os.PathLike[str], *, base_model: str | os.PathLike[str] | None = None,
+               base_revision: str | None = None, command: str | None = None, kind: str | None = None,
+               teacher: str | os.PathLike[str] | None = None, start: str | None = None,
+               metrics: dict[str, float] | None = None, baseline: dict[str, float] | None = None,
+               data: str | None = None, settings: dict[str, Any] | None = None) -> str:
+    """The README.md text for the model in `directory` (its config.json and, when fine-tuned, task.json).
+
+    `base_model` is what it started from: a Hub name or a local directory (`Base.of`). `kind` says how
+    it was made (one of KINDS; None: fine-tuned, or unknown); `teacher` is a distilled model's teacher
+    and `start` how a student began when not from a checkpoint ("random weights in the shape of
+    `mini`"). `metrics` are held-out scores on `data` (with `baseline`, the same before training, for
+    an adapted model); `settings` the run's settings that matter (a fine-tuned model's come from its
+    task.json, as do its dev scores).
+    """
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)} or None, not {kind!r}")
     directory = Path(directory)
     config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
     record = TaskRecord.read(directory)
     task = inference_task_of(record.family) if record is not None else None
-    family = str(config.get("model_type") or "encoder")  # config.json's own name of the family
-    meta: dict[str, Any] = {"library_name": "transformers", "tags": ["bertforge", family]}
-    if task in PIPELINE_TAGS or (task is None and _is_masked_lm(config)):
-        meta["pipeline_tag"] = PIPELINE_TAGS.get(task or "fill-mask")
-    if base_model:
-        meta["base_model"] = base_model
-    dataset = _hub_dataset(record)
-    if dataset:
-        meta["datasets"] = [dataset]
-    lines = ["---", *_yaml(meta), *_model_index(directory.name, record, task), "---", ""]
-    lines += _prose(config, record, base_model, base_revision, command)
+    base = Base.of(base_model, base_revision)
+    meta = _metadata(config, record, task, base)
+    scores, before = _shown_scores(metrics), _shown_scores(baseline)
+    index = (_task_index(directory.name, record, task)
+             or _held_out_index(directory.name, meta.get("pipeline_tag"), scores, data))
+    lines = ["---", *_yaml(meta), *index, "---", ""]
+    lines += _intro(config, kind, base, teacher, start)
+    lines += _record_lines(record, kind) + _score_lines(scores, before, data)
+    lines += _settings_lines(settings) + (["", "Made by:", "", "```bash", command, "```"] if command else [])
     return "\n".join(lines) + "\n"
 
 
@@ -70,6 +139,19 @@ def _is_masked_lm(config: dict[str, Any]) -> bool:
     return any(name.endswith(("ForMaskedLM", "ForPreTraining")) for name in config.get("architectures") or [])
 
 
+def _metadata(config: dict[str, Any], record: TaskRecord | None, task: str | None, base: Base) -> dict[str, Any]:
+    family = str(config.get("model_type") or "encoder")  # config.json's own name of the family
+    meta: dict[str, Any] = {"library_name": "transformers", "tags": ["bertforge", family]}
+    if task in PIPELINE_TAGS or (task is None and _is_masked_lm(config)):
+        meta["pipeline_tag"] = PIPELINE_TAGS.get(task or "fill-mask")
+    if base.repo_id:  # the Hub checks base_model against its repositories: a local folder has no place here
+        meta["base_model"] = base.repo_id
+    dataset = _hub_dataset(record)
+    if dataset:
+        meta["datasets"] = [dataset]
+    return meta
+
+
 def _yaml(meta: dict[str, Any]) -> list[str]:
     """Flat YAML for the card's header: scalars and lists of scalars, JSON-quoted (valid YAML)."""
     lines = []
@@ -81,43 +163,121 @@ def _yaml(meta: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _model_index(name: str, record: TaskRecord | None, task: str | None) -> list[str]:
-    """The Hub's model-index block with the dev scores, when the model was fine-tuned and scored."""
-    if record is None or not record.metrics or task not in PIPELINE_TAGS:
-        return []
+def _index(name: str, task_type: str, dataset: str, dataset_type: str, split: str,
+           metrics: dict[str, float]) -> list[str]:
+    """The Hub's model-index block: one result, its metrics on one data set's split."""
     lines = ["model-index:", f"- name: {json.dumps(name)}", "  results:", "  - task:",
-             f"      type: {json.dumps(PIPELINE_TAGS[task])}", "    dataset:",
-             f"      name: {json.dumps(f'{record.family} {record.task}')}",
-             f"      type: {json.dumps(_hub_dataset(record) or 'own data')}", "      split: dev",
-             "    metrics:"]
-    for metric, value in record.metrics.items():
+             f"      type: {json.dumps(task_type)}", "    dataset:", f"      name: {json.dumps(dataset)}",
+             f"      type: {json.dumps(dataset_type)}", f"      split: {json.dumps(split)}", "    metrics:"]
+    for metric, value in metrics.items():
         lines += [f"    - type: {json.dumps(metric)}", f"      value: {float(value)!r}"]
     return lines
 
 
-def _prose(config: dict[str, Any], record: TaskRecord | None, base_model: str | None,
-           base_revision: str | None, command: str | None) -> list[str]:
+def _task_index(name: str, record: TaskRecord | None, task: str | None) -> list[str]:
+    """The dev scores of a fine-tuned (or task-distilled) model, when it was scored."""
+    if record is None or not record.metrics or task not in PIPELINE_TAGS:
+        return []
+    return _index(name, PIPELINE_TAGS[task], f"{record.family} {record.task}", _hub_dataset(record) or "own data",
+                  "dev", record.metrics)
+
+
+def _held_out_index(name: str, pipeline_tag: str | None, scores: dict[str, float], data: str | None) -> list[str]:
+    """The held-out accuracy and perplexity of a pre-trained or adapted model (its losses stay in the prose)."""
+    shown = {metric: value for metric, value in scores.items() if "accuracy" in metric or "perplexity" in metric}
+    if not shown or pipeline_tag is None:
+        return []
+    return _index(name, pipeline_tag, f"held-out text of {data}" if data else "held-out text", "own data",
+                  "validation", shown)
+
+
+def _shown_scores(metrics: dict[str, float] | None) -> dict[str, float]:
+    """The finite scores, with the masked-LM perplexity (exp of its loss) where the loss is known."""
+    scores = {name: float(value) for name, value in (metrics or {}).items()
+              if isinstance(value, int | float) and math.isfinite(value)}
+    if "mlm_loss" in scores and "mlm_perplexity" not in scores:
+        scores["mlm_perplexity"] = math.exp(min(scores["mlm_loss"], 700.0))
+    return scores
+
+
+def _intro(config: dict[str, Any], kind: str | None, base: Base, teacher: str | os.PathLike[str] | None,
+           start: str | None) -> list[str]:
     shape = (f"{config.get('model_type') or 'transformer'} encoder, {config.get('num_hidden_layers')} layers, hidden size "
              f"{config.get('hidden_size')}, {config.get('num_attention_heads')} attention heads")
     lines = ["# Model card", "", f"A {shape}, made with bertforge and loadable by `transformers` "
              "(`AutoModel.from_pretrained`) and by every bertforge command."]
-    if base_model:
-        at = f" at revision `{base_revision}`" if base_revision else ""
-        lines += ["", f"Started from `{base_model}`{at}."]
-    if record is not None:
-        lines += ["", f"Fine-tuned on {record.family} {record.task} (seed {record.seed}, {record.steps} steps, "
-                      f"max length {record.max_length})."]
-        if record.labels:
-            lines.append(f"Labels: {', '.join(map(str, record.labels))}.")
-        if record.metrics:
-            lines += ["", "| dev metric | value |", "|---|---|",
-                      *(f"| {metric} | {float(value):.4f} |" for metric, value in record.metrics.items())]
-        settings = {k: v for k, v in (record.hyperparameters or {}).items() if k not in ("model", "data")}
-        if settings:
-            lines += ["", "Settings:", "", "```json", json.dumps(settings, indent=2, sort_keys=True), "```"]
-    if command:
-        lines += ["", "Made by:", "", "```bash", command, "```"]
-    return lines
+    origin = _origin(kind, base, teacher, start)
+    return lines + (["", origin] if origin else [])
+
+
+def _origin(kind: str | None, base: Base, teacher: str | os.PathLike[str] | None, start: str | None) -> str | None:
+    """The sentence that says how the weights came to be."""
+    started = base.sentence_part() if base.name else start
+    if kind == "pretrained":
+        return (f"Pre-trained with `bertforge pretrain`, continuing from {started}." if base.name else
+                "Pre-trained from scratch (random initial weights) with `bertforge pretrain`.")
+    if kind == "adapted":
+        return (f"Adapted with `bertforge adapt`: {started or 'a checkpoint'} with its masked-LM pre-training "
+                "continued on new, unlabelled text.")
+    if kind == "distilled":
+        sentence = f"Distilled with `bertforge distill` from the teacher `{Base.of(teacher).name or 'unnamed'}`."
+        return sentence + (f" The student started from {started}." if started else "")
+    return f"Started from {started}." if base.name else None
+
+
+def _record_lines(record: TaskRecord | None, kind: str | None) -> list[str]:
+    """The task a fine-tuned (or task-distilled) model learnt, its labels, dev scores and settings."""
+    if record is None:
+        return []
+    verb = "Distilled on" if kind == "distilled" else "Fine-tuned on"
+    # a best-evaluation directory knows the step that chose it rather than the run's length
+    length = (f"{record.steps} steps" if record.steps is not None else
+              f"chosen at step {record.step}" if record.step is not None else None)
+    facts = [f"seed {record.seed}", length, f"max length {record.max_length}"]
+    lines = ["", f"{verb} {record.family} {record.task} ({', '.join(fact for fact in facts if fact)})."]
+    if record.labels:
+        lines.append(f"Labels: {', '.join(map(str, record.labels))}.")
+    if record.metrics:
+        lines += ["", "| dev metric | value |", "|---|---|",
+                  *(f"| {metric} | {float(value):.4f} |" for metric, value in record.metrics.items())]
+    return lines + _settings_lines({k: v for k, v in (record.hyperparameters or {}).items()
+                                    if k not in ("model", "data")})
+
+
+def _score_lines(scores: dict[str, float], before: dict[str, float], data: str | None) -> list[str]:
+    """Held-out scores as a table; beside the scores before training where those are known."""
+    if not scores:
+        return []
+    where = f"the held-out text of `{data}`" if data else "held-out text"
+    if before:
+        rows = ["| held-out metric | before | after |", "|---|---|---|",
+                *(f"| {name} | {_number(before.get(name))} | {_number(value)} |" for name, value in scores.items())]
+    else:
+        rows = ["| held-out metric | value |", "|---|---|", *(f"| {name} | {_number(value)} |"
+                                                            for name, value in scores.items())]
+    return ["", f"Scores on {where}, never trained on:", "", *rows]
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else f"{value:.4f}"
+
+
+def _settings_lines(settings: dict[str, Any] | None) -> list[str]:
+    if not settings:
+        return []
+    return ["", "Settings:", "", "```json", json.dumps(_portable(settings), indent=2, sort_keys=True, default=str),
+            "```"]
+
+
+def _portable(value: Any) -> Any:
+    """`value` with every absolute path cut to the name a card gives it (`Base.of`): never the user's folders."""
+    if isinstance(value, dict):
+        return {key: _portable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_portable(item) for item in value]
+    if isinstance(value, str) and (os.path.isabs(value) or value.startswith("~")):
+        return Base.of(value).name
+    return value
 
 
 # what a pushed directory leaves out: the loop's resumable checkpoints and run records, locks, hidden files
@@ -143,4 +303,5 @@ def push_model(directory: str | os.PathLike[str], repo_id: str, *, private: bool
     return str(url)
 
 
-__all__ = ["CARD_FILE", "PUSH_IGNORE", "command_line", "model_card", "push_model", "write_model_card"]
+__all__ = ["CARD_FILE", "KINDS", "PUSH_IGNORE", "Base", "command_line", "hub_snapshot", "local_name", "model_card",
+           "push_model", "write_model_card"]

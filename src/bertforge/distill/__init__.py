@@ -8,7 +8,8 @@
     distill(recipe, "runs/tiny-general")  # -> runs/tiny-general/final/: a pre-trained student
 
 `recipe.py` holds the settings (no torch: the command line builds its options from them),
-`losses.py` the losses and the module the loop trains, `run.py` the two runs. docs/inference.md
+`losses.py` the losses and the module the loop trains, `run.py` the two runs, `layers.py` students cut
+from the teacher's layers, `cards.py` the students' model cards. docs/inference.md
 ("Distillation") says what each loss does and how to run one.
 """
 

@@ -21,6 +21,7 @@ Files, per run directory OUT:
     fingerprint.json    the settings and inputs the run was started with; a rerun with others is refused
     run/                the loop's metrics.jsonl and resumable checkpoints (student + projection)
     student/            task: the best evaluation's student;   final/  the last step's student
+                        (each with a model card, README.md: the teacher, the start, the scores)
     start_metrics.json  the student's dev (task) or validation (general) figures before training
     results.json        the teacher's, the start's, the best and the final figures, and the model sizes
 
@@ -46,6 +47,8 @@ from typing import Any
 import numpy as np
 
 from bertforge.distill.augment import augment_examples
+from bertforge.distill.cards import write_student_cards
+from bertforge.distill.layers import copy_teacher_weights, layer_student, save_layer_student  # re-exported
 from bertforge.distill.recipe import DistillRecipe, teacher_layers
 from bertforge.fileio import run_lock, write_text_atomic
 from bertforge.finetune import examples_digest, main_metric_key
@@ -167,57 +170,6 @@ def build_student(recipe: DistillRecipe, teacher: Any, teacher_dir: Path, teache
                          f"{teacher.config.vocab_size}")
     return student, uniform_layer_map(student.config.num_hidden_layers, depth), description, \
         spec if spec.is_dir() else None
-
-
-def copy_teacher_weights(student: Any, teacher: Any, layers: Sequence[int]) -> None:
-    """Copy into `student` (the teacher's family, fewer layers) the teacher's layers `layers` (student
-    layer j <- teacher layer layers[j]) and every other weight the two name alike with the same shape
-    (embeddings, pooler, head), found through `transformer_layers()` rather than key spellings."""
-    import torch
-
-    def layer_prefixes(model: Any) -> dict[str, int]:
-        owners = {id(layer): index for index, layer in enumerate(model.transformer_layers())}
-        return {name: owners[id(module)] for name, module in model.named_modules() if id(module) in owners}
-
-    mine, theirs = layer_prefixes(student), layer_prefixes(teacher)
-    theirs_by_index = {index: name for name, index in theirs.items()}
-    source = teacher.state_dict()
-    target = student.state_dict()
-    with torch.no_grad():
-        for key, tensor in target.items():
-            owner = next((name for name in mine if key.startswith(name + ".")), None)
-            origin = key if owner is None else theirs_by_index[layers[mine[owner]]] + key[len(owner):]
-            if origin in source and source[origin].shape == tensor.shape:
-                tensor.copy_(source[origin])
-
-
-def layer_student(teacher: Any, layers: Sequence[int], job: str) -> Any:
-    """A model for `job` of the teacher's family and config with only the teacher's `layers` (0-based,
-    bottom to top), those layers and everything else the two share by name (embeddings, pooler, head)
-    copied from the teacher."""
-    from bertforge.model.registry import model_class
-
-    config = teacher.config.with_overrides(num_hidden_layers=len(layers))
-    config.extra = dict(teacher.config.extra)  # labels and the family's extra settings go with the head
-    student = model_class(config.model_type, job)(config)
-    copy_teacher_weights(student, teacher, layers)
-    return student
-
-
-def save_layer_student(source: str | Path, layers: Sequence[int], out: str | Path,
-                       job: str = "embeddings") -> Path:
-    """Save to `out` (unless it holds a model already) a model of `source`'s family made of `source`'s
-    layers `layers` (0-based, bottom to top) with its embeddings and, for a task `job`, its head: the
-    student one cuts from a model without distilling (or times, since its speed is its shape's)."""
-    from bertforge.model.auto import load_for_job
-    from bertforge.tokenizer import BertTokenizer
-
-    out = Path(out)
-    if (out / "config.json").exists():
-        return out
-    student = layer_student(load_for_job(source, job), layers, job)
-    student.save_pretrained(out, tokenizer=BertTokenizer.from_pretrained(source))
-    return out
 
 
 def _load_task_teacher(recipe: DistillRecipe) -> tuple[Task, Any, Any, TaskRecord]:
@@ -470,8 +422,8 @@ def distill_task(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool = 
     if student_dir is not None:
         inputs.append(directory_input("student", student_dir))
     if not spec.reads_data_dir:
-        inputs += [file_input(f"{split} file", spec.settings[split]) for split in ("train", "dev", "test")
-                   if spec.settings.get(split) and Path(spec.settings[split]).is_file()]
+        inputs += [file_input(f"{split} file", path) for split in ("train", "dev", "test")
+                   if (path := spec.named_file(split)) is not None and path.is_file()]
     elif data_dir is not None:
         inputs.append(digest_input("data", data_dir, examples_digest([train_examples,
                                                                       *(e for e, _ in eval_sets.values())])))
@@ -526,6 +478,7 @@ def distill_task(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool = 
             "wall_s": round(time.perf_counter() - started, 1),
         }
         _write_json(out_dir / RESULTS_FILE, results)
+        write_student_cards([out_dir / STUDENT_DIR, out_dir / FINAL_DIR], recipe, results)
         return results
 
 
@@ -671,6 +624,7 @@ def distill_general(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool
             "final": FINAL_DIR, "wall_s": round(time.perf_counter() - started, 1),
         }
         _write_json(out_dir / RESULTS_FILE, results)
+        write_student_cards([out_dir / STUDENT_DIR, out_dir / FINAL_DIR], recipe, results)
         return results
 
 
@@ -713,5 +667,5 @@ def distill(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool = True,
 
 
 __all__ = ["FINAL_DIR", "RESULTS_FILE", "RUN_STATE", "START_FILE", "STUDENT_DIR", "build_student",
-           "copy_teacher_weights", "distill", "distill_general", "distill_task", "read_unlabelled", "tokenizer_file",
-           "vocab_digest", "write_student"]
+           "copy_teacher_weights", "distill", "distill_general", "distill_task", "layer_student", "read_unlabelled",
+           "save_layer_student", "tokenizer_file", "vocab_digest", "write_student"]

@@ -38,6 +38,7 @@ import yaml
 from bertforge.config import ModelConfig
 from bertforge.fileio import run_lock, write_text_atomic
 from bertforge.model.registry import config_from_dict, model_class, resolve_config
+from bertforge.pretrain.card import write_run_card
 from bertforge.pretrain.metrics import (  # re-exported: the evaluation's public names
     CONTEXT_VARIANTS,
     context_variants,
@@ -409,7 +410,8 @@ def pretrain(
     lock: bool = True,
     **overrides: Any,
 ) -> PretrainResult:
-    """Pre-train a BERT on prepared shards; the run directory gets checkpoints, metrics and `final/`.
+    """Pre-train a BERT on prepared shards; the run directory gets checkpoints, metrics and `final/`
+    (with its model card, README.md: `bertforge.pretrain.card`).
 
     `config` is a recipe file, a preset name, a config.json or a checkpoint directory; `overrides`
     name recipe fields (see the module docstring). Under torchrun every rank calls this.
@@ -489,6 +491,7 @@ def _pretrain(recipe: Recipe, bert_config: ModelConfig, data_dir: Path, out_dir:
                         "no vocab.txt", data_dir, data_dir / "tokenizer")
         final = export_final(trained, out_dir / "final", tokenizer)
         restore_dropout(final, bert_config)
+        write_run_card(final, recipe, info, data_dir, init_from, result, ctx.world_size)
     distributed.barrier("exporting the final model")
     return PretrainResult(final=final, train=result)
 
