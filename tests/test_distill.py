@@ -35,6 +35,7 @@ from bertforge.finetune import finetune
 from bertforge.tasks.base import TaskBatches
 from bertforge.train import read_metrics
 from test_pretrain import shards  # noqa: F401  (the module's shards fixture)
+from tests.hub_server import loopback_hub_fixture  # noqa: F401  (the `loopback_hub` fixture)
 
 POSITIVE = ["gripping", "moving", "clever", "beautiful", "warm", "funny", "tender", "bold"]
 NEGATIVE = ["dull", "slow", "flat", "tedious", "messy", "bland", "clumsy", "stale"]
@@ -399,3 +400,14 @@ def test_general_distillation_on_shards_lowers_its_loss(shards, tmp_path: Path) 
                                        "--mlm-weight", "1", "--quiet"])
     assert refused.exit_code == 2 and str(bare / "model.safetensors") in refused.output, refused.output
     assert not (tmp_path / "no").exists()
+
+
+def test_a_teacher_by_hub_name(reviews, loopback_hub, tmp_path: Path) -> None:
+    files = {p.relative_to(reviews["teacher"]).as_posix(): p.read_bytes()
+             for p in reviews["teacher"].rglob("*") if p.is_file() and "run" not in p.relative_to(reviews["teacher"]).parts}
+    loopback_hub.commit("org/teacher", files)
+    recipe = _task_recipe(reviews, teacher="org/teacher", epochs=1)
+    results = distill(recipe, tmp_path / "kd", verbose=False)
+    local = distill(_task_recipe(reviews, epochs=1), tmp_path / "kd-local", verbose=False)
+    assert results["teacher_metrics"] == local["teacher_metrics"]
+    assert (tmp_path / "kd" / "student" / "README.md").is_file()

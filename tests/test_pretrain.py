@@ -32,6 +32,7 @@ from bertforge.pretrain import (
     with_overrides,
 )
 from bertforge.train import latest_checkpoint, read_metrics
+from tests.hub_server import loopback_hub_fixture  # noqa: F401  (the `loopback_hub` fixture)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gutenberg_sample.txt"
 RECIPES = Path(__file__).parent.parent / "recipes"
@@ -388,3 +389,17 @@ def test_modern_pretraining_is_mlm_only_at_the_recipe_s_mask_rate(shards, tmp_pa
     transformers.ModernBertForMaskedLM.from_pretrained(result.final)
     with pytest.raises(ValueError, match="objective 'none'"):  # no sentence head to train NSP with
         pretrain("modern-tiny", shards[0], tmp_path / "nsp", max_steps=1, tokenizer=str(tokenizer), **SMALL)
+
+
+def test_init_from_a_hub_name(shards, loopback_hub, tmp_path: Path) -> None:
+    data, tokenizer = shards
+    settings = dict(max_position_embeddings=64, tokenizer=str(tokenizer), **SMALL)
+    first = pretrain("tiny", data, tmp_path / "first", max_steps=2, lr=1e-3, warmup_steps=1, **settings).final
+    loopback_hub.commit("org/tiny-first", {p.name: p.read_bytes() for p in first.iterdir() if p.is_file()})
+    again = pretrain("tiny", data, tmp_path / "again", max_steps=1, lr=1e-9, warmup_steps=0,
+                     init_from="org/tiny-first", **settings).final
+    started, ended = load_file(str(first / "model.safetensors")), load_file(str(again / "model.safetensors"))
+    for key in started:
+        torch.testing.assert_close(ended[key], started[key], atol=1e-7, rtol=0, msg=key)
+    recorded = yaml.safe_load((tmp_path / "again" / "run_config.yaml").read_text())["init_from"]
+    assert loopback_hub.head("org/tiny-first") in recorded  # the snapshot of the commit used

@@ -53,6 +53,7 @@ from bertforge.distill.recipe import DistillRecipe, teacher_layers
 from bertforge.fileio import run_lock, write_text_atomic
 from bertforge.finetune import examples_digest, main_metric_key
 from bertforge.finetuned import TASK_FILE, TaskRecord, check_max_length, check_tokenizer_fits
+from bertforge.hub import local_or_hub
 from bertforge.recipe import RUN_CONFIG_FILE, to_mapping
 from bertforge.recipe import save as save_recipe
 from bertforge.tasks import make_task
@@ -128,6 +129,16 @@ def _label_extras(config: Any) -> dict[str, Any]:
             if key in config.extra}
 
 
+def _student_path(student: str) -> Path:
+    """--student as a path: a preset name or a config.json stays as given, a Hub model name (not an
+    existing directory) becomes its cached snapshot."""
+    from bertforge.model.registry import presets
+
+    if student in presets() or student.endswith(".json") or Path(student).expanduser().is_dir():
+        return Path(student)
+    return local_or_hub(student)
+
+
 def build_student(recipe: DistillRecipe, teacher: Any, teacher_dir: Path, teacher_tokenizer: Any,
                   job: str) -> tuple[Any, list[int], str, Path | None]:
     """The student for `job`, and for each of its hidden states the teacher's it learns (hidden-state
@@ -153,7 +164,7 @@ def build_student(recipe: DistillRecipe, teacher: Any, teacher_dir: Path, teache
     if recipe.student is None:
         raise ValueError("no student: give --student (a preset, a config.json or a checkpoint directory) or "
                          "--student-layers-from-teacher")
-    spec = Path(recipe.student)
+    spec = _student_path(recipe.student)
     if spec.is_dir():
         _check_model_dir(spec, "student")
         _same_vocabulary(teacher_tokenizer, teacher_dir, spec, "student")
@@ -180,7 +191,7 @@ def _load_task_teacher(recipe: DistillRecipe) -> tuple[Task, Any, Any, TaskRecor
 
     if recipe.teacher is None:
         raise ValueError("no teacher: give --teacher (a fine-tuned model directory)")
-    teacher_dir = Path(recipe.teacher)
+    teacher_dir = local_or_hub(recipe.teacher)  # a Hub name: its cached snapshot
     _check_model_dir(teacher_dir, "teacher")
     record = TaskRecord.read(teacher_dir)
     family = recipe.family or (record.family if record else None)
@@ -377,7 +388,7 @@ def distill_task(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool = 
     out_dir = Path(out_dir)
     loop, losses = recipe.train, recipe.losses
     spec, teacher, tokenizer, record = _load_task_teacher(recipe)
-    teacher_dir = Path(str(recipe.teacher))
+    teacher_dir = local_or_hub(str(recipe.teacher))  # a Hub name: its cached snapshot
     if spec.reads_data_dir and recipe.data is None:
         raise ValueError(f"{task_title(spec.family, spec.name)} reads a data directory: give --data")
     data_dir = None if recipe.data is None else Path(recipe.data)
@@ -565,7 +576,7 @@ def distill_general(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool
     if losses.hidden_weight + losses.attention_weight + losses.relation_weight + losses.mlm_weight <= 0:
         raise ValueError("general distillation needs a loss: give attention_weight, relation_weight, hidden_weight "
                          "or mlm_weight above 0")
-    teacher_dir, data_dir = Path(recipe.teacher), Path(recipe.data)
+    teacher_dir, data_dir = local_or_hub(recipe.teacher), Path(recipe.data)  # a Hub teacher: its snapshot
     _check_model_dir(teacher_dir, "teacher")
     info = read_dataset_info(data_dir)
     tokenizer = BertTokenizer.from_pretrained(teacher_dir)

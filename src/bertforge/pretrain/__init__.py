@@ -427,6 +427,10 @@ def pretrain(
     `overwrite` clears the directory's checkpoints, metrics and records first, to start again.
     `lock=False` is for a caller that holds `out_dir`'s lock itself (`bertforge.adapt`, around more work).
     """
+    if init_from is not None:  # a Hub model name: its cached snapshot
+        from bertforge.hub import local_or_hub
+
+        init_from = local_or_hub(init_from)
     settings = {name: value for name, value in {"max_steps": max_steps, **overrides}.items() if value is not None}
     recipe = resolve(Recipe, config, settings, given_as="pretrain(): {name}")
     data_dir, out_dir = Path(data_dir), Path(out_dir)
