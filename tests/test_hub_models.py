@@ -205,7 +205,8 @@ def test_model_card_and_push(loopback_hub, checkpoints: dict[str, Path], tmp_pat
     assert "me/reviews" in pushed.output and "(private)" in pushed.output
     uploaded = set(loopback_hub.files("me/reviews"))
     assert {"config.json", "model.safetensors", "README.md", "task.json", "vocab.txt"} <= uploaded
-    assert not [name for name in uploaded if name.startswith("run/")]
+    assert not [name for name in uploaded if name.startswith("run/") or name.endswith((".png", ".jsonl", ".csv"))]
+    assert (seed / "confusion-dev.png").is_file() or list(seed.glob("predictions*"))  # there, and left out
     loaded = BertForSequenceClassification.from_pretrained("me/reviews")  # by name, with the token
     assert label_names_of(loaded) == ["negative", "positive"]
     assert huggingface_hub.ModelCard.load(seed / "README.md").data.library_name == "transformers"

@@ -25,7 +25,7 @@ from typing import Any
 
 from bertforge.fileio import write_text_atomic
 from bertforge.finetuned import TaskRecord
-from bertforge.hub import is_hub_name, split_revision
+from bertforge.hub import MODEL_FILES, is_hub_name, split_revision
 from bertforge.tasks import FAMILIES, inference_task_of
 
 CARD_FILE = "README.md"
@@ -286,8 +286,9 @@ PUSH_IGNORE = ("run/**", "checkpoints/**", "*.pt", "*.pth", "optimizer*", "*.loc
 
 def push_model(directory: str | os.PathLike[str], repo_id: str, *, private: bool = True,
                message: str | None = None) -> str:
-    """Upload a model directory to the Hub as `repo_id` (created private unless `private=False`), its
-    checkpoints and run records left out; a card (README.md) is written first when it has none.
+    """Upload a model directory to the Hub as `repo_id` (created private unless `private=False`): the
+    files a model directory is read by (`hub.MODEL_FILES`: config, weights, tokenizer, task.json) and its
+    card; checkpoints, run records, predictions and plots are left out; a card (README.md) is written first when it has none.
     Returns the repository's URL. The token is huggingface_hub's (HF_TOKEN or the token file)."""
     from huggingface_hub import HfApi
 
@@ -298,7 +299,8 @@ def push_model(directory: str | os.PathLike[str], repo_id: str, *, private: bool
         write_model_card(directory)
     api = HfApi()
     url = api.create_repo(repo_id, private=private, exist_ok=True)
-    api.upload_folder(folder_path=str(directory), repo_id=repo_id, ignore_patterns=list(PUSH_IGNORE),
+    api.upload_folder(folder_path=str(directory), repo_id=repo_id, allow_patterns=[*MODEL_FILES, CARD_FILE],
+                      ignore_patterns=list(PUSH_IGNORE),
                       commit_message=message or f"Upload {directory.name} with bertforge")
     return str(url)
 
