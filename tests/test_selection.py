@@ -218,3 +218,21 @@ def test_a_fresh_run_drops_a_stale_best(encoder_dir: Path, tmp_path: Path) -> No
     finetune("glue", "MRPC", encoder_dir, FIXTURES / "glue", tmp_path / "out", epochs=1, batch_size=2,
              progress=False, verbose=False)
     assert json.loads((stale / "task.json").read_text())["step"] == 1
+
+
+def test_best_is_a_link_when_it_is_the_final_model(tmp_path: Path) -> None:
+    """One epoch, one evaluation at its end: best/ is the final model, its weights stored once."""
+    from bertforge.finetune import finetune
+    from tests.tiny_models import save_tiny_encoder
+
+    encoder = save_tiny_encoder(tmp_path, "a warm film a dull film", vocab_size=60, hidden_size=16)
+    train = tmp_path / "train.csv"
+    train.write_text("text,label\n" + "a warm film,pos\na dull film,neg\n" * 8, encoding="utf-8")
+    finetune("classify", None, encoder, None, tmp_path / "run", epochs=1, batch_size=4, max_length=16,
+             task_settings={"train": str(train), "dev": str(train)}, progress=False, verbose=False)
+    seed = tmp_path / "run" / "seed-1"
+    final, best = (seed / "model.safetensors").stat(), (seed / "best" / "model.safetensors").stat()
+    assert (final.st_ino, final.st_dev) == (best.st_ino, best.st_dev)
+    from bertforge import pipeline
+
+    assert pipeline(seed / "best")("a warm film") == pipeline(seed)("a warm film")

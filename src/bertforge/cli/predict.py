@@ -132,7 +132,9 @@ def _predict_file(model: Path, input_file: Path, out: Path, *, task: str | None,
                f"({done['rows_per_second']:.1f} rows/s)")
     if done["errors"]:
         verb = "recorded with an error column" if file_options.get("on_error", "record") == "record" else "skipped"
-        typer.secho(f"warning: {done['errors']} rows could not be answered and were {verb}; the first: "
+        rows = "1 row could not be answered and was" if done["errors"] == 1 else \
+            f"{done['errors']} rows could not be answered and were"
+        typer.secho(f"warning: {rows} {verb}; the first: "
                     f"{done['first_error']}", fg="yellow", err=True)
     if pipe.task == "embeddings":
         how = "as asked" if pipe.embedding_source in ("asked for", "default") else f"from {pipe.embedding_source}"

@@ -39,7 +39,8 @@ Files, per run directory `out_dir`:
     seed-N/<dev predictions> the task's prediction files for the dev split(s); for the own-data families
                             also their --test file's, predicted by the final model (`Task.final_splits`)
     seed-N/best/            the model of the best evaluation, laid out like seed-N/ (its task.json
-                            says the step, epoch, metric and score it was selected at)
+                            says the step, epoch, metric and score it was selected at); when that was
+                            the last evaluation, its weights are a hard link to seed-N's (one copy)
     seed-N/run/             the loop's metrics.jsonl (train loss, lr, dev metrics per evaluation) and,
                             while the seed trains, its newest checkpoints (`keep_last`)
     fingerprint.json        the settings and inputs (model files, data) the run was started with
@@ -84,7 +85,7 @@ from bertforge.finetune.recipe import (
     resolve_dev_fraction,
     summarize,
 )
-from bertforge.finetune.runrecord import examples_digest, run_inputs, save_run_config
+from bertforge.finetune.runrecord import examples_digest, link_same_weights, run_inputs, save_run_config
 from bertforge.finetuned import (
     TASK_FILE,
     TaskRecord,
@@ -366,6 +367,8 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
                             best=best.summary(selection), wall_s=round(wall, 1), hyperparameters=hyper,
                             source_model=str(model_dir), test_metrics=test_metrics or None)
         record.write(seed_dir)
+        if record.best and record.best.get("dir") and record.best.get("step") == result.step:
+            link_same_weights(seed_dir, seed_dir / BEST_DIR)  # the final model is the best: one copy on disk
         write_model_card(seed_dir, base_model=source.get("repo_id") or str(recipe.model),
                          base_revision=source.get("commit"), command=command_line())
         if not loop.keep_checkpoints:

@@ -4,6 +4,7 @@ resume, `bertforge.train.rundir`) and run_config.yaml, the resolved recipe with 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -53,4 +54,36 @@ def examples_digest(splits: Iterable[Sequence[Any]]) -> str:
     return digest.hexdigest()
 
 
-__all__ = ["examples_digest", "run_inputs", "save_run_config"]
+def link_same_weights(final: Path, best: Path) -> None:
+    """Make best/'s weight files hard links to the final model's when they hold the same bytes (the best
+    evaluation was the last): a seed directory then keeps one copy of the weights on disk, and each
+    directory still reads (and copies, and uploads) as a whole model. Where links are impossible (another
+    file system, one that has none), the copy stays."""
+    for weights in best.glob("*.safetensors"):
+        twin = final / weights.name
+        if not twin.is_file() or twin.stat().st_size != weights.stat().st_size or _same_file(twin, weights):
+            continue
+        if _digest(twin) != _digest(weights):
+            continue
+        partial = weights.with_name(f".{weights.name}.link")
+        try:
+            partial.unlink(missing_ok=True)
+            os.link(twin, partial)
+            partial.replace(weights)
+        except OSError:
+            partial.unlink(missing_ok=True)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    return a.stat().st_ino == b.stat().st_ino and a.stat().st_dev == b.stat().st_dev
+
+
+def _digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+__all__ = ["examples_digest", "link_same_weights", "run_inputs", "save_run_config"]

@@ -397,8 +397,9 @@ def predict_file(pipe: Pipeline, input_path: str | Path, out_path: str | Path, *
     Rows are read `chunk_rows` at a time; each chunk is featurised, run in length-sorted batches and
     written in input order before the next chunk is read, so memory does not grow with the file.
     `keep_columns` are copied from the input row in front of the prediction. The output appears only
-    when complete. A row the task cannot answer (an empty text, a fill-mask text without [MASK], a
-    question without a context, a cell that is not text) is decided by `on_error`: "record" (the
+    when complete. An empty text is an input like any other where the task answers it (classification,
+    tagging, embeddings, as transformers' pipelines do). A row the task cannot answer (a fill-mask text
+    without [MASK], an empty question or context, an empty cell, a cell that is not text) is decided by `on_error`: "record" (the
     default) writes the row with `error` saying what is wrong, where it is ("FILE:LINE: COLUMN: ...")
     instead of a prediction, and goes on; "skip" leaves it out and goes on; "stop" ends the run with
     `DataFormatError` naming its line, and nothing is written. Returns {"rows", "seconds",
@@ -494,9 +495,7 @@ def _row_input(path: Path, row: Any, columns: dict[str, str]) -> dict[str, Any]:
             what = "empty" if value is None else (f"not text ({type(value).__name__}); name the column that "
                                                   "holds the text")
             raise DataFormatError(path, row.number, column, what)
-        if not value.strip():
-            raise DataFormatError(path, row.number, column, "empty text")
-        values[name] = value
+        values[name] = value  # an empty text too: the task answers it, or says why not (InputError)
     return values
 
 

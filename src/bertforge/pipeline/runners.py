@@ -46,10 +46,12 @@ def _is_pair(value: Any) -> bool:
     return isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, str) for v in value)
 
 
-def _text(value: Any, index: int, what: str = "text") -> str:
+def _text(value: Any, index: int, what: str = "text", *, may_be_empty: bool = False) -> str:
+    """`value` checked to be text; an empty (or all-space) one only where the task answers it
+    (`may_be_empty`: classification, tagging and embeddings answer "" as transformers' pipelines do)."""
     if not isinstance(value, str):
         raise InputError(index, "bad_input", f"{what} must be a string, got {type(value).__name__}", what)
-    if not value.strip():
+    if not value.strip() and not may_be_empty:
         raise InputError(index, "empty_text", f"{what} is empty", what)
     return value
 
@@ -114,7 +116,8 @@ class _Classification(Runner):
                 text, pair = item
             else:
                 text, pair = item, None
-            pairs.append((_text(text, i), None if pair is None else _text(pair, i, "text_pair")))
+            pairs.append((_text(text, i, may_be_empty=True),
+                          None if pair is None else _text(pair, i, "text_pair", may_be_empty=True)))
         examples = [self.spec.inference_example(i, {"text": text, "text_pair": pair})
                     for i, (text, pair) in enumerate(pairs)]
         if self.pipe.long_text == "windows":
@@ -208,7 +211,7 @@ class _TokenClassification(Runner):
         pre_tokenize = self.pipe.tokenizer.words  # words with their characters (byte-level BPE's without the space)
         examples, info = [], []
         for i, item in enumerate(inputs):
-            text = _text(item.get("text") if isinstance(item, dict) else item, i)
+            text = _text(item.get("text") if isinstance(item, dict) else item, i, may_be_empty=True)
             words = pre_tokenize(text)  # [(word, (start, end))]
             examples.append(self.spec.inference_example(i, {"words": [w for w, _ in words]}))
             info.append({"text": text, "spans": [span for _, span in words]})
@@ -423,7 +426,8 @@ class _Embeddings(Runner):
     call_options = ("pooling", "normalize")
 
     def prepare(self, inputs: list[Any]) -> Prepared:
-        texts = [_text(item.get("text") if isinstance(item, dict) else item, i) for i, item in enumerate(inputs)]
+        texts = [_text(item.get("text") if isinstance(item, dict) else item, i, may_be_empty=True)
+                 for i, item in enumerate(inputs)]
         cased = [text.lower() for text in texts] if self.pipe.lowercase_inputs else texts
         encoded = self.pipe.tokenizer.encode_batch(cased, max_length=10**9)
         features, info = [], []
