@@ -108,6 +108,8 @@ def default_text(param: Any) -> str:
         if isinstance(getattr(param, "show_default", None), str):  # a recipe's flag: `--flag` or `--no-flag`
             return f"`{param.show_default}`"  # (its default is None: given or not, the recipe decides)
         if param.secondary_opts:  # --check / --no-check
+            if default is None:  # neither given: the command decides (its help says how)
+                return ""
             return f"`{param.opts[0] if default else param.secondary_opts[0]}`"
         return "off" if not default else "on"
     if default is None or default == () or default == []:

@@ -338,6 +338,34 @@ def test_every_leaf_command_has_an_example():
     assert not problems, "\n".join(problems)
 
 
+def test_help_shows_no_value_placeholder_for_a_flag():
+    """A flag takes no value, so `--help` prints none after it (no `--all-scores <bool>`), while a valued
+    option keeps its placeholder (`--batch-size <int>`); groups' own options included."""
+    runner = CliRunner()
+    problems = []
+    for _command, ctx in gen.walk(ROOT_COMMAND, ROOT_CONTEXT):
+        path = ctx.command_path
+        shown = runner.invoke(app, [*path.split()[1:], "--help"], terminal_width=200)
+        if shown.exit_code != 0:
+            problems.append(f"{path} --help exits {shown.exit_code}")
+        elif "<bool>" in shown.output:
+            problems.append(f"{path} --help shows a <bool> placeholder after a flag")
+    shown = runner.invoke(app, ["predict", "--help"], terminal_width=200)
+    assert re.search(r"--batch-size\s+<int>", shown.output), shown.output
+    assert not problems, "\n".join(problems)
+
+
+def test_finetune_help_names_the_registered_families(monkeypatch: pytest.MonkeyPatch):
+    """`bertforge finetune --help` lists the families from the registry: each built-in one, and one added later."""
+    from bertforge.tasks import FAMILIES
+
+    group = ROOT_COMMAND.get_command(ROOT_CONTEXT, "finetune")
+    listed = {name for names in re.findall(r"\(([a-z_, ]+)\)", group.help) for name in names.split(", ")}
+    assert set(FAMILIES) <= listed, f"finetune --help does not name {sorted(set(FAMILIES) - listed)}"
+    monkeypatch.setitem(FAMILIES, "toyfiles", type("ToyFiles", (), {"reads_data_dir": False}))
+    assert "toyfiles)" in group.help
+
+
 # ------------------------------------------------------------------------------------------------
 # commands written in the docs
 # ------------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ quantized on the fly), the file about 4x smaller; the check then measures the qu
 
 Example:
     from bertforge.export import export_onnx
-    result = export_onnx("runs/squad/final", "squad.onnx")
+    result = export_onnx("runs/squad/seed-1", "squad.onnx")
     print(result.outputs, result.max_abs_diff)
 """
 

@@ -11,11 +11,10 @@ commands, so that `bertforge --help` stays instant.
 
 from __future__ import annotations
 
-import typer
-
 from bertforge.cli import distill, finetune, hub, inspect, predict, search, train
+from bertforge.cli.common import App
 
-app = typer.Typer(
+app = App(
     name="bertforge",
     help="BERT end to end: WordPiece vocabularies, pre-training, fine-tuning, analysis and serving.\n\n"
     "Checkpoints are Hugging Face-format directories (config.json, model.safetensors, vocab.txt).",
@@ -56,20 +55,20 @@ for _name, _command in [
 ]:
     app.command(_name)(_command)
 
-tokenizer_app = typer.Typer(help="WordPiece vocabularies: train one from text, try one on a sentence.",
+tokenizer_app = App(help="WordPiece vocabularies: train one from text, try one on a sentence.",
                             no_args_is_help=True)
 tokenizer_app.command("train")(train.tokenizer_train)
 tokenizer_app.command("encode")(train.tokenizer_encode)
 app.add_typer(tokenizer_app, name="tokenizer")
 
-evaluate_app = typer.Typer(help="Score predictions with the official metrics.", no_args_is_help=True)
+evaluate_app = App(help="Score predictions with the official metrics.", no_args_is_help=True)
 evaluate_app.command("squad")(inspect.evaluate_squad)
 app.add_typer(evaluate_app, name="evaluate")
 
 # one subcommand per family registered in bertforge.tasks.FAMILIES, made when asked for
-finetune_app = typer.Typer(cls=finetune.FamilyGroup, help=finetune.HELP, no_args_is_help=True)
+finetune_app = App(cls=finetune.FamilyGroup, help=finetune.HELP, no_args_is_help=True)
 app.add_typer(finetune_app, name="finetune")
 app.add_typer(distill.app, name="distill")
-app.add_typer(typer.Typer(cls=search.SearchGroup, help=search.HELP, no_args_is_help=True), name="search")
+app.add_typer(App(cls=search.SearchGroup, help=search.HELP, no_args_is_help=True), name="search")
 
 __all__ = ["app"]

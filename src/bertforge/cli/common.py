@@ -1,5 +1,5 @@
-"""What the command modules share: the one-line error exit, the errors a library call reports as bad
-input, and small argument helpers."""
+"""What the command modules share: the app, command and group classes every command is made with, the
+one-line error exit, the errors a library call reports as bad input, and small argument helpers."""
 
 from __future__ import annotations
 
@@ -10,10 +10,43 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 PRECISION_HELP = ("fp32, bf16, int8 (dynamic quantization of the encoder's Linear layers) or auto "
                   "(bf16 where the CPU has AMX or AVX512-BF16, else fp32).")
+
+
+class _FlagsTakeNoValue:
+    """typer's rich help prints a value placeholder after every option, flags too (`--all-scores <bool>`,
+    `--help <bool>`), though a flag takes no value (its plain-text help already prints none). Here a
+    flag's placeholder is empty; valued options keep theirs (`<int>`, `<path>`)."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)  # type: ignore[misc]
+        for param in params:  # --help included: get_params adds it to the command's own
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""  # the placeholder typer prints, where one is set
+        return params
+
+
+class Command(_FlagsTakeNoValue, TyperCommand):
+    """A `bertforge` command: typer's, with flags shown without a value placeholder."""
+
+
+class Group(_FlagsTakeNoValue, TyperGroup):
+    """A `bertforge` command group: typer's, with flags shown without a value placeholder."""
+
+
+class App(typer.Typer):
+    """A typer app whose group and commands are `Group` and `Command` unless a `cls` says otherwise
+    (which should derive from them), so that every command's help reads the same."""
+
+    def __init__(self, *args: Any, cls: type[TyperGroup] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, cls=cls or Group, **kwargs)
+
+    def command(self, name: str | None = None, *, cls: type[TyperCommand] | None = None,  # type: ignore[override]
+                **kwargs: Any) -> Any:
+        return super().command(name, cls=cls or Command, **kwargs)
 
 
 def fail(message: str) -> typer.Exit:
@@ -101,7 +134,7 @@ def text_lines(path: Path, pairs: bool) -> list[str | tuple[str, str]]:
     return out
 
 
-class TaskFamilyGroup(TyperGroup):
+class TaskFamilyGroup(Group):
     """A command group with a subcommand for each family in `bertforge.tasks.FAMILIES`, made when it is
     asked for, so that a family registered later (by a plugin, by a test) is a command too. A subclass
     names the factory that makes one family's command function (`make_command(name, family)`)."""
@@ -123,6 +156,6 @@ class TaskFamilyGroup(TyperGroup):
 
 @functools.cache
 def _family_command(make: Callable[[str, type], Callable[..., None]], name: str, family: type, markup: Any) -> Any:
-    single = typer.Typer(add_completion=False, rich_markup_mode=markup)
+    single = App(add_completion=False, rich_markup_mode=markup)
     single.command(name)(make(name, family))
     return typer.main.get_command(single)

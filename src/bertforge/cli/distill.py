@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from bertforge.cli.common import fail, flag, library_errors
+from bertforge.cli.common import App, fail, flag, library_errors
 from bertforge.cli.options import recipe_command
 from bertforge.distill.recipe import DistillRecipe
 
@@ -91,7 +91,7 @@ general_command = recipe_command(
     Example: `bertforge distill general --teacher models/minilm --student tiny --data data/bert128 --out runs/tiny-kd --max-steps 2000 --attention-weight 1 --relation-weight 1`
     """)
 
-app = typer.Typer(help="Knowledge distillation: a teacher teaches a smaller student (task: a fine-tuned teacher's "
+app = App(help="Knowledge distillation: a teacher teaches a smaller student (task: a fine-tuned teacher's "
                        "task; general: an encoder on raw-text shards).", no_args_is_help=True)
 app.command("task")(task_command)
 app.command("general")(general_command)

@@ -18,11 +18,20 @@ from bertforge.cli.common import REVISION_HELP, TaskFamilyGroup, fail, flag, lib
 from bertforge.cli.options import recipe_command, task_setting_parameters
 from bertforge.finetune import FinetuneRecipe
 
-HELP = ("Fine-tune a pre-trained checkpoint on a task (GLUE, CoNLL-2003 NER, SQuAD, SWAG, or your own files: "
-        "classify) with the paper's recipe: AdamW, 10% warm-up then linear decay, batch 32, 3 epochs. Every "
-        "setting is an option, a line of a --config recipe (recipes/finetune/) or a --set key=value. Writes "
-        "OUT/seed-N/ (a Hugging Face model), OUT/results.json (mean / std / median across seeds) and "
-        "OUT/run_config.yaml (the resolved recipe).")
+HELP = ("Fine-tune a pre-trained checkpoint on a task: a benchmark read from its data directory ({data_families}) "
+        "or your own files ({own_data_families}), with the paper's recipe: AdamW, 10% warm-up then linear decay, "
+        "batch 32, 3 epochs. Every setting is an option, a line of a --config recipe (recipes/finetune/) or a --set "
+        "key=value. Writes OUT/seed-N/ (a Hugging Face model; seed-N/best/ the best evaluation's), OUT/results.json "
+        "(mean / std / median across seeds) and OUT/run_config.yaml (the resolved recipe).")
+
+
+def family_lists() -> dict[str, str]:
+    """The registered families, as HELP names them: those that read a data directory, those that read your files."""
+    from bertforge.tasks import FAMILIES
+
+    return {"data_families": ", ".join(n for n, cls in FAMILIES.items() if cls.reads_data_dir),
+            "own_data_families": ", ".join(n for n, cls in FAMILIES.items() if not cls.reads_data_dir)}
+
 
 _OUT = pyinspect.Parameter(
     "out", pyinspect.Parameter.KEYWORD_ONLY,
@@ -115,3 +124,12 @@ class FamilyGroup(TaskFamilyGroup):
     for, so that a family registered there later (by a plugin, by a test) is a command too."""
 
     make_command = staticmethod(family_command)
+
+    @property
+    def help(self) -> str | None:
+        """The group's help text with the families registered when it is shown (`family_lists`)."""
+        return None if self._help_template is None else self._help_template.format(**family_lists())
+
+    @help.setter
+    def help(self, text: str | None) -> None:
+        self._help_template = text

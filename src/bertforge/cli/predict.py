@@ -46,7 +46,8 @@ def predict_command(
     chunk_rows: Annotated[int, typer.Option(
         "--chunk-rows", help="Rows read, predicted and written at a time (memory is bounded by it).")] = 4096,
     on_error: Annotated[str, typer.Option(
-        "--on-error", help="A row the task cannot answer (empty text, no [MASK], no context): record (its output "
+        "--on-error", help="A row the task cannot answer (no [MASK], an empty question or context, an empty "
+                           "cell, a number where text goes; an empty text is answered): record (its output "
                            "row says what is wrong, in an error column, and the run goes on), skip (left out) or "
                            "stop (exit 2, nothing written).")] = "record",
     pooling: Annotated[str | None, typer.Option("--pooling", help="Embeddings: mean, cls, max or pooler (default: "
@@ -65,7 +66,9 @@ def predict_command(
     window_stride: Annotated[int | None, typer.Option(
         "--window-stride", help="With --long-text windows: pieces from one window's start to the next "
                                 "(default: half a window).")] = None,
-    device: Annotated[str | None, typer.Option("--device", help="torch device (default: cpu).")] = None,
+    device: Annotated[str | None, typer.Option("--device", help="torch device for --input (default: cpu); "
+                                                                "with --data the model runs where fine-tuning "
+                                                                "would (a visible GPU).")] = None,
     precision: Annotated[str, typer.Option(
         "--precision", help="fp32, bf16, int8, or auto (bf16 where the CPU has native bf16 instructions).")]
     = "fp32",
@@ -215,7 +218,7 @@ def serve_command(
 ) -> None:
     """Serve a checkpoint over HTTP: JSON API (/fill-mask /classify /qa /ner /embed /attention) and a demo page at /.
 
-    Example: `bertforge serve --model runs/squad/final --port 8000`, then open http://127.0.0.1:8000/
+    Example: `bertforge serve --model runs/squad/seed-1 --port 8000`, then open http://127.0.0.1:8000/
     (API schema at /docs).
     """
     model = hub_model(model, revision)  # a Hub name (org/name[@revision]): its cached snapshot
@@ -292,7 +295,7 @@ def export_onnx_command(
 ) -> None:
     """Export a checkpoint to ONNX with dynamic batch and sequence axes on every input.
 
-    Example: `bertforge export-onnx --model runs/squad/final --out squad.onnx`
+    Example: `bertforge export-onnx --model runs/squad/seed-1 --out squad.onnx`
     """
     model = hub_model(model, revision)  # a Hub name (org/name[@revision]): its cached snapshot
     from bertforge.checkpoint import CheckpointError

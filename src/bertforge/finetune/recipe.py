@@ -140,14 +140,15 @@ class FinetuneRecipe:
     `data` the task's data; `task_settings` are the task's own options (SQuAD's `doc_stride`, ...).
     """
 
-    family: str = setting("glue", help="Task family: glue, ner, squad, swag; classify, tag, qa (your own files).")
+    family: str = setting("glue", help="Task family (bertforge.tasks.FAMILIES): a benchmark's (glue, ner, squad, "
+                                       "swag) or one that reads your own files (classify, tag, qa, embed).")
     task: str | None = setting(None, help="The task within the family: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, "
-                                          "QNLI, RTE, WNLI; conll2003; squad, v1.1, v2.0; swag; any name for "
-                                          "classify.")
+                                          "QNLI, RTE, WNLI; conll2003; squad, v1.1, v2.0; swag; the own-file "
+                                          "families are one task each.")
     model: str | None = setting(None, help="The pre-trained checkpoint (Hugging Face layout), or a Hugging Face Hub "
                                            "model: org/name or org/name@revision.")
-    data: str | None = setting(None, help="The task's data directory (or file, for SQuAD; classify takes "
-                                          "--train/--dev/--test files instead), or a Hugging Face Hub data set: "
+    data: str | None = setting(None, help="The task's data directory (or file, for SQuAD; the own-file "
+                                          "families take --train/--dev/--test instead), or a Hugging Face Hub data set: "
                                           "org/name[@revision][:config] (nyu-mll/glue, eriktks/conll2003, "
                                           "rajpurkar/squad).")
     seeds: list[int] = setting(default_factory=lambda: [1], help="Comma-separated seeds, one run each.")

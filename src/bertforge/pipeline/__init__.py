@@ -13,7 +13,7 @@ length, task settings such as SQuAD's doc stride and tuned no-answer threshold) 
     token-classification   "text"                          [{"label", "text", "start", "end", "score"}]
     question-answering     {"question", "context"}          {"answer", "score", "start", "end", "no_answer"}
     fill-mask              "text with [MASK]"              [[{"token", "token_id", "score", "sequence"}]]
-    embeddings             "text"                          {"embedding": [...]}  (pooling cls or mean)
+    embeddings             "text"                          {"embedding": [...]}  (pooling mean, cls, max or pooler)
     multiple-choice        {"context", "start", "endings"}  {"choice", "ending", "score"}  (SWAG's four endings)
 
 Every task goes through the fine-tuning task's own code (`bertforge.tasks`): its `featurize` makes the
@@ -272,7 +272,7 @@ def pipeline(model: str | Path, task: str | None = None, *, batch_size: int = 32
 
     `task` overrides the task read from the directory (`TASK_NAMES`; "embeddings" works on every
     model). `max_length` defaults to the one the model was fine-tuned with; `options` are `pooling`
-    ("mean", "cls", "pooler") and `normalize` for embeddings, `top_k` for fill-mask, `all_scores` for
+    ("mean", "cls", "max", "pooler") and `normalize` for embeddings, `top_k` for fill-mask, `all_scores` for
     text classification (every label's score as well, ranked: what `serve` answers). `precision` is
     fp32 (the default: the numbers fine-tuning scored), bf16, int8 or auto (`bertforge.precision`:
     bf16 where the CPU has native bf16 instructions); a saved int8 copy always runs int8.

@@ -3,7 +3,7 @@
 Needs the `serve` extra (fastapi, uvicorn). Example:
 
     from bertforge.serve import serve
-    serve("runs/squad/final", port=8000)   # then open http://127.0.0.1:8000/
+    serve("runs/squad/seed-1", port=8000)   # then open http://127.0.0.1:8000/
 """
 
 from __future__ import annotations

@@ -525,7 +525,7 @@ def create_app(
     `max_body_bytes` (413 beyond) with no pause longer than `body_timeout_s` (408).
 
     Example:
-        uvicorn.run(create_app("runs/squad/final"), host="127.0.0.1", port=8000)
+        uvicorn.run(create_app("runs/squad/seed-1"), host="127.0.0.1", port=8000)
     """
     if service is None:
         if model_dir is None:
