@@ -324,6 +324,7 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
         model = load_for_task(spec.job, model_dir, **overrides)
         reinitialize_top_layers(model, loop.reinit_layers)
         spec.configure_model(model, train_examples, label_list)
+        model = spec.wrap_model(model, loop.max_length)
         batches = TaskBatches(train_features, loop.batch_size, seed=seed, pad_id=tokenizer.pad_token_id,
                               bucket_batches=LENGTH_GROUP_BATCHES if loop.group_by_length else 1)
         steps_per_epoch = len(batches)

@@ -17,6 +17,7 @@ from typing import Any
 
 from bertforge.tasks.base import DataFormatError, Task
 from bertforge.tasks.classify import Classify
+from bertforge.tasks.embed import Embed
 from bertforge.tasks.glue import Glue
 from bertforge.tasks.ner import Ner
 from bertforge.tasks.qa import Qa
@@ -35,7 +36,7 @@ def register(cls: type[Task]) -> type[Task]:
     return cls
 
 
-for _family in (Glue, Ner, Squad, Swag, Classify, Tag, Qa):  # the built-in families, one registration each
+for _family in (Glue, Ner, Squad, Swag, Classify, Tag, Qa, Embed):  # the built-in families, one registration each
     register(_family)
 
 

@@ -393,6 +393,11 @@ class Task(ABC):
         """config.json fields the head needs beside the labels (classify: `problem_type`)."""
         return {}
 
+    def wrap_model(self, model: torch.nn.Module, max_length: int) -> torch.nn.Module:
+        """The module fine-tuning trains and saves around the loaded model: the model itself, or one that
+        adds what the task needs and the job's class lacks (embed: pooling and a contrastive loss)."""
+        return model
+
     def configure_model(self, model: torch.nn.Module, train_examples: Sequence[Any],
                         label_names: Sequence[str] | None) -> None:
         """Training-only settings of a freshly loaded model (classify: the loss's class weights)."""
