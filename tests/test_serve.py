@@ -316,6 +316,26 @@ def test_embed(models: dict[str, Path], mlm: TestClient) -> None:
     _assert_error(mlm.post("/embed", json={"text": "the cat", "pooling": "median"}))
 
 
+def test_openai_embeddings(mlm: TestClient) -> None:
+    """/v1/embeddings answers OpenAI's request and response shapes with /embed's vectors."""
+    import base64
+
+    import numpy as np
+
+    texts = ["the cat", "the cat sat on the mat"]
+    ours = mlm.post("/embed", json={"texts": texts}).json()["results"]
+    body = mlm.post("/v1/embeddings", json={"input": texts, "model": "my-model"}).json()
+    assert body["object"] == "list" and body["model"] == "my-model"
+    assert [d["index"] for d in body["data"]] == [0, 1] and all(d["object"] == "embedding" for d in body["data"])
+    assert [d["embedding"] for d in body["data"]] == [r["embedding"] for r in ours]
+    assert body["usage"]["prompt_tokens"] == sum(r["tokens"] for r in ours) == body["usage"]["total_tokens"]
+    packed = mlm.post("/v1/embeddings", json={"input": "the cat", "encoding_format": "base64"}).json()
+    decoded = np.frombuffer(base64.b64decode(packed["data"][0]["embedding"]), dtype="<f4")
+    np.testing.assert_allclose(decoded, ours[0]["embedding"], rtol=1e-6)
+    assert packed["model"]  # the served model's name when the request names none
+    _assert_error(mlm.post("/v1/embeddings", json={"input": texts, "dimensions": 8}))  # not offered: refused
+
+
 def test_attention(mlm: TestClient) -> None:
     result = mlm.post("/attention", json={"text": "the cat sat", "layer": 1, "head": 0}).json()
     assert result["tokens"][0] == "[CLS]" and result["tokens"][-1] == "[SEP]"

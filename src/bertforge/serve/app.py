@@ -1,6 +1,7 @@
 """The HTTP API and demo page for one BERT checkpoint: `create_app(model_dir)` returns a FastAPI app.
 
-    POST /fill-mask  /classify  /qa  /ner  /embed  /attention      GET /health  /  /docs  /openapi.json
+    POST /fill-mask  /classify  /qa  /ner  /embed  /attention  /v1/embeddings (OpenAI's)
+    GET /health  /  /docs  /openapi.json
 
 Each task endpoint takes one input (`text`, or `question` + `context`) or a list of them (`texts`,
 or `questions` + `contexts`, at most `MAX_ITEMS`), and answers with one result or `{"results": [...]}`.
@@ -72,6 +73,9 @@ from bertforge.serve.schemas import (
     MaskResult,
     NerRequest,
     NerResult,
+    OpenAIEmbedding,
+    OpenAIEmbeddingsRequest,
+    OpenAIEmbeddingsResult,
     QARequest,
     QAResult,
     TokenLabel,
@@ -463,6 +467,17 @@ class BodyGuard:
         await send({"type": "http.response.body", "body": response.body})
 
 
+def _encode_vector(vector: list[float], encoding_format: str) -> list[float] | str:
+    """A vector as OpenAI's API sends it: floats, or base64 of its little-endian float32 bytes."""
+    if encoding_format == "float":
+        return vector
+    import base64
+
+    import numpy as np
+
+    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+
+
 def _error(status: int, code: str, message: str, details: list[dict[str, Any]] | None = None) -> JSONResponse:
     body: dict[str, Any] = {"error": code, "message": message}
     if details is not None:
@@ -548,6 +563,7 @@ def create_app(
         responses=ERRORS,
     )
     app.state.service = service
+    model_name = Path(model_dir).name if model_dir is not None else service.kind  # what /v1/embeddings echoes
 
     app.add_middleware(BodyGuard, max_bytes=max_body_bytes, timeout_s=body_timeout_s)
 
@@ -648,6 +664,17 @@ def create_app(
             raise ApiError(422, "no_pooler", f"this {service.kind} has no pooler; use pooling 'mean' or 'cls'")
         items = [service.prepare_embed(text, req.pooling, req.normalize) for text in req.inputs()]
         return answer(await gather("embed", items), req.batched)
+
+    @app.post("/v1/embeddings", response_model=OpenAIEmbeddingsResult)
+    async def openai_embeddings(req: OpenAIEmbeddingsRequest) -> Any:
+        """OpenAI's embeddings API over /embed's vectors (the model's own pooling and normalisation), so an
+        OpenAI client pointed at this server (base_url .../v1) works unchanged."""
+        results = await gather("embed", [service.prepare_embed(text) for text in req.inputs()])
+        data = [OpenAIEmbedding(embedding=_encode_vector(r.embedding, req.encoding_format), index=i)
+                for i, r in enumerate(results)]
+        tokens = sum(r.tokens for r in results)
+        return OpenAIEmbeddingsResult(data=data, model=req.model or model_name,
+                                      usage={"prompt_tokens": tokens, "total_tokens": tokens})
 
     @app.post("/attention", response_model=AttentionResult)
     async def attention(req: AttentionRequest) -> Any:

@@ -122,6 +122,19 @@ class EmbedRequest(_TextsRequest):
     normalize: bool | None = None  # default: the model's modules.json, else true
 
 
+class OpenAIEmbeddingsRequest(_Request):
+    """OpenAI's embeddings request: `input`, one text or a list; `model` is echoed (this server runs one
+    model); vectors come as floats or, with `encoding_format` base64, as little-endian float32 bytes."""
+
+    input: Text | list[Text] = Field(max_length=MAX_ITEMS)  # type: ignore[assignment]
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    user: str | None = None  # accepted, as OpenAI's clients may send it; not used
+
+    def inputs(self) -> list[str]:
+        return [self.input] if isinstance(self.input, str) else list(self.input)
+
+
 class QARequest(_Request):
     """A question and a passage (or lists of both); the answer is a span of the passage."""
 
@@ -165,7 +178,7 @@ class AttentionRequest(_Request):
 # each endpoint's request model, for messages that list the accepted fields
 REQUEST_MODELS: dict[str, type[BaseModel]] = {
     "/fill-mask": FillMaskRequest, "/classify": ClassifyRequest, "/qa": QARequest, "/ner": NerRequest,
-    "/embed": EmbedRequest, "/attention": AttentionRequest,
+    "/embed": EmbedRequest, "/attention": AttentionRequest, "/v1/embeddings": OpenAIEmbeddingsRequest,
 }
 
 
@@ -252,6 +265,19 @@ class EmbedResult(_Response):
     truncated: bool
 
 
+class OpenAIEmbedding(_Response):
+    object: Literal["embedding"] = "embedding"
+    embedding: list[float] | str
+    index: int
+
+
+class OpenAIEmbeddingsResult(_Response):
+    object: Literal["list"] = "list"
+    data: list[OpenAIEmbedding]
+    model: str
+    usage: dict[str, int]  # prompt_tokens and total_tokens, special tokens included
+
+
 class AttentionResult(_Response):
     tokens: list[str]
     layer: int
@@ -268,4 +294,4 @@ class ErrorBody(_Response):
 
 
 
-__all__ = ["REQUEST_MODELS", "ApiError", "AttentionRequest", "AttentionResult", "BODY_TIMEOUT_S", "Batch", "ClassifyRequest", "ClassifyResult", "EmbedRequest", "EmbedResult", "Entity", "ErrorBody", "FillMaskRequest", "FillMaskResult", "LabelScore", "MAX_ATTENTION_TOKENS", "MAX_BODY_BYTES", "MAX_CONTEXT_CHARS", "MAX_ITEMS", "MAX_MASKS", "MAX_TEXT_CHARS", "MAX_TOP_K", "MaskPrediction", "MaskResult", "NerRequest", "NerResult", "QARequest", "QAResult", "TASKS", "TASK_HEADS", "TASK_MODELS", "TokenLabel"]
+__all__ = ["REQUEST_MODELS", "ApiError", "AttentionRequest", "AttentionResult", "BODY_TIMEOUT_S", "Batch", "ClassifyRequest", "ClassifyResult", "EmbedRequest", "EmbedResult", "Entity", "ErrorBody", "FillMaskRequest", "FillMaskResult", "LabelScore", "MAX_ATTENTION_TOKENS", "MAX_BODY_BYTES", "MAX_CONTEXT_CHARS", "MAX_ITEMS", "MAX_MASKS", "MAX_TEXT_CHARS", "MAX_TOP_K", "MaskPrediction", "MaskResult", "NerRequest", "NerResult", "OpenAIEmbedding", "OpenAIEmbeddingsRequest", "OpenAIEmbeddingsResult", "QARequest", "QAResult", "TASKS", "TASK_HEADS", "TASK_MODELS", "TokenLabel"]
