@@ -73,6 +73,22 @@ def test_bundled_minilm_gives_sentence_transformers_vectors() -> None:
     assert np.allclose(np.linalg.norm(ours, axis=1), 1.0)
 
 
+@pytest.mark.parametrize("pooling", ["mean", "max"])
+def test_a_directory_saved_by_the_installed_sentence_transformers(tmp_path: Path, pooling: str) -> None:
+    """Whatever layout this sentence-transformers version writes (version 6: module paths, a named pooling
+    mode, the length in tokenizer_config.json) reads back as the same vectors."""
+    source = _sentence_dir(tmp_path, pooling="mean", normalize=True, max_seq_length=64, lower=False)
+    model = st.SentenceTransformer(str(source), device="cpu")
+    if pooling == "max":
+        model[1] = st.models.Pooling(32, pooling_mode="max")  # the random model's width
+    model.max_seq_length = 24
+    saved = tmp_path / "saved"
+    model.save(str(saved))
+    found = read_sentence_embedding(saved)
+    assert (found.pooling, found.normalize, found.max_length) == (pooling, True, 24)
+    np.testing.assert_allclose(_ours(saved, TEXTS), _st_vectors(saved, TEXTS), atol=1e-5)
+
+
 @pytest.mark.parametrize(("pooling", "normalize", "lower"), [("cls", False, True), ("max", True, False),
                                                              ("mean", False, False)])
 def test_each_pooling_and_setting_matches(tmp_path: Path, pooling: str, normalize: bool, lower: bool) -> None:

@@ -23,6 +23,9 @@ _POOLING_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "
                   "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len", "pooling_mode_weightedmean_tokens": "weightedmean",
                   "pooling_mode_lasttoken": "lasttoken"}
 SUPPORTED_POOLING = ("cls", "mean", "max")
+# version 6's `pooling_mode` names -> the names above (the same where they agree)
+_POOLING_NAMES = {"mean_tokens": "mean", "cls_token": "cls", "max_tokens": "max"}
+UNSET_LENGTH = 1_000_000  # a tokenizer's model_max_length at or above this means "no limit set"
 
 
 class SentenceConfigError(ValueError):
@@ -56,7 +59,7 @@ def read_sentence_embedding(model_dir: str | os.PathLike[str]) -> SentenceEmbedd
     modules = _read_json(listed)
     if not isinstance(modules, list):
         raise SentenceConfigError(f"{listed}: expected a list of modules")
-    kinds = [str(m.get("type", "")).removeprefix(_MODULE_PREFIX) for m in modules]
+    kinds = [_module_kind(str(m.get("type", ""))) for m in modules]
     pooling_dir = next((m.get("path", "") for m, kind in zip(modules, kinds, strict=True) if kind == "Pooling"), None)
     unknown = [kind for kind in kinds if kind not in ("Transformer", "Pooling", "Normalize")]
     if unknown or pooling_dir is None:
@@ -68,9 +71,21 @@ def read_sentence_embedding(model_dir: str | os.PathLike[str]) -> SentenceEmbedd
                              **_transformer_settings(directory))
 
 
+def _module_kind(type_name: str) -> str:
+    """"Pooling" from "sentence_transformers.models.Pooling" (up to version 5) and from the module paths
+    version 6 writes ("sentence_transformers.sentence_transformer.modules.pooling.Pooling"); another
+    package's module keeps its whole name (it is not one bertforge runs)."""
+    if type_name.startswith(_MODULE_PREFIX) or type_name.startswith("sentence_transformers."):
+        return type_name.rsplit(".", 1)[-1]
+    return type_name
+
+
 def _pooling(path: Path) -> str:
     config = _read_json(path) if path.is_file() else {"pooling_mode_mean_tokens": True}  # the library's default
-    modes = [name for flag, name in _POOLING_FLAGS.items() if config.get(flag)]
+    if isinstance(config, dict) and isinstance(config.get("pooling_mode"), str):  # version 6: one named mode
+        modes = [_POOLING_NAMES.get(config["pooling_mode"], config["pooling_mode"])]
+    else:
+        modes = [name for flag, name in _POOLING_FLAGS.items() if config.get(flag)]
     if len(modes) != 1 or modes[0] not in SUPPORTED_POOLING:
         raise SentenceConfigError(f"{path}: pooling {' + '.join(modes) or 'none'}; bertforge pools one of "
                                   f"{', '.join(SUPPORTED_POOLING)}")
@@ -78,9 +93,15 @@ def _pooling(path: Path) -> str:
 
 
 def _transformer_settings(directory: Path) -> dict[str, object]:
+    """The length inputs are cut to and the extra lower-casing: sentence_bert_config.json's up to version 5;
+    version 6 keeps the length as the tokenizer's model_max_length instead."""
     path = directory / TRANSFORMER_CONFIG
     config = _read_json(path) if path.is_file() else {}
     length = config.get("max_seq_length")
+    if not length and (directory / "tokenizer_config.json").is_file():
+        tokenizer = _read_json(directory / "tokenizer_config.json")
+        limit = tokenizer.get("model_max_length") if isinstance(tokenizer, dict) else None
+        length = limit if isinstance(limit, int) and limit < UNSET_LENGTH else None  # transformers' "no limit" is ~1e30
     return {"max_length": int(length) if length else None, "lowercase": bool(config.get("do_lower_case", False))}
 
 
