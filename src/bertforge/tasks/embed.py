@@ -97,10 +97,14 @@ class SentenceEmbedder(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> EmbedderOutput:
-        batch, texts, length = input_ids.shape
-        flat_types = None if token_type_ids is None else token_type_ids.reshape(-1, length)
-        vectors = self.embed(input_ids.reshape(-1, length), attention_mask.reshape(-1, length), flat_types)
-        vectors = vectors.reshape(batch, texts, -1)  # (B, C, H)
+        # each column on its own, cut to its own longest row: a short question is not padded to the
+        # length of the paragraph beside it (the batch is padded to its longest text of any column)
+        columns = []
+        for c in range(input_ids.shape[1]):
+            length = int(attention_mask[:, c].sum(-1).max())
+            types = None if token_type_ids is None else token_type_ids[:, c, :length]
+            columns.append(self.embed(input_ids[:, c, :length], attention_mask[:, c, :length], types))
+        vectors = torch.stack(columns, dim=1)  # (B, C, H)
         loss = self._loss(vectors, labels) if self.training or labels is not None else None
         return EmbedderOutput(loss, vectors)
 
