@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from bertforge import pipeline
 from bertforge.cli import app
 from bertforge.finetune import finetune
-from bertforge.tasks.embed import SentenceEmbedder
+from bertforge.model.sentence import SentenceEmbedder
 from tests.tiny_models import save_tiny_encoder
 
 SYNONYMS = [("cat", "kitten"), ("film", "movie"), ("car", "truck"), ("happy", "glad"), ("fast", "quick"),

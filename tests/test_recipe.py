@@ -287,7 +287,7 @@ def _command(*path: str) -> click.Command:
 
 
 COMMAND_ONLY = {"--out", "--config", "--set", "--help", "--data", "--resume", "--init-from", "--quiet", "--overwrite",
-                "--frozen", "--strategy"}
+                "--frozen", "--strategy", "--revision"}  # --revision: folded into --model as NAME@REVISION
 
 
 def _setting_options(recipe_cls: type) -> set[str]:
@@ -301,9 +301,9 @@ def _setting_options(recipe_cls: type) -> set[str]:
 @pytest.mark.parametrize("path, recipe_cls, not_on_the_command_line", [
     (("prepare",), PrepareOptions, set()),
     (("pretrain",), Recipe, {"source", "progress", "model"}),
-    *[(("finetune", family), FinetuneRecipe, {"family", "task_settings", *(("task",) if family == "swag" else ()),
-                                              # the own-file families take --train/--dev/--test instead
-                                              *(("task",) if family in ("tag", "qa") else ()),
+    *[(("finetune", family), FinetuneRecipe, {"family", "task_settings",
+                                              # a family of one task has no --task (swag; tag, qa, embed)
+                                              *(("task",) if FAMILIES[family].single_task else ()),
                                               *(() if FAMILIES[family].reads_data_dir else ("data",))})
       for family in FAMILIES],
 ])

@@ -20,7 +20,7 @@ from bertforge.finetune import FinetuneRecipe
 
 HELP = ("Fine-tune a pre-trained checkpoint on a task: a benchmark read from its data directory ({data_families}) "
         "or your own files ({own_data_families}), with the paper's recipe: AdamW, 10% warm-up then linear decay, "
-        "batch 32, 3 epochs. Every setting is an option, a line of a --config recipe (recipes/finetune/) or a --set "
+        "batch 32, 3 epochs (on a small file, as many as 300 optimiser steps take). Every setting is an option, a line of a --config recipe (recipes/finetune/) or a --set "
         "key=value. Writes OUT/seed-N/ (a Hugging Face model; seed-N/best/ the best evaluation's), OUT/results.json "
         "(mean / std / median across seeds) and OUT/run_config.yaml (the resolved recipe).")
 

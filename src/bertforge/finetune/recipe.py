@@ -37,11 +37,22 @@ class FinetuneOptim(OptimConfig):
         OptimConfig.__post_init__(self if self.lr is not None else dataclasses.replace(self, lr=1.0))
 
 
+METHODS = ("finetune", "setfit")
+DEFAULT_EPOCHS = 3.0  # the paper's fine-tuning passes (Devlin et al. 2019, section A.3: 2, 3 or 4)
+
+
 @dataclass
 class FinetuneLoop:
     """How long and on what the fine-tuning runs; empty settings fall back on the task's defaults."""
 
-    epochs: float = setting(3.0, help="Passes over the training set (fractions allowed).")
+    epochs: float | None = setting(None, help="Passes over the training set (fractions allowed). Default: 3, or on a "
+                                              "small training set as many as --min-steps optimiser steps take; "
+                                              "a number given is obeyed.")
+    method: str = setting("finetune", help="finetune (the paper's: every weight, a new output layer) or setfit (few "
+                                            "labels, classify only: pairs from the labels train the encoder, then a "
+                                            "logistic head on its mean-pooled vectors; Tunstall et al. 2022).")
+    min_steps: int = setting(300, help="With --epochs left to its default: the fewest optimiser steps a run takes "
+                                       "(a small file is passed over more times); 0: 3 epochs whatever the size.")
     batch_size: int | None = setting(None, help="Training batch size (default: the task's: 32, SWAG 16).")
     max_length: int | None = setting(None, help="Pieces per input, specials included; longer inputs are cut "
                                                 "into windows or truncated (default: 128, SQuAD 384).")
@@ -97,8 +108,21 @@ class FinetuneLoop:
     keep_checkpoints: bool = setting(False, help="Keep the loop's resumable checkpoints after each seed.")
 
     def __post_init__(self) -> None:
-        if self.epochs <= 0 or (self.batch_size is not None and self.batch_size < 1):
+        if (self.epochs is not None and self.epochs <= 0) or (self.batch_size is not None and self.batch_size < 1):
             raise ValueError(f"epochs must be positive and batch_size at least 1, got {self.epochs}, {self.batch_size}")
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.min_steps < 0:
+            raise ValueError(f"min_steps must be 0 or more, got {self.min_steps}")
+
+    def epochs_for(self, steps_per_epoch: int) -> float:
+        """The passes a run makes: `epochs` when given; else the paper's 3, raised so that a small training
+        set still gets `min_steps` optimiser steps. Three passes over 800 rows are 75 steps of 32, too few
+        for a 6-layer model at the default rate to learn what it can (docs/results.md, small-file defaults);
+        GLUE-sized sets (MRPC and up) take more than 300 steps in 3 epochs and are unchanged."""
+        if self.epochs is not None:
+            return self.epochs
+        return max(DEFAULT_EPOCHS, self.min_steps / max(steps_per_epoch, 1))
         if self.holdout < 0 or (self.holdout >= 1 and not float(self.holdout).is_integer()):
             raise ValueError(f"holdout must be a whole number of examples or a fraction below 1, got {self.holdout}")
         if self.dev_fraction is not None and not 0 <= self.dev_fraction < 1:

@@ -1,0 +1,138 @@
+"""Few-shot classification the SetFit way (Tunstall et al. 2022): `finetune classify --method setfit`.
+
+With tens of labelled rows per class, fine-tuning all weights under a new output layer has little to
+learn from; SetFit instead (1) makes pairs from the labels, two rows of one class a positive pair
+(cosine target 1) and rows of two classes a negative one (target 0), `pair_iterations` rounds of one
+of each per row; (2) trains the sentence encoder on them (`finetune embed` with the cosine loss,
+through the one training loop, in `seed-N/setfit-body/`); (3) fits a logistic regression on the
+encoder's mean-pooled vectors of the training rows. The classifier it writes is the trained encoder
+under a linear head on the mean of the final token vectors whose weights are the regression's, so
+`predict`, `pipeline()` and `serve` run it like any fine-tuned classifier.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+PAIR_ITERATIONS = 20  # SetFit's num_iterations: rounds of one positive and one negative pair per row
+BODY_BATCH_SIZE = 16  # SetFit's default batch of pairs
+BODY_LR = 2e-5  # SetFit's default body learning rate
+BODY_DIR = "setfit-body"
+
+
+def sentence_pairs(texts: Sequence[str], labels: Sequence[str], iterations: int, seed: int) -> list[dict[str, Any]]:
+    """Rows {sentence1, sentence2, score}: per round and per row, a row of its class (score 1) and one of
+    another class (score 0), drawn with `seed`."""
+    rng = random.Random(seed)
+    by_label: dict[str, list[int]] = defaultdict(list)
+    for i, label in enumerate(labels):
+        by_label[label].append(i)
+    if len(by_label) < 2:
+        raise ValueError("setfit needs at least two labels in the training file")
+    others = {label: [i for i in range(len(labels)) if labels[i] != label] for label in by_label}
+    pairs = []
+    for _ in range(iterations):
+        for i, label in enumerate(labels):
+            pairs.append({"sentence1": texts[i], "sentence2": texts[rng.choice(by_label[label])], "score": 1.0})
+            pairs.append({"sentence1": texts[i], "sentence2": texts[rng.choice(others[label])], "score": 0.0})
+    return pairs
+
+
+def train_setfit(examples: Sequence[Any], label_list: Sequence[str], model_dir: Path, seed_dir: Path, *,
+                 seed: int, max_length: int, lr: float | None, batch_size: int | None, overwrite: bool,
+                 progress: bool, verbose: bool) -> tuple[torch.nn.Module, int]:
+    """The SetFit classifier for one seed, and the body's optimiser steps."""
+    from bertforge.finetune import finetune
+
+    if any(getattr(e, "text_pair", True) is not None or not isinstance(getattr(e, "label", None), str)
+           for e in examples):
+        raise ValueError("--method setfit is for classify: single-label classification of one text per row")
+    texts, labels = [e.text for e in examples], [str(e.label) for e in examples]
+    body_out = seed_dir / BODY_DIR
+    body_out.mkdir(parents=True, exist_ok=True)
+    pairs = body_out / "pairs.jsonl"
+    rows = sentence_pairs(texts, labels, PAIR_ITERATIONS, seed)
+    pairs.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    dev = body_out / "pairs-dev.jsonl"  # the body is judged by the classifier's dev score, not its own
+    dev.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows[:BODY_BATCH_SIZE]), encoding="utf-8")
+    body = finetune("embed", None, model_dir, None, body_out / "run", seeds=[seed], epochs=1.0,
+                    batch_size=batch_size or BODY_BATCH_SIZE, lr=lr or BODY_LR, max_length=max_length,
+                    eval_every_epoch=False, save_best=False, overwrite=overwrite, progress=progress, verbose=verbose,
+                    task_settings={"train": str(pairs), "dev": str(dev), "loss": "cosine"})
+    body_dir = body_out / "run" / f"seed-{seed}"
+    weights, bias = _logistic_head(body_dir, texts, labels, label_list, max_length, seed)
+    return _classifier(body_dir, label_list, weights, bias), int(body["seeds"][0]["steps"])
+
+
+def _logistic_head(body_dir: Path, texts: Sequence[str], labels: Sequence[str], label_list: Sequence[str],
+                   max_length: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(C, H) weights and (C,) biases of a logistic regression on the body's mean-pooled vectors, as
+    logits of the classes in `label_list` order (a two-class regression's one logit becomes [0, z])."""
+    from sklearn.linear_model import LogisticRegression
+
+    vectors = _mean_vectors(body_dir, texts, max_length)
+    regression = LogisticRegression(max_iter=1000, random_state=seed).fit(vectors, list(labels))
+    order = [list(regression.classes_).index(name) for name in label_list]
+    if len(regression.classes_) == 2:
+        positive = np.concatenate([regression.coef_, regression.intercept_[:, None]], axis=1)[0]  # for classes_[1]
+        rows = np.stack([np.zeros_like(positive), positive])  # logits [0, z]: softmax = the regression's sigmoid
+        rows = rows[order]
+    else:
+        rows = np.concatenate([regression.coef_, regression.intercept_[:, None]], axis=1)[order]
+    return rows[:, :-1], rows[:, -1]
+
+
+def _mean_vectors(body_dir: Path, texts: Sequence[str], max_length: int, batch_size: int = 64) -> np.ndarray:
+    """(N, H) means of the body's final token vectors over each text's real tokens: what the classifier's
+    head reads (`model.base.mean_of_real_tokens`)."""
+    import torch
+
+    from bertforge.finetune import load_for_task
+    from bertforge.model.base import mean_of_real_tokens
+    from bertforge.tasks.base import Feature, collate
+    from bertforge.tokenizer import BertTokenizer
+
+    tokenizer = BertTokenizer.from_pretrained(body_dir)
+    encoder = load_for_task("embeddings", body_dir).eval()
+    encoded = tokenizer.encode_batch(list(texts), max_length=max_length, truncation=True)
+    features = [Feature({"input_ids": ids, "token_type_ids": types}, i)
+                for i, (ids, types) in enumerate(zip(encoded["input_ids"], encoded["token_type_ids"], strict=True))]
+    vectors = []
+    with torch.no_grad():
+        for start in range(0, len(features), batch_size):
+            batch = collate(features[start:start + batch_size], tokenizer.pad_token_id, with_labels=False)
+            hidden = encoder(**batch).last_hidden_state
+            vectors.append(mean_of_real_tokens(hidden, batch["attention_mask"]).double().numpy())
+    return np.concatenate(vectors)
+
+
+def _classifier(body_dir: Path, label_list: Sequence[str], weights: np.ndarray, bias: np.ndarray) -> torch.nn.Module:
+    """The body under a linear head on the mean of its final token vectors, the regression's weights in it."""
+    import torch
+
+    from bertforge.finetune import load_for_task
+    from bertforge.model import label_maps
+    from bertforge.model.task_heads import TASK_HEAD_KEY, TaskHead
+
+    head = TaskHead("sequence-classification", pooling="mean")
+    model = load_for_task("sequence-classification", body_dir, **label_maps(list(label_list)),
+                          **{TASK_HEAD_KEY: head.to_dict()})
+    output = next(module.output for module in model.modules()
+                  if hasattr(module, "mean_pooling") and isinstance(getattr(module, "output", None), torch.nn.Linear))
+    with torch.no_grad():
+        output.weight.copy_(torch.as_tensor(weights, dtype=output.weight.dtype))
+        output.bias.copy_(torch.as_tensor(bias, dtype=output.bias.dtype))
+    return model.eval()
+
+
+__all__ = ["BODY_DIR", "PAIR_ITERATIONS", "sentence_pairs", "train_setfit"]

@@ -1,0 +1,50 @@
+"""`finetune classify --method setfit`: pairs from the labels train the encoder, a logistic head on
+its mean-pooled vectors; the directory predicts like any classifier."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from bertforge import pipeline
+from bertforge.finetune import finetune
+from bertforge.finetune.setfit import sentence_pairs
+from tests.tiny_models import save_tiny_encoder
+
+GOOD = ["warm", "bright", "gripping", "clever", "moving", "lovely", "superb", "vivid"]
+BAD = ["dull", "slow", "flat", "stale", "clumsy", "bland", "tedious", "weak"]
+
+
+def test_pairs_follow_the_labels() -> None:
+    texts, labels = ["a", "b", "c", "d"], ["x", "x", "y", "y"]
+    pairs = sentence_pairs(texts, labels, iterations=5, seed=1)
+    assert len(pairs) == 2 * 5 * 4 and Counter(p["score"] for p in pairs) == {1.0: 20, 0.0: 20}
+    label_of = dict(zip(texts, labels, strict=True))
+    for pair in pairs:
+        same = label_of[pair["sentence1"]] == label_of[pair["sentence2"]]
+        assert same == (pair["score"] == 1.0)
+    with pytest.raises(ValueError, match="two labels"):
+        sentence_pairs(texts, ["x"] * 4, 1, 1)
+
+
+def test_setfit_classifier(tmp_path: Path) -> None:
+    encoder = save_tiny_encoder(tmp_path, " ".join(["a", "film", "story", *GOOD, *BAD]), vocab_size=80, hidden_size=32)
+    rows = [f"a {w} film,positive" for w in GOOD] + [f"a {w} story,negative" for w in BAD]
+    train = tmp_path / "train.csv"
+    train.write_text("text,label\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    dev = tmp_path / "dev.csv"
+    dev.write_text("text,label\n" + "\n".join(f"the {w} film,positive" for w in GOOD[:4])
+                   + "\n" + "\n".join(f"the {w} story,negative" for w in BAD[:4]) + "\n", encoding="utf-8")
+    results = finetune("classify", None, encoder, None, tmp_path / "run", method="setfit", max_length=16,
+                       task_settings={"train": str(train), "dev": str(dev)}, progress=False, verbose=False)
+    seed = tmp_path / "run" / "seed-1"
+    config = json.loads((seed / "config.json").read_text())
+    assert config["task_head"]["pooling"] == "mean" and sorted(config["id2label"].values()) == ["negative", "positive"]
+    assert results["seeds"][0]["steps"] == 2 * 20 * 16 // 16  # one epoch of 640 pairs, batch 16
+    assert results["seeds"][0]["metrics"]["accuracy"] >= 0.75, results["seeds"][0]["metrics"]
+    predicted = [r["label"] for r in pipeline(seed)([f"the {w} film" for w in GOOD[:4]] + [f"the {w} story" for w in BAD[:4]])]
+    written = [json.loads(line)["label"] for line in (seed / "predictions-dev.jsonl").read_text().splitlines()]
+    assert predicted == written  # the pipeline runs the saved head as fine-tuning scored it
