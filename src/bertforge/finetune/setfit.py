@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import random
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,10 +50,13 @@ def sentence_pairs(texts: Sequence[str], labels: Sequence[str], iterations: int,
 
 def train_setfit(examples: Sequence[Any], label_list: Sequence[str], model_dir: Path, seed_dir: Path, *,
                  seed: int, max_length: int, lr: float | None, batch_size: int | None, overwrite: bool,
-                 progress: bool, verbose: bool) -> tuple[torch.nn.Module, int]:
-    """The SetFit classifier for one seed, and the body's optimiser steps."""
-    from bertforge.finetune import finetune
+                 progress: bool, verbose: bool, finetune: Callable[..., dict[str, Any]]) -> tuple[torch.nn.Module, int]:
+    """The SetFit classifier for one seed, and the body's optimiser steps. `finetune` is
+    `bertforge.finetune.finetune`, which trains the body as an embedding task."""
+    from bertforge.tasks import FAMILIES
 
+    # the family that trains sentence encoders: the one whose fine-tuned models answer embeddings
+    embedding_family = next(name for name, family in FAMILIES.items() if family.inference_task == "embeddings")
     if any(getattr(e, "text_pair", True) is not None or not isinstance(getattr(e, "label", None), str)
            for e in examples):
         raise ValueError("--method setfit is for classify: single-label classification of one text per row")
@@ -65,7 +68,7 @@ def train_setfit(examples: Sequence[Any], label_list: Sequence[str], model_dir: 
     pairs.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     dev = body_out / "pairs-dev.jsonl"  # the body is judged by the classifier's dev score, not its own
     dev.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows[:BODY_BATCH_SIZE]), encoding="utf-8")
-    body = finetune("embed", None, model_dir, None, body_out / "run", seeds=[seed], epochs=1.0,
+    body = finetune(embedding_family, None, model_dir, None, body_out / "run", seeds=[seed], epochs=1.0,
                     batch_size=batch_size or BODY_BATCH_SIZE, lr=lr or BODY_LR, max_length=max_length,
                     eval_every_epoch=False, save_best=False, overwrite=overwrite, progress=progress, verbose=verbose,
                     task_settings={"train": str(pairs), "dev": str(dev), "loss": "cosine"})
@@ -97,13 +100,13 @@ def _mean_vectors(body_dir: Path, texts: Sequence[str], max_length: int, batch_s
     head reads (`model.base.mean_of_real_tokens`)."""
     import torch
 
-    from bertforge.finetune import load_for_task
+    from bertforge.model.auto import load_for_job
     from bertforge.model.base import mean_of_real_tokens
     from bertforge.tasks.base import Feature, collate
     from bertforge.tokenizer import BertTokenizer
 
     tokenizer = BertTokenizer.from_pretrained(body_dir)
-    encoder = load_for_task("embeddings", body_dir).eval()
+    encoder = load_for_job(body_dir, "embeddings").eval()
     encoded = tokenizer.encode_batch(list(texts), max_length=max_length, truncation=True)
     features = [Feature({"input_ids": ids, "token_type_ids": types}, i)
                 for i, (ids, types) in enumerate(zip(encoded["input_ids"], encoded["token_type_ids"], strict=True))]
@@ -120,13 +123,13 @@ def _classifier(body_dir: Path, label_list: Sequence[str], weights: np.ndarray, 
     """The body under a linear head on the mean of its final token vectors, the regression's weights in it."""
     import torch
 
-    from bertforge.finetune import load_for_task
     from bertforge.model import label_maps
+    from bertforge.model.auto import load_for_job
     from bertforge.model.task_heads import TASK_HEAD_KEY, TaskHead
 
     head = TaskHead("sequence-classification", pooling="mean")
-    model = load_for_task("sequence-classification", body_dir, **label_maps(list(label_list)),
-                          **{TASK_HEAD_KEY: head.to_dict()})
+    model = load_for_job(body_dir, "sequence-classification", **label_maps(list(label_list)),
+                         **{TASK_HEAD_KEY: head.to_dict()})
     output = next(module.output for module in model.modules()
                   if hasattr(module, "mean_pooling") and isinstance(getattr(module, "output", None), torch.nn.Linear))
     with torch.no_grad():
