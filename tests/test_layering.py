@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("distill",),  # teacher -> student through the one loop, on the tasks of finetune and the shards of pretrain
     ("engine",),  # the engine behind the pipeline: the model itself, or its ONNX graph in ONNX Runtime
     ("pipeline", "search"),  # inference for any model: the tasks' featurize/postprocess with the saved settings; search: a grid of fine-tuning runs
-    ("serve", "quickstart"),
+    ("serve", "quickstart", "vectorindex"),  # vectorindex: semantic search over a file's rows, embedded by the pipeline
     ("cli",),
     ("",),  # `bertforge` itself: lazy re-exports of the public names
 ]

@@ -11,7 +11,7 @@ commands, so that `bertforge --help` stays instant.
 
 from __future__ import annotations
 
-from bertforge.cli import distill, finetune, hub, inspect, predict, search, train
+from bertforge.cli import distill, finetune, hub, inspect, predict, search, train, vectorindex
 from bertforge.cli.common import App
 
 app = App(
@@ -48,6 +48,8 @@ for _name, _command in [
     ("plot", inspect.plot_command),
     ("predict", predict.predict_command),
     ("extract", predict.extract_command),
+    ("index", vectorindex.index_command),
+    ("query", vectorindex.query_command),
     ("attention", inspect.attention_command),
     ("attention-stats", inspect.attention_stats_command),
     ("ablate-features", inspect.ablate_features_command),
