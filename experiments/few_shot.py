@@ -113,7 +113,7 @@ def render(payload: dict[str, Any]) -> str:
                         "setfit s", "finetune s"], rows),
         "",
         "Not measured here: the `setfit` library itself on the same rows (not installed in this environment), "
-        "a multi-class file, 5 seeds.",
+        "a multi-class file, 5 seeds." + (f" {payload['note'][0].upper()}{payload['note'][1:]}." if payload.get("note") else ""),
         "",
         machine_line(payload["machine"]),
     ])
