@@ -30,7 +30,9 @@ Results: experiments/results/paper_search.json and the `paper-search` section of
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 import statistics
 import time
 from pathlib import Path
@@ -96,6 +98,15 @@ def run_task(task: str, model: Path, work: Path, options: dict[str, Any], grid: 
             "holdout_examples": default["eval_examples"].get("holdout", 0)}
 
 
+def _steps_per_epoch(spec: Any, recipe: Any, batch_size: int) -> int:
+    """Optimiser steps of one pass over the task's training set (a large number where it cannot be read:
+    then the default recipe is taken to make its 3 passes)."""
+    try:
+        return math.ceil(len(spec.read(recipe.data, spec.train_split)) / batch_size)
+    except (OSError, ValueError):
+        return 10**9
+
+
 def grid_twin(recipe: Any, search_dir: Path, found: dict[str, Any]) -> dict[str, Any] | None:
     """The finished grid configuration whose runs are the default recipe's own: the same resolved settings
     (`bertforge.finetune.hyperparameters`, what decides whether a seed's run is reused) and the same seeds,
@@ -105,7 +116,11 @@ def grid_twin(recipe: Any, search_dir: Path, found: dict[str, Any]) -> dict[str,
     from bertforge.tasks import make_task
 
     spec = make_task(recipe.family, recipe.task, recipe.task_settings)
-    wanted = hyperparameters(recipe.resolved(spec, model_hidden_size(recipe.model)))
+    resolved = recipe.resolved(spec, model_hidden_size(recipe.model))
+    if resolved.train.epochs is None:  # the default: 3 passes, more where they would be under min_steps steps
+        resolved = dataclasses.replace(resolved, train=dataclasses.replace(
+            resolved.train, epochs=resolved.train.epochs_for(_steps_per_epoch(spec, recipe, resolved.train.batch_size))))
+    wanted = hyperparameters(resolved)
     for row in found["configurations"]:
         saved = search_dir / row["dir"] / RESULTS_FILE
         if "error" in row or not saved.exists():

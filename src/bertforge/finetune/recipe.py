@@ -115,14 +115,6 @@ class FinetuneLoop:
         if self.min_steps < 0:
             raise ValueError(f"min_steps must be 0 or more, got {self.min_steps}")
 
-    def epochs_for(self, steps_per_epoch: int) -> float:
-        """The passes a run makes: `epochs` when given; else the paper's 3, raised so that a small training
-        set still gets `min_steps` optimiser steps. Three passes over 800 rows are 75 steps of 32, too few
-        for a 6-layer model at the default rate to learn what it can (docs/results.md, small-file defaults);
-        GLUE-sized sets (MRPC and up) take more than 300 steps in 3 epochs and are unchanged."""
-        if self.epochs is not None:
-            return self.epochs
-        return max(DEFAULT_EPOCHS, self.min_steps / max(steps_per_epoch, 1))
         if self.holdout < 0 or (self.holdout >= 1 and not float(self.holdout).is_integer()):
             raise ValueError(f"holdout must be a whole number of examples or a fraction below 1, got {self.holdout}")
         if self.dev_fraction is not None and not 0 <= self.dev_fraction < 1:
@@ -147,6 +139,15 @@ class FinetuneLoop:
             raise ValueError(f"lstm_size {self.lstm_size}: a positive size, for --head bilstm only")
         if self.frozen and self.reinit_layers:
             raise ValueError("reinit_layers with --frozen would keep the re-initialised layers random")
+
+    def epochs_for(self, steps_per_epoch: int) -> float:
+        """The passes a run makes: `epochs` when given; else the paper's 3, raised so that a small training
+        set still gets `min_steps` optimiser steps. Three passes over 800 rows are 75 steps of 32, too few
+        for a 6-layer model at the default rate to learn what it can (docs/results.md, small-file defaults);
+        GLUE-sized sets (MRPC and up) take more than 300 steps in 3 epochs and are unchanged."""
+        if self.epochs is not None:
+            return self.epochs
+        return max(DEFAULT_EPOCHS, self.min_steps / max(steps_per_epoch, 1))
 
     def task_head(self, job: str) -> TaskHead | None:
         """The generic head these settings ask for on a model doing `job` (None: the family's own head)."""
