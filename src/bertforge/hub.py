@@ -63,6 +63,17 @@ def split_revision(spec: str, revision: str | None = None) -> tuple[str, str | N
     return name, (inline if at else revision)
 
 
+def with_revision(spec: str, revision: str | None) -> str:
+    """`spec` with a `--revision` folded in as NAME@REVISION; refused (HubModelError) for a local directory
+    or a path, and when the name carries another revision."""
+    if revision is None:
+        return spec
+    if Path(spec).expanduser().is_dir() or not is_hub_name(spec):
+        raise HubModelError(f"--revision {revision}: {spec} is a local directory, not a Hub model name")
+    name, revision = split_revision(spec, revision)
+    return f"{name}@{revision}"
+
+
 def resolve_model(spec: str | os.PathLike[str], *, revision: str | None = None,
                   allow_pickle: bool = False) -> ResolvedModel:
     """The local directory `spec` names, downloading it from the Hub first when it is a repository name
@@ -181,4 +192,4 @@ def _refuse_custom_code(repo_id: str, path: Path) -> None:
 
 
 __all__ = ["MODEL_FILES", "HubModelError", "ResolvedModel", "is_hub_name", "local_or_hub", "resolve_local_or_hub", "model_path", "resolve_model",
-           "split_revision"]
+           "split_revision", "with_revision"]

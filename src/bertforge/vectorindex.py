@@ -122,9 +122,9 @@ class Embedder:
              device: str | None = None, pooling: str | None = None, max_length: int | None = None) -> Embedder:
         """The embedding pipeline of `model` (a directory, or a Hub name `org/name[@revision]`): by default
         with the pooling, normalisation and length a sentence-transformers directory defines."""
-        from bertforge.hub import resolve_local_or_hub
+        from bertforge.hub import resolve_local_or_hub, with_revision
 
-        resolved = resolve_local_or_hub(_with_revision(os.fspath(model), revision))
+        resolved = resolve_local_or_hub(with_revision(os.fspath(model), revision))
         return cls._from_resolved(os.fspath(model), resolved, weights_fingerprint(resolved.path), batch_size=batch_size,
                                   device=device, pooling=pooling, max_length=max_length)
 
@@ -164,18 +164,6 @@ class Embedder:
         results = self.pipe.finish(prepared, self.pipe.run(prepared.features))
         self.truncated += sum(1 for result in results if result.get("truncated"))
         return unit_rows(np.asarray([result["embedding"] for result in results], dtype=np.float32))
-
-
-def _with_revision(spec: str, revision: str | None) -> str:
-    """`spec` with `revision` folded in as NAME@REVISION (refused for a local directory)."""
-    if revision is None:
-        return spec
-    from bertforge.hub import is_hub_name, split_revision
-
-    if Path(spec).expanduser().is_dir() or not is_hub_name(spec):
-        raise ValueError(f"revision {revision}: {spec} is a local directory, not a Hub model name")
-    name, revision = split_revision(spec, revision)
-    return f"{name}@{revision}"
 
 
 def installed_version() -> str | None:

@@ -64,20 +64,17 @@ RevisionOption = Annotated[str | None, typer.Option("--revision", help=REVISION_
 
 
 def with_revision(model: str | Path | None, revision: str | None) -> str | None:
-    """`model` with `--revision` folded in as `NAME@REVISION` (refused for a local directory, or when the
-    name carries another revision)."""
-    if model is None or revision is None:
-        return None if model is None else str(model)
-    from bertforge.hub import HubModelError, is_hub_name, split_revision
+    """`model` with `--revision` folded in as `NAME@REVISION` (`bertforge.hub.with_revision`); a refusal
+    is the one-line error exit."""
+    if model is None:
+        return None
+    from bertforge.hub import HubModelError
+    from bertforge.hub import with_revision as fold
 
-    text = str(model)
-    if Path(text).expanduser().is_dir() or not is_hub_name(text):
-        raise fail(f"--revision {revision}: {text} is a local directory, not a Hub model name")
     try:
-        name, revision = split_revision(text, revision)
+        return fold(str(model), revision)
     except HubModelError as exc:
         raise fail(str(exc)) from exc
-    return f"{name}@{revision}"
 
 
 def hub_model(value: Path | None, revision: str | None = None) -> Path | None:

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bertforge.fileio import file_fingerprint
 from bertforge.finetune.recipe import FinetuneRecipe
 from bertforge.recipe import RUN_CONFIG_FILE
 from bertforge.recipe import save as save_recipe
@@ -61,9 +62,9 @@ def link_same_weights(final: Path, best: Path) -> None:
     file system, one that has none), the copy stays."""
     for weights in best.glob("*.safetensors"):
         twin = final / weights.name
-        if not twin.is_file() or twin.stat().st_size != weights.stat().st_size or _same_file(twin, weights):
+        if not twin.is_file() or twin.stat().st_size != weights.stat().st_size or twin.samefile(weights):
             continue
-        if _digest(twin) != _digest(weights):
+        if file_fingerprint(twin)["sha256"] != file_fingerprint(weights)["sha256"]:
             continue
         partial = weights.with_name(f".{weights.name}.link")
         try:
@@ -72,18 +73,6 @@ def link_same_weights(final: Path, best: Path) -> None:
             partial.replace(weights)
         except OSError:
             partial.unlink(missing_ok=True)
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    return a.stat().st_ino == b.stat().st_ino and a.stat().st_dev == b.stat().st_dev
-
-
-def _digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 __all__ = ["examples_digest", "link_same_weights", "run_inputs", "save_run_config"]
