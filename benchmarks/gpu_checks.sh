@@ -18,10 +18,10 @@ left() { echo $(( total - SECONDS > 10 ? total - SECONDS : 10 )); }
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__, torch.cuda.get_device_name(0))"
   echo "== CUDA tests ($(left) s left)"
-  timeout 170 python3 -m pytest tests/test_device.py --device cuda -q -p no:cacheprovider -rfE \
+  timeout 150 python3 -m pytest tests/test_device.py --device cuda -q -p no:cacheprovider -rfE -n 4 \
     --junitxml "$out/cuda_tests.xml"
   echo "== pre-training step against transformers ($(left) s left)"
-  timeout 150 python3 benchmarks/pretrain_bench.py --presets base --seq 128,512 --batch 256,64 --steps 20 \
+  timeout 130 python3 benchmarks/pretrain_bench.py --presets base --seq 128,512 --batch 256,64 --steps 15 \
     --rounds 1 --device cuda && cp benchmarks/results/pretrain_bench_gpu.json docs/benchmarks.md "$out/"
   echo "== minutes of pre-training, then fine-tuning ($(left) s left)"
   timeout "$(left)" python3 -m experiments.gpu_minutes --data "$data/books-sop128" --glue "$data/glue" \
