@@ -505,7 +505,8 @@ def test_end_to_end_glue(encoder_dir: Path, tmp_path: Path) -> None:
     records = _run_record(seed_dir)
     assert [r["step"] for r in records if r["split"] == "eval"] == [1, 2]  # one evaluation per epoch
     config = json.loads((seed_dir / "config.json").read_text())
-    assert config["id2label"] == {"0": "0", "1": "1"} and config["architectures"] == ["BertForSequenceClassification"]
+    # MRPC's classes by name (the files say 0/1; the leaderboard file keeps 0/1)
+    assert config["id2label"] == {"0": "not_equivalent", "1": "equivalent"} and config["architectures"] == ["BertForSequenceClassification"]
     _assert_loads_in_transformers(seed_dir, "AutoModelForSequenceClassification")
 
     done = predict("glue", "MRPC", seed_dir, FIXTURES / "glue", tmp_path / "submission")

@@ -98,7 +98,8 @@ def test_the_task_and_its_settings_come_from_the_model_dir(models: dict[str, Pat
     assert isinstance(clf, Pipeline) and clf.task == "text-classification" and clf.max_length == 24
     results = clf(["a gripping film", "dull"])
     assert [set(r) for r in results] == [{"label", "score"}] * 2
-    assert all(r["label"] in ("0", "1") and 0.5 <= r["score"] <= 1 for r in results)  # SST-2's own labels
+    # SST-2's classes by name (its files say 0/1)
+    assert all(r["label"] in ("negative", "positive") and 0.5 <= r["score"] <= 1 for r in results)
     single = clf("dull")  # one input, one result; batched with a longer input, kernels may round apart
     assert single["label"] == results[1]["label"] and single["score"] == pytest.approx(results[1]["score"], abs=1e-5)
     ner = pipeline(models["ner"])
@@ -138,7 +139,8 @@ def test_classification_equals_finetunings_predictions(models: dict[str, Path], 
                  .splitlines()[1:]]
     from bertforge import pipeline
 
-    assert [r["label"] for r in pipeline(models["cls"])(sentences)] == expected
+    names = {"0": "negative", "1": "positive"}  # the leaderboard file's 0/1, the head's names
+    assert [r["label"] for r in pipeline(models["cls"])(sentences)] == [names[label] for label in expected]
 
 
 def test_call_time_options_are_transformers_or_refused(models: dict[str, Path]) -> None:
@@ -164,6 +166,40 @@ def test_call_time_options_are_transformers_or_refused(models: dict[str, Path]) 
     assert len(fill("the [MASK] sat .", top_k=2)[0]) == 2  # one mask: its two best tokens
     with pytest.raises(TypeError, match="fill-mask pipeline: unknown option.*normalize"):
         fill("the [MASK] sat .", normalize=True)
+
+
+def test_function_to_apply_batch_size_and_aggregation_at_call_time(models: dict[str, Path]) -> None:
+    """transformers' other call-time options: function_to_apply scores a classifier's labels with the named
+    function of its logits, batch_size changes the batches and not the answers, and a tagger's
+    aggregation_strategy='none' answers one row per word in transformers' shape."""
+    import numpy as np
+
+    from bertforge import pipeline
+
+    classifier = pipeline(models["cls"])
+    prepared = classifier.prepare(["a gripping film"])
+    logits = np.asarray(classifier.run(prepared.features)[0]["logits"], dtype=np.float64)
+    raw = classifier("a gripping film", function_to_apply="none", top_k=None)
+    assert sorted(r["score"] for r in raw) == pytest.approx(sorted(logits.tolist()), abs=1e-5)
+    sigmoid = classifier("a gripping film", function_to_apply="sigmoid", top_k=None)
+    assert sorted(r["score"] for r in sigmoid) == pytest.approx(sorted((1 / (1 + np.exp(-logits))).tolist()), abs=1e-6)
+    softmax = classifier("a gripping film", function_to_apply="softmax")
+    plain = classifier("a gripping film")
+    assert softmax["label"] == plain["label"] and softmax["score"] == pytest.approx(plain["score"], abs=1e-6)
+    with pytest.raises(ValueError, match="function_to_apply must be one of softmax, sigmoid, none"):
+        classifier("a gripping film", function_to_apply="tanh")
+    texts = ["a gripping film", "dull", "the cast is fine and the plot is thin"]
+    assert [r["label"] for r in classifier(texts, batch_size=1)] == [r["label"] for r in classifier(texts)]
+    with pytest.raises(ValueError, match="batch_size"):
+        classifier(texts, batch_size=0)
+    ner = pipeline(models["ner"])
+    words = ner(NER_TEXTS[0], aggregation_strategy="none")
+    assert [set(w) for w in words] == [{"entity", "score", "index", "word", "start", "end"}] * len(words)
+    assert [w["index"] for w in words] == list(range(len(words)))
+    assert all(NER_TEXTS[0][w["start"]:w["end"]] == w["word"] for w in words)
+    assert ner(NER_TEXTS[0], aggregation_strategy="simple") == ner(NER_TEXTS[0])
+    with pytest.raises(ValueError, match="aggregation_strategy must be one of simple, none"):
+        ner(NER_TEXTS[0], aggregation_strategy="max")
 
 
 def test_ner_equals_finetunings_tags_and_entities_point_into_the_text(models: dict[str, Path],
@@ -354,7 +390,7 @@ def test_predict_reads_every_format(models: dict[str, Path], tmp_path: Path, suf
     code, output = _cli("--model", models["cls"], "--input", source, "--out", tmp_path / "out.jsonl")
     assert code == 0, output
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
-    assert len(rows) == len(SENTENCES) and all(r["label"] in ("0", "1") for r in rows)
+    assert len(rows) == len(SENTENCES) and all(r["label"] in ("negative", "positive") for r in rows)
 
 
 def test_predict_streams_the_input_in_chunks(models: dict[str, Path], tmp_path: Path,

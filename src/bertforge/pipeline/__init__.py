@@ -97,6 +97,7 @@ POOLINGS = ("mean", "cls", "max", "pooler")
 # What text classification does with a text longer than max_length: cut it (BERT's way, and what
 # fine-tuning trained on), or read it whole in overlapping windows whose logits are averaged.
 LONG_TEXT = ("truncate", "windows")
+CALL_OPTIONS = ("batch_size",)  # what any call may change, beside its task's own options
 
 
 # ------------------------------------------------------------------------------------------------
@@ -167,17 +168,18 @@ class Pipeline:
     def __call__(self, inputs: Any, **options: Any) -> Any:
         """A list of inputs gives a list of results; anything else is one input (a text, a (text, pair) or
         (question, context) tuple, a dict) and gives one result. See the module docstring."""
-        unknown = sorted(set(options) - set(self.runner.call_options))
+        unknown = sorted(set(options) - set(self.runner.call_options) - set(CALL_OPTIONS))
         if unknown:
-            takes = ", ".join(self.runner.call_options) or "none"
+            takes = ", ".join((*self.runner.call_options, *CALL_OPTIONS))
             raise TypeError(f"{self.task} pipeline: unknown option(s) {', '.join(unknown)} at call time (it takes: "
                             f"{takes}; the others are set when the pipeline is made)")
         single = not isinstance(inputs, list)
         batch = [inputs] if single else inputs
         if not batch:
             return []
+        batch_size = options.pop("batch_size", None)
         prepared = self.prepare(batch)
-        results = self.finish(prepared, self.run(prepared.features, **options), **options)
+        results = self.finish(prepared, self.run(prepared.features, batch_size=batch_size, **options), **options)
         truncated = count_truncated(results)
         if truncated:
             log.warning("%d of %d inputs were longer than %d pieces and were truncated%s", truncated, len(results),
@@ -189,8 +191,10 @@ class Pipeline:
         """Examples and features of `inputs` (raises `InputError` naming the input at fault)."""
         return self.runner.prepare(list(inputs))
 
-    def run(self, features: Sequence[Feature], **options: Any) -> list[dict[str, np.ndarray]]:
-        """The model's outputs for each feature, in feature order, from length-sorted batches.
+    def run(self, features: Sequence[Feature], batch_size: int | None = None,
+            **options: Any) -> list[dict[str, np.ndarray]]:
+        """The model's outputs for each feature, in feature order, from length-sorted batches (of
+        `batch_size` rows, by default the pipeline's).
 
         Sorting by length puts rows of similar length in one batch, so little of each batch is padding;
         per-token outputs come back trimmed to the feature's own length.
@@ -200,7 +204,8 @@ class Pipeline:
             self.model.eval()
         try:
             return run_batches(features, lambda batch: self.runner.forward(batch, **options),
-                               token_outputs=self.runner.token_outputs, batch_size=self.batch_size,
+                               token_outputs=self.runner.token_outputs,
+                               batch_size=self.batch_size if batch_size is None else positive_int(batch_size, "batch_size"),
                                pad_id=self.tokenizer.pad_token_id, device=self.device)
         finally:
             if was_training and hasattr(self.model, "train"):

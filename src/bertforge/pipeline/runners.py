@@ -94,6 +94,22 @@ class Runner:
         return result
 
 
+def _sigmoid(logits: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-logits))
+
+
+# a call's function_to_apply, as transformers' text-classification pipeline names them: what turns a
+# row's logits into its scores
+SCORE_FUNCTIONS = {"softmax": _softmax, "sigmoid": _sigmoid, "none": lambda logits: logits}
+
+
+def _score_function(value: Any) -> str:
+    name = str(value).lower()
+    if name not in SCORE_FUNCTIONS:
+        raise ValueError(f"function_to_apply must be one of {', '.join(SCORE_FUNCTIONS)}, got {value!r}")
+    return name
+
+
 def _top_k(value: Any) -> int | None:
     """A call's top_k for text classification: None (every label, ranked) or a positive count."""
     return None if value is None else positive_int(value, "top_k")
@@ -103,9 +119,11 @@ class _Classification(Runner):
     """Sentence (pair) classification, multi-label classification and regression, through the task's
     featurize (BERT's truncation) and postprocess (a GLUE task's argmax, or the classify family's
     softmax, per-label sigmoid thresholds tuned on dev, or value). A call's `top_k` (None: every
-    label) answers as transformers' text-classification pipeline does: the ranked labels and scores."""
+    label) answers as transformers' text-classification pipeline does: the ranked labels and scores;
+    `function_to_apply` ("softmax", "sigmoid", "none") scores every label from the logits with that
+    function instead of the model's own rule (the label is then the highest score's)."""
 
-    call_options = ("top_k",)
+    call_options = ("top_k", "function_to_apply")
 
     def prepare(self, inputs: list[Any]) -> Prepared:
         pairs = []
@@ -154,13 +172,28 @@ class _Classification(Runner):
 
     def finish(self, prepared: Prepared, outputs: list[dict[str, np.ndarray]], **options: Any) -> list[Any]:
         asked = {"top_k": _top_k(options["top_k"])} if "top_k" in options else {}
+        function = _score_function(options["function_to_apply"]) if "function_to_apply" in options else None
         features = prepared.features
         if len(features) != len(prepared.examples):  # windows: one row per example, its windows' mean logits
             features, outputs = _pool_windows(features, outputs, len(prepared.examples))
         predictions = self.spec.postprocess(prepared.examples, features, outputs, label_names=self.pipe.labels)
-        return [{**self._result(prediction, output["logits"]), "truncated": info["truncated"],
-                 "windows": info["windows"], **asked}
-                for prediction, output, info in zip(predictions, outputs, prepared.info, strict=True)]
+        results = []
+        for prediction, output, info in zip(predictions, outputs, prepared.info, strict=True):
+            result = (self._applied(function, output["logits"]) if function else
+                      self._result(prediction, output["logits"]))
+            results.append({**result, "truncated": info["truncated"], "windows": info["windows"], **asked})
+        return results
+
+    def _applied(self, function: str, logits: np.ndarray) -> dict[str, Any]:
+        """Every label scored by `function` over the row's logits, the label the highest score's."""
+        if logits.shape[-1] == 1 and function != "sigmoid":
+            raise ValueError(f"function_to_apply={function!r} needs several labels; this model predicts one value "
+                             "(regression): use 'sigmoid' or leave it out")
+        scores = SCORE_FUNCTIONS[function](np.asarray(logits, dtype=np.float64)).tolist()
+        names = self.pipe.labels if len(self.pipe.labels) == len(scores) else [str(i) for i in range(len(scores))]
+        ranked = sorted(zip(names, scores, strict=True), key=lambda x: -x[1])
+        return {"label": ranked[0][0], "score": float(ranked[0][1]),
+                "scores": [{"label": n, "score": float(v)} for n, v in ranked]}
 
     def _result(self, prediction: Any, logits: np.ndarray) -> dict[str, Any]:
         if isinstance(prediction, dict):  # the classify family decides labels and scores itself
@@ -201,11 +234,17 @@ def _pool_windows(features: Sequence[Feature], outputs: Sequence[dict[str, np.nd
     return [f for f in first if f is not None], pooled
 
 
+AGGREGATIONS = ("simple", "none")  # a call's aggregation_strategy for tagging
+
+
 class _TokenClassification(Runner):
     """Words found by BERT's pre-tokeniser (with their characters), tagged by the NER task's word
-    windows; entities grouped from the word tags (transformers' aggregation "simple", word level)."""
+    windows; entities grouped from the word tags (transformers' aggregation "simple", word level). A
+    call's `aggregation_strategy="none"` answers one row per word instead, in transformers' shape
+    (entity, score, index, word, start, end)."""
 
     token_outputs = ("logits",)
+    call_options = ("aggregation_strategy",)
 
     def prepare(self, inputs: list[Any]) -> Prepared:
         pre_tokenize = self.pipe.tokenizer.words  # words with their characters (byte-level BPE's without the space)
@@ -235,9 +274,19 @@ class _TokenClassification(Runner):
             words = [{"word": text[s:e], "label": tag, "score": score, "start": s, "end": e}
                      for tag, score, (s, e) in zip(example_tags, example_scores, info["spans"], strict=True)]
             results.append({"entities": group_entities(text, words), "words": words})
+        if "aggregation_strategy" in options:
+            strategy = str(options["aggregation_strategy"]).lower()
+            if strategy not in AGGREGATIONS:
+                raise ValueError(f"aggregation_strategy must be one of {', '.join(AGGREGATIONS)} (tags are given per "
+                                 f"word already), got {options['aggregation_strategy']!r}")
+            for result in results:
+                result["aggregation"] = strategy
         return results
 
     def public(self, result: Any) -> Any:
+        if result.get("aggregation") == "none":
+            return [{"entity": w["label"], "score": w["score"], "index": i, "word": w["word"], "start": w["start"],
+                     "end": w["end"]} for i, w in enumerate(result["words"])]
         return result["entities"]
 
 

@@ -57,10 +57,17 @@ class GlueTask:
     labels: tuple[str, ...] | None  # class names in class-id order; None = regression (STS-B)
     index: str | None               # the id column of labelled files, if any
     splits: tuple[str, ...] = ("train", "dev", "test")
+    # what the classes mean, in class-id order, where the files say only "0"/"1" (the names the Hub's
+    # nyu-mll/glue gives them): the fine-tuned head's id2label, so a prediction reads "positive", not "1"
+    names: tuple[str, ...] | None = None
 
     @property
     def is_regression(self) -> bool:
         return self.labels is None
+
+    @property
+    def class_names(self) -> tuple[str, ...] | None:
+        return self.names or self.labels
 
 
 _MNLI_SPLITS = ("train", "dev_matched", "dev_mismatched", "test_matched", "test_mismatched")
@@ -68,15 +75,18 @@ _NLI = ("contradiction", "entailment", "neutral")
 _QNLI = ("entailment", "not_entailment")
 
 GLUE_TASKS: dict[str, GlueTask] = {
-    "cola": GlueTask("CoLA", "sentence", None, "label", ("0", "1"), None),
-    "sst2": GlueTask("SST-2", "sentence", None, "label", ("0", "1"), None),
-    "mrpc": GlueTask("MRPC", "#1 String", "#2 String", "Quality", ("0", "1"), None),
+    "cola": GlueTask("CoLA", "sentence", None, "label", ("0", "1"), None, names=("unacceptable", "acceptable")),
+    "sst2": GlueTask("SST-2", "sentence", None, "label", ("0", "1"), None, names=("negative", "positive")),
+    "mrpc": GlueTask("MRPC", "#1 String", "#2 String", "Quality", ("0", "1"), None,
+                     names=("not_equivalent", "equivalent")),
     "stsb": GlueTask("STS-B", "sentence1", "sentence2", "score", None, "index"),
-    "qqp": GlueTask("QQP", "question1", "question2", "is_duplicate", ("0", "1"), "id"),
+    "qqp": GlueTask("QQP", "question1", "question2", "is_duplicate", ("0", "1"), "id",
+                    names=("not_duplicate", "duplicate")),
     "mnli": GlueTask("MNLI", "sentence1", "sentence2", "gold_label", _NLI, "index", _MNLI_SPLITS),
     "qnli": GlueTask("QNLI", "question", "sentence", "label", _QNLI, "index"),
     "rte": GlueTask("RTE", "sentence1", "sentence2", "label", _QNLI, "index"),
-    "wnli": GlueTask("WNLI", "sentence1", "sentence2", "label", ("0", "1"), "index"),
+    "wnli": GlueTask("WNLI", "sentence1", "sentence2", "label", ("0", "1"), "index",
+                     names=("not_entailment", "entailment")),
     # the diagnostic set is scored with an MNLI model's predictions; its file has no labels
     "ax": GlueTask("AX", "sentence1", "sentence2", "label", _NLI, "index", ("test",)),
 }
@@ -291,7 +301,7 @@ class Glue(Task):
         return ("test_matched", "test_mismatched", "ax") if self.name == "mnli" else ("test",)
 
     def label_names(self, train_examples: Sequence[Any]) -> list[str] | int:
-        return 1 if self.spec.labels is None else list(self.spec.labels)
+        return 1 if self.spec.class_names is None else list(self.spec.class_names)
 
     def featurize(self, examples: Sequence[GlueExample], tokenizer: BertTokenizer, max_length: int, *,
                   label_names: Sequence[str] | None = None) -> list[Feature]:
