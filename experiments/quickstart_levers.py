@@ -16,7 +16,12 @@ and shape, BERT's initialisation, seed 0):
   only, 3,000 steps, 15% / 30% of the pieces masked, its own vocabulary;
 - `books-mask-0.4` / `books-mask-0.15`: the bundled novels with sentence-order prediction as the
   quickstart, 3,000 steps, 40% (Wettig et al. 2023) / 15% masked; the latter is the out-of-domain
-  contrast to `sst2-text-mask-0.15` at the same budget and size.
+  contrast to `sst2-text-mask-0.15` at the same budget and size;
+- `books-vocab-2000`: as `books-mask-0.15` with a vocabulary of 2,000 pieces instead of 8,000 (cheaper
+  steps, more pieces per word, a softmax with fewer rare classes);
+- `books-tiny-4min` / `books-mini-4min`: the model's shape at equal wall clock: BERT-tiny (L2/H128) and
+  BERT-mini (L4/H256) each pre-trained for the quickstart's 4 training minutes (warm-up over the first
+  6% of the time, then linear decay to zero at its end), one thread each, run side by side so that both see the same machine.
 `--probe` adds a frozen check: logistic regression on the mean-pooled vectors of each layer.
 Results: experiments/results/quickstart_levers.json and the `quickstart-levers` section of docs/results.md.
 """
@@ -45,6 +50,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "books-mask-0.4": {"text": "books", "mask": 0.4, "objective": "sop", "steps": 3000},
     # the in-domain text's contrast at the same budget and size: the novels, 15% masked, 3,000 steps
     "books-mask-0.15": {"text": "books", "mask": 0.15, "objective": "sop", "steps": 3000},
+    "books-vocab-2000": {"text": "books", "mask": 0.15, "objective": "sop", "steps": 3000, "vocab": 2000},
+    "books-tiny-4min": {"text": "books", "mask": 0.15, "objective": "sop", "minutes": 4.0, "preset": "tiny"},
+    "books-mini-4min": {"text": "books", "mask": 0.15, "objective": "sop", "minutes": 4.0, "preset": "mini"},
 }
 
 
@@ -72,14 +80,19 @@ def pretrain_variant(name: str, spec: dict[str, Any], work: Path) -> tuple[Path,
     run = work / name
     books = spec["text"] == "books"
     texts = [Path(p) for p in bundled_books()] if books else [sst2_text(run / "sst2-train.txt")]
-    BertTokenizer.train(texts, vocab_size=8000, min_frequency=2).save_pretrained(run / "tokenizer")
+    BertTokenizer.train(texts, vocab_size=spec.get("vocab", 8000), min_frequency=2).save_pretrained(run / "tokenizer")
     prepare(texts, run / "tokenizer", run / "data", max_seq_length=64, dupe_factor=5, plain_text=books,
             objective=spec["objective"], masking="dynamic", masked_lm_prob=spec["mask"], validation_fraction=0.05,
             seed=12345, progress=False, overwrite=True)
-    pretrain("tiny", run / "data", run / "pretrain", max_steps=spec["steps"], batch_size=BATCH, lr=1e-3,
-             warmup_steps=300, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, eval_every=500,
-             save_every=500, keep_last=1, eval_batch_size=128, eval_max_batches=0, overwrite=True)
+    # by steps, or by training minutes with the schedule fitted to them (the quickstart's own way)
+    # (a time budget warms up over its first 6%: a fixed 300 steps would outlast a larger model's budget)
+    length = ({"max_steps": 20000, "budget_minutes": spec["minutes"], "warmup_ratio": 0.06} if "minutes" in spec
+              else {"max_steps": spec["steps"], "warmup_steps": 300})
+    result = pretrain(spec.get("preset", "tiny"), run / "data", run / "pretrain", **length, batch_size=BATCH, lr=1e-3,
+                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, eval_every=500,
+                      save_every=500, keep_last=1, eval_batch_size=128, eval_max_batches=0, overwrite=True)
     evaluations = [r for r in read_metrics(run / "pretrain") if r.get("split") == "eval"]
+    spec["steps_trained"] = result.train.step
     return run / "pretrain" / "final", evaluations[-1]["mlm_accuracy"]
 
 
