@@ -249,8 +249,9 @@ def test_binary_string_labels_end_to_end(encoder_dir: Path, tmp_path: Path) -> N
     rows = [json.loads(line) for line in (seed / "predictions-test.jsonl").read_text().splitlines()]
     assert [r["text"] for r in rows] == [r["text"] for r in test_rows] and [r["row"] for r in rows] == [2, 3, 4, 5]
     assert all(r["label"] in ("negative", "positive") and "gold" not in r for r in rows)
-    assert all(r["score"] == pytest.approx(max(r["scores"].values())) for r in rows)
-    assert sum(rows[0]["scores"].values()) == pytest.approx(1.0)
+    # every label's score, ranked, in the shape predict --all-scores and serve answer with
+    assert all(r["scores"][0] == {"label": r["label"], "score": pytest.approx(r["score"])} for r in rows)
+    assert sum(s["score"] for s in rows[0]["scores"]) == pytest.approx(1.0)
     report = json.loads((seed / "report-dev.json").read_text())
     assert set(report["per_class"]) == {"negative", "positive"} and len(report["confusion_matrix"]["matrix"]) == 2
     assert sum(map(sum, report["confusion_matrix"]["matrix"])) == 6

@@ -391,6 +391,56 @@ def test_predict_reads_every_format(models: dict[str, Path], tmp_path: Path, suf
     assert code == 0, output
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert len(rows) == len(SENTENCES) and all(r["label"] in ("negative", "positive") for r in rows)
+    # each row says where its input is and what it read (a CSV's header is line 1, a Parquet file counts rows)
+    first_line = {"csv": 2, "tsv": 2, "parquet": 1}.get(suffix, 1)
+    assert [r["row"] for r in rows] == list(range(first_line, first_line + len(SENTENCES)))
+    assert [r["text"] for r in rows] == SENTENCES
+
+
+def test_predict_rows_keep_the_id_and_text_unless_told(models: dict[str, Path], tmp_path: Path) -> None:
+    source = _write_jsonl(tmp_path / "in.jsonl", [{"id": f"r{i}", "review": s, "stars": 3}
+                                                  for i, s in enumerate(SENTENCES)])
+    code, output = _cli("--model", models["cls"], "--input", source, "--text-column", "review",
+                        "--keep-columns", "stars", "--out", tmp_path / "out.jsonl")
+    assert code == 0, output
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert list(rows[0])[:4] == ["row", "id", "review", "stars"] and rows[0]["label"]
+    assert [r["id"] for r in rows] == [f"r{i}" for i in range(len(SENTENCES))]
+    code, output = _cli("--model", models["cls"], "--input", source, "--text-column", "review", "--no-keep-input",
+                        "--out", tmp_path / "bare.jsonl")
+    assert code == 0, output
+    bare = [json.loads(line) for line in (tmp_path / "bare.jsonl").read_text().splitlines()]
+    assert set(bare[0]) == {"label", "score"}
+
+
+def test_extract_pool_and_predict_embeddings_are_one_path(models: dict[str, Path], tmp_path: Path) -> None:
+    """`extract --pool` and `predict --task embeddings` give the same vectors, rows and files: .npy (with
+    an index FeatureFile reads) or JSONL by --out; a blank line is embedded like any text; a row that
+    cannot be embedded is a row of NaN with its error in the index, so row i stays input i."""
+    import numpy as np
+
+    from bertforge.features import FeatureFile
+
+    lines = tmp_path / "in.txt"
+    lines.write_text("the normans\n\na gripping film\n", encoding="utf-8")
+    result = CliRunner().invoke(app, ["extract", "--model", str(models["encoder"]), "--input", str(lines), "--pool",
+                                      "mean", "--out", str(tmp_path / "x.npy"), "--quiet"])
+    assert result.exit_code == 0, result.output
+    code, output = _cli("--model", models["encoder"], "--input", lines, "--task", "embeddings", "--pooling", "mean",
+                        "--out", tmp_path / "p.jsonl")
+    assert code == 0, output
+    predicted = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    features = FeatureFile(tmp_path / "x.npy")
+    assert len(features) == 3 and [item["row"] for item in features.items] == [1, 2, 3]
+    assert [item["text"] for item in features.items] == ["the normans", "", "a gripping film"]
+    np.testing.assert_allclose(features.matrix, np.array([r["embedding"] for r in predicted]), atol=1e-6)
+    source = _write_jsonl(tmp_path / "in.jsonl", [{"text": "the normans"}, {"text": None}, {"text": "dull"}])
+    code, output = _cli("--model", models["encoder"], "--input", source, "--task", "embeddings",
+                        "--out", tmp_path / "e.npy")
+    assert code == 0, output
+    recorded = FeatureFile(tmp_path / "e.npy")
+    assert np.isnan(recorded.matrix[1]).all() and not np.isnan(recorded.matrix[[0, 2]]).any()
+    assert "in.jsonl:2: text" in recorded.items[1]["error"] and "error" not in recorded.items[0]
 
 
 def test_predict_streams_the_input_in_chunks(models: dict[str, Path], tmp_path: Path,

@@ -399,7 +399,7 @@ class FeatureExtractor:
 # ------------------------------------------------------------------------------------------------
 # files
 # ------------------------------------------------------------------------------------------------
-class _StreamingMatrix:
+class StreamingMatrix:
     """Rows appended one block at a time to a .npy or .safetensors file whose header is written last.
 
     The header goes in space reserved at the start of the file; both formats allow the header to be
@@ -489,7 +489,7 @@ def write_features(extractor: FeatureExtractor, inputs: Iterable[TextInput], out
         lines, truncated = _write_jsonl(extractor, inputs, out, progress)
         return {**summary, "inputs": lines, "truncated_inputs": truncated}
 
-    matrix = _StreamingMatrix(out, extractor.row_shape, np.dtype(extractor.dtype))
+    matrix = StreamingMatrix(out, extractor.row_shape, np.dtype(extractor.dtype))
     items: list[dict[str, Any]] = []
     offsets = [0]
     truncated = 0

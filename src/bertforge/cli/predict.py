@@ -25,8 +25,8 @@ def predict_command(
         "--data", help="The task's data directory (or SQuAD file; for tag and qa the file to predict): writes "
                        "the task's prediction files (leaderboard formats).")] = None,
     out: Annotated[Path | None, typer.Option(
-        "--out", help="With --input: the predictions file (.jsonl, .csv or .tsv); with --data: the "
-                      "directory for the leaderboard files.")] = None,
+        "--out", help="With --input: the predictions file (.jsonl, .csv or .tsv; embeddings also .npy, with "
+                      "<file>.index.json beside it); with --data: the directory for the leaderboard files.")] = None,
     task: Annotated[str | None, typer.Option(
         "--task", help="With --input: the pipeline task (text-classification, token-classification, "
                        "question-answering, fill-mask, embeddings; default: the model's). With --data: the "
@@ -40,6 +40,9 @@ def predict_command(
     = "context",
     keep_columns: Annotated[list[str] | None, typer.Option(
         "--keep-columns", help="Input columns copied into each output row (comma-separated; repeat).")] = None,
+    keep_input: Annotated[bool, typer.Option(
+        "--keep-input/--no-keep-input", help="Start each output row with its input's row (line) number, the file's id column "
+                                             "if any, and the text read (QA: the question).")] = True,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Rows per forward pass.")] = 64,
     max_length: Annotated[int | None, typer.Option(
         "--max-length", help="Pieces per input (default: the length the model was fine-tuned with).")] = None,
@@ -103,7 +106,7 @@ def predict_command(
                       batch_size=batch_size, max_length=max_length, chunk_rows=chunk_rows, device=device,
                       precision=precision, progress=progress, pooling=pooling, normalize=normalize, top_k=top_k,
                       all_scores=all_scores, long_text=long_text, window_stride=window_stride, engine=engine,
-                      engine_calibrate=engine_calibrate, on_error=on_error)
+                      engine_calibrate=engine_calibrate, on_error=on_error, keep_input=keep_input)
         return
     if family is None:
         raise fail("--data needs the task family first: bertforge predict glue|ner|squad|swag|tag|qa --data ...")
@@ -345,7 +348,15 @@ def extract_command(
     align: Annotated[str, typer.Option(help="first or mean (one vector per input word, from its first piece or "
                                             "the mean of its pieces) or token (one per WordPiece token).")] = "first",
     pool: Annotated[str | None, typer.Option(help="One vector per line instead: cls, mean or max "
-                                                  "(over real tokens only).")] = None,
+                                                  "(over real tokens only). Without --strategy/--layers/--pairs "
+                                                  "this is `predict --task embeddings --pooling`: the same "
+                                                  "vectors and rows.")] = None,
+    normalize: Annotated[bool | None, typer.Option(
+        "--normalize/--no-normalize", help="With --pool: scale each vector to unit length (default: as a "
+                                           "sentence-transformers directory says, else no).")] = None,
+    on_error: Annotated[str, typer.Option(
+        "--on-error", help="With --pool: a line that cannot be embedded: record (a row of NaN, the error in the "
+                           "index), skip or stop.")] = "record",
     pairs: Annotated[bool, typer.Option("--pairs", help="Lines hold text pairs as 'text_a ||| text_b'.")] = False,
     batch_size: Annotated[int, typer.Option(help="Lines per forward pass.")] = 32,
     max_length: Annotated[int | None, typer.Option(help="Pieces per line, specials included (longer lines are "
@@ -378,6 +389,15 @@ def extract_command(
     chosen = _parse_layers(layers)
     if strategy is not None and chosen is not None:
         raise fail("give --strategy or --layers, not both")
+    if pool is not None and strategy is None and chosen is None and not pairs and out.suffix in (".npy", ".jsonl"):
+        # one vector per line from the last layer: the one embeddings path `predict` has, so both commands
+        # give the same vectors, treat rows alike and write the same files
+        _predict_file(model, input_file, out, task="embeddings", batch_size=batch_size, max_length=max_length,
+                      device=device, precision=precision, pooling=pool, normalize=normalize, top_k=5,
+                      progress=not quiet, on_error=on_error, vector_dtype="float16" if fp16 else "float32")
+        return
+    if normalize is not None:
+        raise fail("--normalize goes with --pool (one vector per line, written as .npy or .jsonl)")
     try:
         extractor = FeatureExtractor.from_pretrained(
             model, strategy=strategy, layers=chosen, combine=combine if chosen is not None else None,

@@ -36,12 +36,14 @@ in input order.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import math
 import sys
 import time
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -395,13 +397,18 @@ def input_columns(task: str, *, text_column: str = "text", pair_column: str | No
 def predict_file(pipe: Pipeline, input_path: str | Path, out_path: str | Path, *, text_column: str = "text",
                  pair_column: str | None = None, question_column: str = "question",
                  context_column: str = "context", keep_columns: Sequence[str] = (), chunk_rows: int = 4096,
-                 progress: bool = True, on_error: str = "record", **options: Any) -> dict[str, Any]:
+                 progress: bool = True, on_error: str = "record", keep_input: bool = True,
+                 vector_dtype: str = "float32", **options: Any) -> dict[str, Any]:
     """Predict every row of a table (any `bertforge.tables` format, decided by `bertforge.formats`; plain
     lines only for a task that reads one text column) into `out_path` (.jsonl, .csv, .tsv).
 
     Rows are read `chunk_rows` at a time; each chunk is featurised, run in length-sorted batches and
     written in input order before the next chunk is read, so memory does not grow with the file.
-    `keep_columns` are copied from the input row in front of the prediction. The output appears only
+    Each output row starts with where its input is and what it read (`keep_input`, the default): `row`
+    (the input's line, or row in a Parquet file, as error messages count them and as fine-tuning's
+    prediction files name it), the file's `id` column
+    when it has one, and the text read (the text and pair columns; QA's question; nothing for multiple
+    choice), so a row can be read on its own; `keep_columns` are copied after them. The output appears only
     when complete. An empty text is an input like any other where the task answers it (classification,
     tagging, embeddings, as transformers' pipelines do). A row the task cannot answer (a fill-mask text
     without [MASK], an empty question or context, an empty cell, a cell that is not text) is decided by `on_error`: "record" (the
@@ -420,6 +427,8 @@ def predict_file(pipe: Pipeline, input_path: str | Path, out_path: str | Path, *
     input_path = Path(input_path)
     columns = input_columns(pipe.task, text_column=text_column, pair_column=pair_column,
                             question_column=question_column, context_column=context_column)
+    echoed = echoed_columns(pipe.task, input_path, columns) if keep_input else []
+    keep_columns = list(dict.fromkeys([*echoed, *keep_columns]))
     wanted = list(dict.fromkeys([*columns.values(), *keep_columns]))
     # plain lines have the one column "text": read a file as lines only when that is all the task needs
     accept = [f for f in TABLE_FORMATS if f != "lines" or set(wanted) <= {LINES_COLUMN}]
@@ -427,14 +436,17 @@ def predict_file(pipe: Pipeline, input_path: str | Path, out_path: str | Path, *
     started, count, truncated, windowed, errors = time.perf_counter(), 0, 0, 0, []
     bar = _progress_bar(progress, input_path)
     try:
-        with write_rows(out_path, always=("error",) if on_error == "record" else ()) as write:
+        writer = (embedding_matrix(out_path, vector_dtype, pipe.pooling) if Path(out_path).suffix == ".npy" and pipe.task == "embeddings"
+                  else write_rows(out_path, always=("error",) if on_error == "record" else ()))
+        with writer as write:
             for chunk in _chunks(rows, chunk_rows):
                 results, failed = _predict_chunk(pipe, input_path, chunk, columns, options, stop=on_error == "stop")
                 truncated += count_truncated(results)
                 windowed += sum(1 for r in results if isinstance(r, dict) and r.get("windows", 1) > 1)
                 answers = iter(results)
                 for position, row in enumerate(chunk):
-                    kept = {name: row.values.get(name) for name in keep_columns}
+                    kept = {**({"row": row.number} if keep_input else {}),
+                            **{name: row.values.get(name) for name in keep_columns}}
                     if position in failed:
                         errors.append(failed[position])
                         if on_error == "record":
@@ -451,6 +463,65 @@ def predict_file(pipe: Pipeline, input_path: str | Path, out_path: str | Path, *
     return {"rows": count, "seconds": seconds, "rows_per_second": count / seconds if seconds else math.inf,
             "out": str(out_path), "truncated": truncated, "windowed": windowed, "errors": len(errors),
             "first_error": errors[0] if errors else None}
+
+
+@contextmanager
+def embedding_matrix(path: str | Path, dtype: str = "float32",
+                     pipe_pooling: str | None = None) -> Iterator[Callable[[dict[str, Any]], None]]:
+    """The embeddings task's rows into a .npy matrix, one row per written row, streamed; beside it
+    `<file>.index.json` (`bertforge.features.FeatureFile` reads the pair) keeps each row's other
+    fields (its input row, id, text, error). A row recorded as an error is a row of NaN, so matrix row i
+    is always item i of the index."""
+    from bertforge.features import StreamingMatrix, index_path
+    from bertforge.fileio import write_text_atomic
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    matrix: StreamingMatrix | None = None
+    pending: list[dict[str, Any]] = []  # error rows before the first vector says the width
+    index: list[dict[str, Any]] = []
+
+    def write(row: dict[str, Any]) -> None:
+        nonlocal matrix
+        vector = row.pop("embedding", None)
+        index.append({**row, "start": len(index), "end": len(index) + 1})  # FeatureFile's items
+        if vector is None:
+            if matrix is None:
+                pending.append(row)
+            else:
+                matrix.append(np.full((1, matrix.row_shape[0]), np.nan))
+            return
+        if matrix is None:
+            matrix = StreamingMatrix(path, (len(vector),), np.dtype(dtype))
+            for _ in pending:
+                matrix.append(np.full((1, len(vector)), np.nan))
+        matrix.append(np.asarray(vector, dtype=np.float32)[None, :])
+
+    try:
+        yield write
+    except BaseException:
+        if matrix is not None:
+            matrix.abort()
+        raise
+    if matrix is None:
+        raise ValueError(f"{path}: no row could be embedded, so the vectors' width is unknown and no .npy was written")
+    matrix.finish([], {})
+    summary = {"format": "npy", "unit": "line", "pool": pipe_pooling, "row_shape": list(matrix.row_shape),
+               "dtype": dtype, "rows": matrix.rows, "inputs": len(index)}
+    write_text_atomic(index_path(path), json.dumps({**summary, "items": index}, ensure_ascii=False) + "\n")
+
+
+def echoed_columns(task: str, path: Path, columns: dict[str, str]) -> list[str]:
+    """The input columns an output row repeats: the file's `id` column if it has one, and the text read
+    (a QA context and multiple choice's fields are left out: long, or several)."""
+    from bertforge.tables import column_names, table_format
+
+    try:  # a plain-lines file has the one column; a table's first record is read once more for its names
+        found = [] if table_format(path) == "lines" else column_names(path)
+    except (StopIteration, DataFormatError, OSError):
+        found = []  # an empty or unreadable file: the reader says so in its own words
+    texts = [] if task == "multiple-choice" else [c for field, c in columns.items() if field != "context"]
+    return (["id"] if "id" in found and "id" not in texts else []) + texts
 
 
 def _predict_chunk(pipe: Pipeline, path: Path, chunk: list[Any], columns: dict[str, str],

@@ -379,6 +379,9 @@ class Classify(Task):
         if example.text_pair is not None:
             row["text_pair"] = example.text_pair
         row.update(prediction)
+        if isinstance(prediction.get("scores"), dict):  # every label ranked, best first: predict's and serve's shape
+            row["scores"] = [{"label": name, "score": score}
+                             for name, score in sorted(prediction["scores"].items(), key=lambda x: -x[1])]
         if example.label is not None:
             row["gold"] = example.label
         return row
