@@ -223,7 +223,7 @@ def test_qa_tab_highlights_the_answer(checkpoints: dict[str, Path], browser) -> 
         page.fill("#qa-question", "   ")
         page.click("#qa-submit")
         page.wait_for_function("document.querySelector('#qa-error').textContent.length > 0", timeout=15_000)
-        assert "422" in page.text_content("#qa-error") and "blank" in page.text_content("#qa-error")
+        assert "422" in page.text_content("#qa-error") and "empty" in page.text_content("#qa-error")
         # a tab whose head this model lacks says so and disables its button
         page.click("#tab-fill-mask")
         assert "has no head for this task" in page.text_content("#panel-fill-mask .notice")

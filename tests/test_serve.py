@@ -119,6 +119,22 @@ def test_fill_mask(mlm: TestClient) -> None:
     assert all(math.isclose(a["score"], b["score"], rel_tol=1e-4) for a, b in zip(batched, alone, strict=True))
 
 
+def test_a_batch_answers_every_item_and_records_the_bad_one(models: dict[str, Path], mlm: TestClient) -> None:
+    """One unanswerable item of a batch is an error object in its place (on_error "record", the default);
+    the others are answered. on_error "stop" refuses the batch, as a single bad input always is. An empty
+    text is answered where the task answers it."""
+    batch = mlm.post("/fill-mask", json={"texts": ["the [MASK] sat", "no mask here", "a [MASK]"]})
+    assert batch.status_code == 200, batch.text
+    results = batch.json()["results"]
+    assert "masks" in results[0] and "masks" in results[2]
+    assert results[1]["error"] == "no_mask" and results[1]["message"].startswith("item 1:")
+    _assert_error(mlm.post("/fill-mask", json={"texts": ["the [MASK] sat", "no mask here"], "on_error": "stop"}))
+    with TestClient(create_app(models["cls"])) as client:
+        answered = client.post("/classify", json={"texts": ["a gripping film", ""]}).json()["results"]
+        assert [r["label"] in ("negative", "positive") for r in answered] == [True, True]
+        assert client.post("/classify", json={"text": ""}).status_code == 200
+
+
 BAD_FILL_MASK = {
     "empty text": {"text": ""},
     "blank text": {"text": "   \n\t"},

@@ -63,7 +63,7 @@ def test_a_half_sent_body_times_out() -> None:
 @pytest.mark.parametrize(("body", "headers", "expected"), [
     (b'{"text": "a", ', {"content-type": "application/json"}, "body: not valid JSON ("),
     (b'{"sentence": "a"}', {"content-type": "application/json"},
-     "sentence: unknown field; this endpoint accepts text, texts, text_pair, text_pairs"),
+     "sentence: unknown field; this endpoint accepts text, texts, on_error, text_pair, text_pairs"),
     (b'{"text": "a"}', {}, "Content-Type: application/json (got no Content-Type)"),
 ])
 def test_messages_say_what_was_wrong_and_what_is_accepted(client: TestClient, body: bytes, headers: dict,

@@ -24,7 +24,7 @@ Every error is JSON: `{"error": "<code>", "message": "<what to fix>"}` (+ `detai
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -78,6 +78,7 @@ from bertforge.serve.schemas import (
     OpenAIEmbeddingsResult,
     QARequest,
     QAResult,
+    RowError,
     TokenLabel,
 )
 
@@ -597,6 +598,22 @@ def create_app(
     def answer(results: list[Any], batched: bool) -> Any:
         return {"results": results} if batched else results[0]
 
+    async def answer_each(task: str, req: Any, makers: list[Callable[[], Any]]) -> Any:
+        """Every input prepared and run; in a batch with on_error "record", an input that cannot be
+        answered becomes a RowError in its place and the others are answered (a single input, or
+        on_error "stop", refuses the request instead)."""
+        prepared: dict[int, Any] = {}
+        failed: dict[int, RowError] = {}
+        for index, make in enumerate(makers):
+            try:
+                prepared[index] = make()
+            except ApiError as exc:
+                if not req.batched or req.on_error == "stop":
+                    raise
+                failed[index] = RowError(error=exc.code, message=f"item {index}: {exc.message}")
+        answered = dict(zip(prepared, await gather(task, list(prepared.values())), strict=True)) if prepared else {}
+        return answer([answered[i] if i in answered else failed[i] for i in range(len(makers))], req.batched)
+
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index() -> HTMLResponse:
         return HTMLResponse(page)
@@ -633,37 +650,37 @@ def create_app(
     async def fill_mask(req: FillMaskRequest) -> Any:
         """Top-k tokens for each [MASK] of the text (special tokens excluded), with probabilities."""
         service.require("fill-mask")
-        items = [service.prepare_fill_mask(text, req.top_k) for text in req.inputs()]
-        return answer(await gather("fill-mask", items), req.batched)
+        return await answer_each("fill-mask", req, [lambda t=text: service.prepare_fill_mask(t, req.top_k)
+                                                    for text in req.inputs()])
 
     @app.post("/classify", response_model=ClassifyResult | Batch[ClassifyResult])
     async def classify(req: ClassifyRequest) -> Any:
         """Label probabilities (or the regression value) for a text or text pair; long input is truncated."""
         service.require("classify")
-        items = [service.prepare_classify(t, p) for t, p in zip(req.inputs(), req.pairs(), strict=True)]
-        return answer(await gather("classify", items), req.batched)
+        return await answer_each("classify", req, [lambda t=t, p=p: service.prepare_classify(t, p)
+                                                   for t, p in zip(req.inputs(), req.pairs(), strict=True)])
 
     @app.post("/qa", response_model=QAResult | Batch[QAResult])
     async def qa(req: QARequest) -> Any:
         """The answer span of the passage with its score and characters; or no answer (SQuAD 2.0 models)."""
         service.require("qa")
-        items = [service.prepare_qa(q, c, req.allow_no_answer, req.max_answer_tokens) for q, c in req.inputs()]
-        return answer(await gather("qa", items), req.batched)
+        return await answer_each("qa", req, [
+            lambda q=q, c=c: service.prepare_qa(q, c, req.allow_no_answer, req.max_answer_tokens)
+            for q, c in req.inputs()])
 
     @app.post("/ner", response_model=NerResult | Batch[NerResult])
     async def ner(req: NerRequest) -> Any:
         """Entities (label, text, characters, score) and every token's label; long input is truncated."""
         service.require("ner")
-        items = [service.prepare_ner(text) for text in req.inputs()]
-        return answer(await gather("ner", items), req.batched)
+        return await answer_each("ner", req, [lambda t=text: service.prepare_ner(t) for text in req.inputs()])
 
     @app.post("/embed", response_model=EmbedResult | Batch[EmbedResult])
     async def embed(req: EmbedRequest) -> Any:
         """A sentence vector from the encoder; works with every model. Long input is truncated."""
         if req.pooling == "pooler" and service.backbone.pooler is None:
             raise ApiError(422, "no_pooler", f"this {service.kind} has no pooler; use pooling 'mean' or 'cls'")
-        items = [service.prepare_embed(text, req.pooling, req.normalize) for text in req.inputs()]
-        return answer(await gather("embed", items), req.batched)
+        return await answer_each("embed", req, [lambda t=text: service.prepare_embed(t, req.pooling, req.normalize)
+                                                for text in req.inputs()])
 
     @app.post("/v1/embeddings", response_model=OpenAIEmbeddingsResult)
     async def openai_embeddings(req: OpenAIEmbeddingsRequest) -> Any:

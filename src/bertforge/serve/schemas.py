@@ -5,7 +5,7 @@ well-formed but unusable."""
 
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 # --------------------------------------------------------------------------------------------------
 # Limits. Characters are counted before tokenisation (a cheap bound on work per request); token
@@ -43,7 +43,9 @@ class ApiError(Exception):
 # --------------------------------------------------------------------------------------------------
 # Request and response models
 # --------------------------------------------------------------------------------------------------
-Text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEXT_CHARS)]
+# an empty text is an input like any other where the task answers it (classification, tagging,
+# embeddings, as transformers' pipelines do); fill-mask and QA refuse it as the pipeline does
+Text = Annotated[str, StringConstraints(max_length=MAX_TEXT_CHARS)]
 Context = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTEXT_CHARS)]
 Items = Field(default=None, min_length=1, max_length=MAX_ITEMS)
 
@@ -52,25 +54,21 @@ class _Request(BaseModel):
     # strict: "5" is not an int and 5 is not a str; forbid: a misspelt field is an error, not ignored
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    @field_validator("*")
-    @classmethod
-    def _not_blank(cls, value: Any, info: Any) -> Any:
-        texts = value if isinstance(value, list) else [value]
-        for i, text in enumerate(texts):
-            if isinstance(text, str) and not text.strip():
-                where = f"item {i} of {info.field_name}" if isinstance(value, list) else info.field_name
-                raise ValueError(f"{where} is blank (only whitespace)")
-        return value
-
 
 def _one_or_many(single: Any, many: Any, names: tuple[str, str]) -> None:
     if (single is None) == (many is None):
         raise ValueError(f"give either '{names[0]}' (one input) or '{names[1]}' (a list of up to {MAX_ITEMS})")
 
 
+# a batch (`texts`, `questions`): "record" answers every item, one that cannot be answered by an error
+# object in its place; "stop" refuses the whole request for it (a single input is always refused alone)
+OnError = Literal["record", "stop"]
+
+
 class _TextsRequest(_Request):
     text: Text | None = None
     texts: list[Text] | None = Items
+    on_error: OnError = "record"
 
     @model_validator(mode="after")
     def _check_inputs(self) -> "_TextsRequest":
@@ -145,6 +143,7 @@ class QARequest(_Request):
     # None: the model's own setting (config.json "version_2_with_negative"), else False
     allow_no_answer: bool | None = None
     max_answer_tokens: int = Field(default=30, ge=1, le=128)
+    on_error: OnError = "record"
 
     @model_validator(mode="after")
     def _check_inputs(self) -> "QARequest":
@@ -189,8 +188,15 @@ class _Response(BaseModel):
 R = TypeVar("R")
 
 
+class RowError(_Response):
+    """An item of a batch that could not be answered, in its place among the results."""
+
+    error: str  # the code a single request would get
+    message: str  # which item, and what is wrong with it
+
+
 class Batch(_Response, Generic[R]):
-    results: list[R]
+    results: list[R | RowError]
 
 
 class MaskPrediction(_Response):
