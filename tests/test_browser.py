@@ -102,9 +102,8 @@ def _answer_positions(tokenizer: BertTokenizer, question: str, answer: str) -> t
 def _word_vocab(lines: list[str]) -> dict[str, int]:
     """Every word and punctuation mark of `lines` as a whole piece, plus single characters.
 
-    Built, not trained: a trained WordPiece vocabulary breaks ties in hash-map order, so it changes
-    from process to process (see `BertTokenizer.train`), and with it the ids and the tiny models fitted
-    below, which then sometimes fail to fit.
+    Built, not trained: every word a whole piece gives the tiny models below one id per word, so
+    what they fit does not depend on how a trained vocabulary splits the words.
     """
     words = sorted({w for line in lines for w in re.findall(r"\w+|[^\w\s]", line.lower())})
     chars = sorted({c for w in words for c in w})

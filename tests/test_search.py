@@ -64,7 +64,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random one-layer encoder of width 32, saved like a pre-trained checkpoint (pooler included)."""
-    # a vocabulary written out, not trained: trained ones break ties differently from process to process
+    # a vocabulary written out, not trained: one whole piece per word
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *GOOD, *BAD, *FILLER]
     tokenizer = BertTokenizer({word: i for i, word in enumerate(words)})
     torch.manual_seed(0)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import unicodedata
 from pathlib import Path
 
@@ -572,6 +574,23 @@ def test_save_pretrained_writes_every_file_atomically(uncased, tmp_path, monkeyp
     assert all(src.parent == dst.parent and src != dst for src, dst in replaced)
     assert {p.name for p in (tmp_path / "out").iterdir()} == names  # no temporary files left behind
     assert (tmp_path / "out" / "vocab.txt").read_bytes() == (MINILM / "vocab.txt").read_bytes()
+
+
+def test_training_gives_the_same_vocab_in_every_process(tmp_path):
+    """`tokenizers`' trainer alone breaks ties in a per-process hash order; ours may not."""
+    script = ("import sys; from bertforge.tokenizer import BertTokenizer; "
+              "tok = BertTokenizer.train([sys.argv[1]], vocab_size=300, min_frequency=1, show_progress=False); "
+              "tok.save_pretrained(sys.argv[2])")
+    corpus = tmp_path / "small.txt"
+    corpus.write_text("\n".join(TEXT_LINES[:200]) + "\n", encoding="utf-8")
+    vocabs = []
+    for run in range(3):
+        subprocess.run([sys.executable, "-c", script, str(corpus), str(tmp_path / str(run))], check=True)
+        vocabs.append((tmp_path / str(run) / "vocab.txt").read_text(encoding="utf-8"))
+    assert vocabs[0] == vocabs[1] == vocabs[2]
+    in_process = BertTokenizer.train_from_texts(iter(TEXT_LINES[:200]), vocab_size=300, min_frequency=1,
+                                                show_progress=False)
+    assert "".join(t + "\n" for t in in_process.convert_ids_to_tokens(range(in_process.vocab_size))) == vocabs[0]
 
 
 def test_train_errors(tmp_path):

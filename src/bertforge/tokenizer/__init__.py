@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from itertools import accumulate
 from pathlib import Path
@@ -706,10 +707,8 @@ class BertTokenizer:
         (`tokenizer.train.learn_vocab`): vocab_size (30522), min_frequency (2), lowercase (True), strip_accents (None:
         follow lowercase), tokenize_chinese_chars (True), limit_alphabet (1000), show_progress (True).
 
-        Not reproducible bit for bit: `tokenizers`' trainer breaks ties between equally frequent
-        merges in hash-map order, which changes from process to process (huggingface/tokenizers#1794),
-        so two trainings on the same text differ in a few pieces and in many ids (8,000 pieces from the
-        quickstart's novels: 471 lines of vocab.txt differed). To repeat a run, keep its vocab.txt.
+        The same text gives the same vocab.txt in every process (see `learn_vocab` for how): the text
+        is read twice.
         """
         paths = [str(f) for f in ([files] if isinstance(files, (str, Path)) else files)]
         if not paths:
@@ -722,8 +721,14 @@ class BertTokenizer:
     @classmethod
     def train_from_texts(cls, texts: Iterable[str], **options: Any) -> BertTokenizer:
         """`train` on texts from anywhere (the rows of a table, the records of a JSON-lines file): the
-        same vocabulary as `train` on a file holding those texts, one a line; the same options."""
-        return cls._learn(lambda probe, trainer: probe.train_from_iterator(texts, trainer), **options)
+        same vocabulary as `train` on a file holding those texts, one a line (they are written to a
+        temporary file, which training reads twice); the same options."""
+        with tempfile.TemporaryDirectory(prefix="bertforge-vocab-") as scratch:
+            spooled = Path(scratch) / "texts.txt"
+            with spooled.open("w", encoding="utf-8") as handle:
+                for text in texts:
+                    handle.write(text.replace("\n", " ") + "\n")
+            return cls.train([spooled], **options)
 
     @classmethod
     def _learn(cls, feed: Callable[[BackendTokenizer, Any], None], **options: Any) -> BertTokenizer:

@@ -39,12 +39,27 @@ def learn_vocab(feed: Callable[[BackendTokenizer, Any], None], *, vocab_size: in
                 lowercase: bool = True, strip_accents: bool | None = None, tokenize_chinese_chars: bool = True,
                 limit_alphabet: int = 1000, show_progress: bool = True) -> tuple[dict[str, int], dict[str, Any]]:
     """A WordPiece vocabulary learnt with the exact normaliser and pre-tokeniser the tokenizer will use
-    (`feed` hands the text to the backend and its trainer), and those normalisation options."""
+    (`feed` hands the text to the backend and its trainer; it is called twice), and those options.
+
+    The same text gives the same vocabulary in every process. `tokenizers`' trainer gives the "##"
+    continuation of each character its id in hash-map order, and those ids break ties between equally
+    frequent merges (huggingface/tokenizers#1794). A first pass without merges finds the alphabet (in
+    the trainer's own order) and the continuation characters; the second pass starts from both, the
+    continuations in their characters' order, so every tie is broken alike.
+    """
     options = {"lowercase": lowercase, "strip_accents": strip_accents, "tokenize_chinese_chars": tokenize_chinese_chars}
+    alphabet_probe, alphabet_trainer = wordpiece_trainer(len(TRAINED_SPECIALS) + 1, min_frequency, limit_alphabet,
+                                                         False, **options)
+    feed(alphabet_probe, alphabet_trainer)
+    first = sorted(alphabet_probe.get_vocab().items(), key=lambda item: item[1])
+    characters = [t for t, _ in first if len(t) == 1 and t not in TRAINED_SPECIALS]
+    continued = {t[2:] for t, _ in first if t.startswith("##") and len(t) == 3}
+    continuations = [f"##{c}" for c in characters if c in continued]
+    seeded = [*TRAINED_SPECIALS, *characters, *continuations]
     probe, trainer = wordpiece_trainer(vocab_size, min_frequency, limit_alphabet, show_progress, **options)
+    trainer.special_tokens = seeded  # added first, in this order: the trainer's own layout, minus the hash order
     feed(probe, trainer)
-    vocab = probe.get_vocab(with_added_tokens=True)
-    for index, token in enumerate(TRAINED_SPECIALS):
-        if vocab.get(token) != index:  # the trainer's documented behaviour; check, don't trust
-            raise RuntimeError(f"the trainer put {token} at id {vocab.get(token)}, expected {index}")
-    return vocab, options
+    learnt = sorted(probe.get_vocab(with_added_tokens=True).items(), key=lambda item: item[1])
+    if [t for t, _ in learnt[:len(seeded)]] != seeded or [i for _, i in learnt] != list(range(len(learnt))):
+        raise RuntimeError(f"the trainer did not keep the {len(seeded)} pieces it started from at ids 0..{len(seeded) - 1}")
+    return dict(learnt), options
