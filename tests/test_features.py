@@ -180,6 +180,7 @@ def test_matrix_files_and_their_index(model, tokenizer, tmp_path, suffix):
         np.testing.assert_allclose(values.astype(np.float32), item.values, atol=2e-3, rtol=2e-3)
     index = json.loads(index_path(out).read_text())
     assert [(e["start"], e["end"]) for e in index["items"]] == [(0, 3), (3, 5), (5, 6)]
+    assert [e["row"] for e in index["items"]] == [1, 2, 3]  # numbered from 1, as predict numbers its rows
     if suffix == ".safetensors":
         from safetensors.numpy import load_file
 

@@ -497,7 +497,9 @@ def write_features(extractor: FeatureExtractor, inputs: Iterable[TextInput], out
         for item in extractor.extract(inputs):
             matrix.append(item.values)
             offsets.append(matrix.rows)
-            entry: dict[str, Any] = {"line": item.index, "start": offsets[-2], "end": offsets[-1]}
+            # row: the line number from 1, as `predict` numbers rows; line: the same from 0 (kept for older readers)
+            entry: dict[str, Any] = {"row": item.index + 1, "line": item.index, "start": offsets[-2],
+                                     "end": offsets[-1]}
             if item.units:
                 entry[extractor.unit + "s"] = item.units
             if item.truncated:
