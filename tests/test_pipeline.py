@@ -229,6 +229,29 @@ def test_ner_equals_finetunings_tags_and_entities_point_into_the_text(models: di
             assert text[entity["start"]:entity["end"]] == entity["text"] and entity["label"] in ("PER", "ORG", "LOC", "MISC")
 
 
+def test_words_split_already_are_tagged_as_fine_tuning_tagged_them(models: dict[str, Path], tmp_path: Path) -> None:
+    """A tagging file's tokens (a JSON list of words) are tagged word by word, every sentence alike,
+    "1996-08-22" included; a word holding a space is that row's error, not the run's."""
+    predict("ner", "conll2003", models["ner"], models["conll"], tmp_path)
+    sentences = [block.split("\n") for block in (tmp_path / "predictions-test.txt").read_text().strip().split("\n\n")]
+    words = [[line.split()[0] for line in s] for s in sentences]
+    tags = [[line.split()[-1] for line in s] for s in sentences]
+    rows = [{"tokens": w} for w in words] + [{"tokens": ["two words", "x"]}]
+    source = _write_jsonl(tmp_path / "tokens.jsonl", rows)
+    code, output = _cli("--model", models["ner"], "--input", source, "--text-column", "tokens",
+                        "--out", tmp_path / "tags.jsonl")
+    assert code == 0, output
+    written = [json.loads(line) for line in (tmp_path / "tags.jsonl").read_text().splitlines()]
+    assert [r["tags"] for r in written[:-1]] == tags and [r["tokens"] for r in written[:-1]] == words
+    assert all(len(r["scores"]) == len(r["tags"]) for r in written[:-1])
+    assert "a word must be non-empty text without spaces" in written[-1]["error"]
+    from bertforge import pipeline
+
+    entities = pipeline(models["ner"])([words[0]])[0]  # in Python: a list of words inside the batch
+    joined = " ".join(words[0])
+    assert all(joined[e["start"]:e["end"]] == e["text"] for e in entities)
+
+
 def test_squad_v2_equals_finetuning_and_respects_the_tuned_threshold(models: dict[str, Path],
                                                                       tmp_path: Path) -> None:
     from bertforge import pipeline

@@ -31,7 +31,9 @@ def predict_command(
         "--task", help="With --input: the pipeline task (text-classification, token-classification, "
                        "question-answering, fill-mask, embeddings; default: the model's). With --data: the "
                        "benchmark task (default: the one in the model's task.json).")] = None,
-    text_column: Annotated[str, typer.Option("--text-column", help="Column holding the text.")] = "text",
+    text_column: Annotated[str, typer.Option("--text-column", help="Column holding the text. Tagging: a JSON list of "
+                                                                   "words (a tagging file's tokens) is tagged word by "
+                                                                   "word: tags in the files' scheme, scores.")] = "text",
     pair_column: Annotated[str | None, typer.Option(
         "--pair-column", help="Column holding the second sentence of a pair (classification).")] = None,
     question_column: Annotated[str, typer.Option("--question-column", help="QA: column of the questions.")]

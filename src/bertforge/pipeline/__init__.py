@@ -532,7 +532,7 @@ def _predict_chunk(pipe: Pipeline, path: Path, chunk: list[Any], columns: dict[s
     inputs: dict[int, Any] = {}
     for position, row in enumerate(chunk):
         try:
-            inputs[position] = _row_input(path, row, columns)
+            inputs[position] = _row_input(path, row, columns, words=pipe.task == "token-classification")
         except DataFormatError as exc:
             if stop:
                 raise
@@ -563,10 +563,14 @@ def _chunks(rows: Iterator[Any], size: int) -> Iterator[list[Any]]:
         yield chunk
 
 
-def _row_input(path: Path, row: Any, columns: dict[str, str]) -> dict[str, Any]:
+def _row_input(path: Path, row: Any, columns: dict[str, str], *, words: bool = False) -> dict[str, Any]:
+    """The task's inputs of one row; with `words` (tagging) a list of words stands for a text split already."""
     values = {}
     for name, column in columns.items():
         value = row.values.get(column)
+        if words and isinstance(value, list) and value:
+            values[name] = value  # the runner checks each word
+            continue
         if not isinstance(value, str):
             what = "empty" if value is None else (f"not text ({type(value).__name__}); name the column that "
                                                   "holds the text")

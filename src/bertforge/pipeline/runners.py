@@ -250,10 +250,14 @@ class _TokenClassification(Runner):
         pre_tokenize = self.pipe.tokenizer.words  # words with their characters (byte-level BPE's without the space)
         examples, info = [], []
         for i, item in enumerate(inputs):
-            text = _text(item.get("text") if isinstance(item, dict) else item, i, may_be_empty=True)
-            words = pre_tokenize(text)  # [(word, (start, end))]
+            value = item.get("text") if isinstance(item, dict) else item
+            if isinstance(value, (list, tuple)):  # words split already (a tagging file's tokens): tagged as given
+                text, words = _presplit(value, i)
+            else:
+                text = _text(value, i, may_be_empty=True)
+                words = pre_tokenize(text)  # [(word, (start, end))]
             examples.append(self.spec.inference_example(i, {"words": [w for w, _ in words]}))
-            info.append({"text": text, "spans": [span for _, span in words]})
+            info.append({"text": text, "spans": [span for _, span in words], "presplit": not isinstance(value, str)})
         features = self.spec.featurize(examples, self.pipe.tokenizer, self.pipe.max_length)
         return Prepared(examples, features, info)
 
@@ -273,7 +277,11 @@ class _TokenClassification(Runner):
             text = info["text"]
             words = [{"word": text[s:e], "label": tag, "score": score, "start": s, "end": e}
                      for tag, score, (s, e) in zip(example_tags, example_scores, info["spans"], strict=True)]
-            results.append({"entities": group_entities(text, words), "words": words})
+            result = {"entities": group_entities(text, words), "words": words}
+            if info["presplit"]:  # a tagging file's words: its tags as the tag family writes them, in the files' scheme
+                in_scheme = getattr(self.spec, "file_tags", list)
+                result.update(tags=in_scheme([w["label"] for w in words]), scores=[w["score"] for w in words])
+            results.append(result)
         if "aggregation_strategy" in options:
             strategy = str(options["aggregation_strategy"]).lower()
             if strategy not in AGGREGATIONS:
@@ -288,6 +296,18 @@ class _TokenClassification(Runner):
             return [{"entity": w["label"], "score": w["score"], "index": i, "word": w["word"], "start": w["start"],
                      "end": w["end"]} for i, w in enumerate(result["words"])]
         return result["entities"]
+
+
+def _presplit(words: Sequence[Any], index: int) -> tuple[str, list[tuple[str, tuple[int, int]]]]:
+    """Words given one by one -> the text they make, joined by single spaces, and each word's span in it."""
+    spans, start = [], 0
+    for word in words:
+        if not isinstance(word, str) or not word or any(c.isspace() for c in word):
+            raise InputError(index, "bad_input", f"a word must be non-empty text without spaces, got {word!r:.60}",
+                             "text")
+        spans.append((word, (start, start + len(word))))
+        start += len(word) + 1
+    return " ".join(words), spans
 
 
 def split_tag(label: str) -> tuple[str, str | None]:
@@ -566,6 +586,8 @@ def output_row(task: str, result: Any, *, all_scores: bool = False) -> dict[str,
         keys = ("label", "labels", "score", "value") + (("scores",) if all_scores else ())
         return {k: result[k] for k in keys if k in result}
     if task == "token-classification":
+        if "tags" in result:  # words given one by one: a tag and a score for each, as `predict tag --data` writes
+            return {"tags": result["tags"], "scores": result["scores"], "entities": result["entities"]}
         return {"entities": result["entities"]}
     if task == "question-answering":
         return {k: result[k] for k in ("answer", "score", "start", "end", "no_answer")}

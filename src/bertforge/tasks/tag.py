@@ -456,16 +456,19 @@ class Tag(OwnFiles, Ner):
         scores.update({f"f1_{kind}": float(row["f1"]) for kind, row in result["per_type"].items()})
         return scores
 
+    def file_tags(self, tags: Sequence[str]) -> list[str]:
+        """The model's IOB2 tags written in the training files' scheme (IOB2 when it is not known)."""
+        return from_iob2(tags, self.settings["tag_scheme"] if self.settings["tag_scheme"] in SCHEMES else "iob2")
+
     def write_predictions(self, examples: Sequence[TagSentence], predictions: Sequence[TagPrediction],
                           out_dir: Path, split: str) -> list[Path]:
         """`predictions-<split>.jsonl`: per sentence `tokens`, the predicted `tags` in the files' scheme, each
         tag's `scores`, and the file's own tags as `gold` when it has them."""
         from bertforge.tables import write_all
 
-        scheme = self.settings["tag_scheme"] if self.settings["tag_scheme"] in SCHEMES else "iob2"
         rows = []
         for example, prediction in zip(examples, predictions, strict=True):
-            row: dict[str, Any] = {"tokens": example.words, "tags": from_iob2(prediction.tags, scheme),
+            row: dict[str, Any] = {"tokens": example.words, "tags": self.file_tags(prediction.tags),
                                    "scores": [round(s, 6) for s in prediction.scores]}
             if example.given_tags is not None:
                 row["gold"] = example.given_tags
