@@ -647,3 +647,13 @@ def test_a_cuda_device_without_cuda_is_one_line_before_the_model_loads(models: d
                         str(tmp_path / "out.jsonl"), "--device", "cuda")
     assert code == 2 and "use --device cpu" in output and "Traceback" not in output
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_predict_names_a_missing_input_or_a_wrong_out_before_loading_the_model(tmp_path: Path) -> None:
+    never_loaded = tmp_path / "no-model-here"  # a model error would come first if the model were loaded first
+    code, output = _cli("--model", never_loaded, "--input", tmp_path / "missing.txt", "--out", tmp_path / "o.jsonl")
+    assert code == 2 and "missing.txt: no such file" in output
+    source = tmp_path / "in.txt"
+    source.write_text("a line\n", encoding="utf-8")
+    code, output = _cli("--model", never_loaded, "--input", source, "--out", tmp_path / "o.xlsx")
+    assert code == 2 and "o.xlsx: predictions are written as .jsonl, .csv or .tsv" in output
