@@ -678,3 +678,17 @@ def test_a_missing_rank_ends_with_a_clear_timeout_message(tmp_path: Path) -> Non
     message = (tmp_path / "message.txt").read_text()
     assert "rank 0: the test's all-reduce: no answer from the other ranks within 2s" in message
     assert "crashed or is stuck" in message
+
+
+class ShortFirstBatches(SyntheticBatches):
+    """An epoch whose first batch is its short one (one row), as a shuffled epoch's can be."""
+
+    def __iter__(self):
+        for batch in super().__iter__():
+            yield {k: v[:1] for k, v in batch.items()} if self.fetched == 1 else batch
+
+
+def test_the_run_facts_give_the_batch_size_even_when_the_first_batch_is_short(tmp_path: Path) -> None:
+    train(tiny_model(), ShortFirstBatches(batch_size=4), tmp_path, run_config(max_steps=2), OptimConfig(lr=1e-3))
+    facts = next(r for r in read_metrics(tmp_path) if r["split"] == "run")
+    assert facts["per_device_batch"] == 4 and facts["effective_batch"] == 4

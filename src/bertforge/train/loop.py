@@ -155,7 +155,7 @@ def train(
             step = state.step
             last = _last_step(step, config, budget)  # the cadences all fall on it
             if step == start_step + 1:  # this process's first step
-                _log_run_facts(logger, model, micro_batches[0], config, ctx, step)
+                _log_run_facts(logger, model, getattr(batches, "batch_size", None) or micro_batches[0], config, ctx, step)
             if state.counters.nonfinite_in_a_row >= config.max_nonfinite:
                 state.save(run_dir, config.keep_last)
                 _raise_nonfinite(state, micro_batches, config, ctx)
@@ -466,10 +466,12 @@ def _evaluate(evaluate: EvalFn | None, model: nn.Module, config: TrainConfig,
     return distributed.broadcast_object(metrics)
 
 
-def _log_run_facts(logger: RunLogger, model: nn.Module, batch: Batch, config: TrainConfig,
+def _log_run_facts(logger: RunLogger, model: nn.Module, batch: Batch | int, config: TrainConfig,
                    ctx: distributed.DistContext, step: int) -> None:
-    """Once per run: the effective batch (per device x accumulation x world size) and the model size."""
-    per_device = len(next(iter(batch.values())))
+    """Once per run: the effective batch (per device x accumulation x world size) and the model size.
+    `batch` is the source's batch size, or a batch to count when the source does not say (its first
+    batch may be an epoch's short last one)."""
+    per_device = batch if isinstance(batch, int) else len(next(iter(batch.values())))
     facts = {"per_device_batch": per_device, "grad_accum": config.grad_accum, "world_size": ctx.world_size,
              "parallel": config.parallel if ctx.distributed else "none",
              "effective_batch": per_device * config.grad_accum * ctx.world_size,
