@@ -124,12 +124,13 @@ def _predict_file(model: Path, input_file: Path, out: Path, *, task: str | None,
                   **file_options: Any) -> None:
     from bertforge.checkpoint import CheckpointError
     from bertforge.pipeline import pipeline, predict_file
+    from bertforge.tables import WRITE_FORMATS
     from bertforge.tasks.base import DataFormatError
 
     # what can be told without the model is told before it loads (a large model takes a while)
     if not input_file.is_file():
         raise fail(f"{input_file}: no such file")
-    if out.suffix.lower() not in (".jsonl", ".csv", ".tsv", ".npy"):
+    if out.suffix.lower().lstrip(".") not in (*WRITE_FORMATS, "npy"):
         raise fail(f"{out}: predictions are written as .jsonl, .csv or .tsv (embeddings also .npy)")
     try:
         pipe = pipeline(model, task, batch_size=batch_size, max_length=max_length, device=device,
