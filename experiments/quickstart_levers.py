@@ -13,6 +13,10 @@ and shape, BERT's initialisation, seed 0):
 - `finetune-lr-1e-3` / `finetune-lr-1e-4` / `finetune-lr-3e-5`: the quickstart's own model and twin
   (of the run in `--quickstart`; its steps and held-out MLM accuracy are recorded), fine-tuned at that
   rate: a pre-trained start may keep what it learnt only at a lower rate than random weights need;
+- `finetune-mean-pooling` / `finetune-mean-pooling-lr-1e-3`: the quickstart's own model and twin with
+  the classifier on the mean of the final token vectors (`--pooling mean`) instead of [CLS] through
+  the pooler, at 3e-4 / 1e-3: masked LM trains the token vectors, while [CLS] is trained only by the
+  sentence-order task;
 - `sst2-text-mask-0.15` / `sst2-text-mask-0.3`: pre-trained on SST-2's 67,349 training sentences with
   their labels dropped (in-domain text; 50 sentences a document, the dev split never read), masked LM
   only, 3,000 steps, 15% / 30% of the pieces masked, its own vocabulary;
@@ -49,6 +53,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "finetune-lr-1e-3": {"text": None, "finetune_lr": 1e-3},
     "finetune-lr-1e-4": {"text": None, "finetune_lr": 1e-4},
     "finetune-lr-3e-5": {"text": None, "finetune_lr": 3e-5},
+    "finetune-mean-pooling": {"text": None, "pooling": "mean"},
+    "finetune-mean-pooling-lr-1e-3": {"text": None, "pooling": "mean", "finetune_lr": 1e-3},
     "sst2-text-mask-0.15": {"text": "sst2", "mask": 0.15, "objective": "none", "steps": 3000},
     "sst2-text-mask-0.3": {"text": "sst2", "mask": 0.3, "objective": "none", "steps": 3000},
     "books-mask-0.4": {"text": "books", "mask": 0.4, "objective": "sop", "steps": 3000},
@@ -100,7 +106,7 @@ def pretrain_variant(name: str, spec: dict[str, Any], work: Path) -> tuple[Path,
     return run / "pretrain" / "final", evaluations[-1]["mlm_accuracy"]
 
 
-def curve(model: Path, subsets: Path, out: Path, lr: float) -> list[dict[str, Any]]:
+def curve(model: Path, subsets: Path, out: Path, lr: float, pooling: str = "cls") -> list[dict[str, Any]]:
     """The quickstart's fine-tuning curve from `model`: each size, 200 steps, seeds 1-3."""
     from bertforge.finetune import finetune
 
@@ -108,7 +114,8 @@ def curve(model: Path, subsets: Path, out: Path, lr: float) -> list[dict[str, An
     for size in SIZES:
         result = finetune("glue", "SST-2", model, subsets / f"n-{size}", out / f"n-{size}", seeds=SEEDS, lr=lr,
                           batch_size=BATCH, epochs=CURVE_STEPS / math.ceil(size / BATCH), max_length=64,
-                          eval_every_epoch=False, save_best=False, progress=False, verbose=False, overwrite=True)
+                          eval_every_epoch=False, save_best=False, progress=False, verbose=False, overwrite=True,
+                          pooling=pooling)
         accuracy = result["summary"]["accuracy"]
         points.append({"size": size, "values": [round(v, 4) for v in accuracy["values"]],
                        "mean": round(accuracy["mean"], 4)})
@@ -148,7 +155,7 @@ def frozen_probe(model: Path, subsets: Path) -> list[list[float]]:
                    .score(dev[:, layer], dev_labels), 3) for n in SIZES] for layer in range(train.shape[1])]
 
 
-def run_variant(name: str, args: argparse.Namespace) -> dict[str, Any]:
+def run_variant(name: str, args: argparse.Namespace, where: str) -> dict[str, Any]:
     from bertforge.pretrain import random_init_like
 
     spec, subsets = VARIANTS[name], args.quickstart / "sst2-subsets"
@@ -160,10 +167,10 @@ def run_variant(name: str, args: argparse.Namespace) -> dict[str, Any]:
     else:
         model, mlm = pretrain_variant(name, spec, args.work)
         twin = random_init_like(model, args.work / name / "random-init", seed=0)
-    lr = spec.get("finetune_lr", FINETUNE_LR)
-    row = {"variant": name, "settings": spec, "heldout_mlm_accuracy": mlm,
-           "pretrained": curve(model, subsets, args.work / name / "ft-pretrained", lr),
-           "random": curve(twin, subsets, args.work / name / "ft-random", lr)}
+    lr, pooling = spec.get("finetune_lr", FINETUNE_LR), spec.get("pooling", "cls")
+    row = {"variant": name, "settings": spec, "heldout_mlm_accuracy": mlm, "machine_line": where,
+           "pretrained": curve(model, subsets, args.work / name / "ft-pretrained", lr, pooling),
+           "random": curve(twin, subsets, args.work / name / "ft-random", lr, pooling)}
     if args.probe:
         row["probe"] = {"pretrained": frozen_probe(model, subsets), "random": frozen_probe(twin, subsets)}
     return row
@@ -199,8 +206,17 @@ def render(payload: dict[str, Any]) -> str:
             f"runs/quickstart --probe`. SST-2 dev accuracy (mean of seeds 1-3), each pre-trained model against its "
             f"own random twin; the quickstart itself is in the [quickstart section](#quickstart). Variants as in the "
             f"script's docstring; 'every seed above' marks a size where every pre-trained seed beat every twin "
-            f"seed (answering the majority class scores 0.509).\n\n{table}{probe_text}\n\n"
-            f"{payload['machine_line']}\n")
+            f"seed (answering the majority class scores 0.509).\n\n{table}{probe_text}\n\n{_machines(payload)}\n")
+
+
+def _machines(payload: dict[str, Any]) -> str:
+    """Each machine the variants ran on, with the variants it ran (the rows were filled in over time)."""
+    machines: dict[str, list[str]] = {}
+    for variant in payload["variants"]:
+        machines.setdefault(variant.get("machine_line", payload["machine_line"]), []).append(variant["variant"])
+    if len(machines) == 1:
+        return next(iter(machines))
+    return "\n".join(f"- {', '.join(names)}: {where}" for where, names in machines.items())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -223,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(args.threads)
     info = machine()
-    fresh = [run_variant(name, args) for name in args.variants]
+    fresh = [run_variant(name, args, machine_line(info)) for name in args.variants]
     saved = RESULTS / "quickstart_levers.json"
     earlier = [] if args.fresh or not saved.is_file() else json.loads(saved.read_text())["variants"]
     names = {variant["variant"] for variant in fresh}  # a variant run again replaces its earlier row
