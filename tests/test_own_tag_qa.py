@@ -437,3 +437,28 @@ def _pipeline_best_span(start_logits: np.ndarray, end_logits: np.ndarray, allowe
 def _softmax(values: np.ndarray) -> np.ndarray:
     shifted = np.exp(values - values.max())
     return shifted / shifted.sum()
+
+
+def test_qa_predict_input_rows_agree_with_predict_qa_data(encoder_dir: Path, tmp_path: Path) -> None:
+    """The two ways to answer a QA file: `predict qa --data` writes SQuAD's predictions.json,
+    `predict --input` a row per question (id, answer, score, character offsets); same answers."""
+    rows = _qa_rows()
+    _write_jsonl(tmp_path / "train.jsonl", rows)
+    out = tmp_path / "run"
+    assert _cli("finetune", "qa", "--train", tmp_path / "train.jsonl", "--dev", tmp_path / "train.jsonl", "--model",
+                encoder_dir, "--out", out, "--epochs", "3", "--batch-size", "2", "--lr", "1e-3",
+                "--max-length", "64").exit_code == 0
+    new = _write_jsonl(tmp_path / "new.jsonl", [{k: v for k, v in r.items() if k != "answers"} for r in rows])
+    result = _cli("predict", "qa", "--model", out / "seed-1", "--data", new, "--out", tmp_path / "pred")
+    assert result.exit_code == 0, result.output
+    answers = json.loads((tmp_path / "pred" / "predictions.json").read_text())
+    result = _cli("predict", "--model", out / "seed-1", "--input", new, "--out", tmp_path / "rows.jsonl")
+    assert result.exit_code == 0, result.output
+    predicted = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert [p["id"] for p in predicted] == [r["id"] for r in rows]
+    assert {p["id"]: p["answer"] for p in predicted} == answers
+    assert any(answers.values()), answers  # the model answers some questions: the comparison means something
+    for row, p in zip(rows, predicted, strict=True):
+        assert p["no_answer"] == (p["answer"] == "")
+        if p["answer"]:
+            assert row["context"][p["start"]:p["end"]] == p["answer"]
