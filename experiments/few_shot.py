@@ -10,7 +10,7 @@ all-MiniLM-L6-v2, on SST-2 with 8, 16, 32 and 64 labelled sentences per class, a
 Each (size, seed) draws its sentences from SST-2's training set with that seed, the same rows for both
 methods; each is scored on SST-2's 872 dev sentences (or the first --dev of them). Every setting is
 the method's default: `setfit` trains the encoder on 20 rounds of label pairs per sentence (batch 16,
-rate 2e-5, one epoch, cosine loss) and fits a logistic regression on its mean-pooled vectors;
+rate 2e-5, one epoch, cosine loss) and fits a logistic regression on its unit-length mean vectors;
 `finetune` is the paper's recipe with bertforge's defaults (the rate scaled to the width, 4e-5 for
 MiniLM; 3 epochs raised to 300 optimiser steps on a small file).
 Results: experiments/results/few_shot.json and the `few-shot` section of docs/results.md.
@@ -182,8 +182,9 @@ def render(payload: dict[str, Any]) -> str:
         f"`{command}`. all-MiniLM-L6-v2, every setting the method's default; the "
         f"sentences of each size drawn from {source} per seed (seeds {', '.join(map(str, seeds))}, "
         f"the same rows for every method), accuracy on {payload['dev_rows']} dev rows (mean ± std over "
-        "seeds). `setfit`: 20 rounds of label pairs per sentence train the encoder (batch 16, rate 2e-5, "
-        "cosine loss), then a logistic regression on its mean-pooled vectors. `finetune`: the paper's recipe "
+        "seeds). `setfit`: 20 positive and 20 negative pairs per sentence, cycling through the pairs of two "
+        "different sentences, train the encoder (batch 16, rate 2e-5, cosine loss), then a logistic "
+        "regression on its mean-pooled vectors scaled to unit length. `finetune`: the paper's recipe "
         "with bertforge's defaults (rate 4e-5 for this width; 3 epochs raised to at least 300 optimiser steps).",
         "",
         markdown_table(["sentences per class", *(names[m] for m in methods), "setfit steps", "finetune steps",

@@ -470,6 +470,17 @@ def test_mean_pooling_reads_the_average_of_the_real_tokens(bert_encoder: Path, t
     torch.testing.assert_close(logits[1:], alone_logits, atol=1e-5, rtol=1e-5)
     assert "mean pooling" in record.describe()
 
+    unit = TaskHead("sequence-classification", pooling="mean", normalize=True)
+    normalised = load_for_job(bert_encoder, "sequence-classification", **label_maps(2), **{TASK_HEAD_KEY: unit.to_dict()})
+    normalised.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        unit_logits = normalised.eval()(**batch).logits
+    torch.testing.assert_close(unit_logits, model.task_head.output(torch.nn.functional.normalize(expected, dim=-1)),
+                               atol=1e-5, rtol=1e-5)
+    assert TaskHead.from_dict(unit.to_dict()) == unit and "unit length" in unit.describe()
+    with pytest.raises(ValueError, match="normalize goes with mean pooling"):
+        TaskHead("sequence-classification", normalize=True)
+
 
 def test_finetune_with_mean_pooling_saves_and_predicts_it(bert_encoder: Path, tmp_path: Path) -> None:
     from bertforge import pipeline

@@ -42,9 +42,43 @@ def test_setfit_classifier(tmp_path: Path) -> None:
                        task_settings={"train": str(train), "dev": str(dev)}, progress=False, verbose=False)
     seed = tmp_path / "run" / "seed-1"
     config = json.loads((seed / "config.json").read_text())
-    assert config["task_head"]["pooling"] == "mean" and sorted(config["id2label"].values()) == ["negative", "positive"]
+    assert config["task_head"]["pooling"] == "mean" and config["task_head"]["normalize"] is True
+    assert sorted(config["id2label"].values()) == ["negative", "positive"]
     assert results["seeds"][0]["steps"] == 2 * 20 * 16 // 16  # one epoch of 640 pairs, batch 16
     assert results["seeds"][0]["metrics"]["accuracy"] >= 0.75, results["seeds"][0]["metrics"]
     predicted = [r["label"] for r in pipeline(seed)([f"the {w} film" for w in GOOD[:4]] + [f"the {w} story" for w in BAD[:4]])]
     written = [json.loads(line)["label"] for line in (seed / "predictions-dev.jsonl").read_text().splitlines()]
     assert predicted == written  # the pipeline runs the saved head as fine-tuning scored it
+
+
+def test_pairs_are_distinct_rows_cycled_evenly() -> None:
+    texts = [f"t{i}" for i in range(9)]
+    labels = ["x"] * 3 + ["y"] * 3 + ["z"] * 3
+    pairs = sentence_pairs(texts, labels, iterations=4, seed=3)
+    positives = [frozenset((p["sentence1"], p["sentence2"])) for p in pairs if p["score"] == 1.0]
+    negatives = [frozenset((p["sentence1"], p["sentence2"])) for p in pairs if p["score"] == 0.0]
+    assert len(positives) == len(negatives) == 36
+    assert all(len(pair) == 2 for pair in positives + negatives)  # never a row with itself
+    # 9 distinct positive pairs (3 per class), 27 negatives: each positive 4 times, each negative once or twice
+    assert set(Counter(positives).values()) == {4} and len(Counter(positives)) == 9
+    assert len(set(negatives)) == 27 and set(Counter(negatives).values()) == {1, 2}
+    assert [p["score"] for p in pairs[:4]] == [1.0, 0.0, 1.0, 0.0]
+    assert sentence_pairs(texts, labels, 4, 3) == pairs and sentence_pairs(texts, labels, 4, 4) != pairs
+
+
+def test_large_files_draw_distinct_partners(monkeypatch: pytest.MonkeyPatch) -> None:
+    import bertforge.finetune.setfit as setfit
+
+    monkeypatch.setattr(setfit, "MAX_LISTED_ROWS", 4)
+    texts, labels = [f"t{i}" for i in range(7)], ["x", "x", "y", "y", "y", "z", "q"]
+    pairs = sentence_pairs(texts, labels, iterations=10, seed=1)
+    label_of = dict(zip(texts, labels, strict=True))
+    assert len(pairs) == 140
+    for pair in pairs:
+        assert pair["sentence1"] != pair["sentence2"]
+        assert (label_of[pair["sentence1"]] == label_of[pair["sentence2"]]) == (pair["score"] == 1.0)
+
+
+def test_one_row_per_label_has_no_positive_pair() -> None:
+    with pytest.raises(ValueError, match="two rows of at least one label"):
+        sentence_pairs(["a", "b", "c"], ["x", "y", "z"], 1, 1)

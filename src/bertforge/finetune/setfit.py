@@ -1,12 +1,13 @@
 """Few-shot classification the SetFit way (Tunstall et al. 2022): `finetune classify --method setfit`.
 
 With tens of labelled rows per class, fine-tuning all weights under a new output layer has little to
-learn from; SetFit instead (1) makes pairs from the labels, two rows of one class a positive pair
-(cosine target 1) and rows of two classes a negative one (target 0), `pair_iterations` rounds of one
-of each per row; (2) trains the sentence encoder on them (`finetune embed` with the cosine loss,
+learn from; SetFit instead (1) makes pairs from the labels, two different rows of one class a positive
+pair (cosine target 1) and rows of two classes a negative one (target 0), `PAIR_ITERATIONS` of each
+per row, cycling through every distinct pair; (2) trains the sentence encoder on them (`finetune embed` with the cosine loss,
 through the one training loop, in `seed-N/setfit-body/`); (3) fits a logistic regression on the
-encoder's mean-pooled vectors of the training rows. The classifier it writes is the trained encoder
-under a linear head on the mean of the final token vectors whose weights are the regression's, so
+encoder's mean-pooled vectors of the training rows, scaled to unit length as the encoder's embeddings
+are. The classifier it writes is the trained encoder under a linear head on the unit-length mean of
+the final token vectors whose weights are the regression's, so
 `predict`, `pipeline()` and `serve` run it like any fine-tuned classifier.
 """
 
@@ -31,21 +32,71 @@ BODY_DIR = "setfit-body"
 
 
 def sentence_pairs(texts: Sequence[str], labels: Sequence[str], iterations: int, seed: int) -> list[dict[str, Any]]:
-    """Rows {sentence1, sentence2, score}: per round and per row, a row of its class (score 1) and one of
-    another class (score 0), drawn with `seed`."""
+    """Rows {sentence1, sentence2, score}: `iterations` x len(texts) positive pairs (two rows of one
+    class, score 1) and as many negative ones (two classes, score 0), alternating.
+
+    Each pair is two different rows: a row paired with itself is a positive that teaches nothing.
+    Every unordered pair of distinct rows is listed once, shuffled with `seed`, and each kind is
+    cycled through, so that every negative is seen before any is seen twice, and the positives
+    (fewer in a few-shot file) as evenly; above MAX_LISTED_ROWS rows the partners are drawn at
+    random instead (still never the row itself)."""
     rng = random.Random(seed)
     by_label: dict[str, list[int]] = defaultdict(list)
     for i, label in enumerate(labels):
         by_label[label].append(i)
     if len(by_label) < 2:
         raise ValueError("setfit needs at least two labels in the training file")
-    others = {label: [i for i in range(len(labels)) if labels[i] != label] for label in by_label}
+    if all(len(rows) < 2 for rows in by_label.values()):
+        raise ValueError("setfit needs two rows of at least one label to make a positive pair; every label here "
+                         "has one row")
+    wanted = iterations * len(texts)
+    if len(texts) <= MAX_LISTED_ROWS:
+        positives, negatives = _listed_pairs(labels, rng)
+        positives, negatives = _cycle(positives, wanted), _cycle(negatives, wanted)
+    else:
+        positives, negatives = _drawn_pairs(labels, by_label, wanted, rng)
     pairs = []
-    for _ in range(iterations):
-        for i, label in enumerate(labels):
-            pairs.append({"sentence1": texts[i], "sentence2": texts[rng.choice(by_label[label])], "score": 1.0})
-            pairs.append({"sentence1": texts[i], "sentence2": texts[rng.choice(others[label])], "score": 0.0})
+    for (a, b), (c, d) in zip(positives, negatives, strict=True):
+        pairs.append({"sentence1": texts[a], "sentence2": texts[b], "score": 1.0})
+        pairs.append({"sentence1": texts[c], "sentence2": texts[d], "score": 0.0})
     return pairs
+
+
+MAX_LISTED_ROWS = 2000  # 2,000 rows make about 2 million pairs to list; above it, partners are drawn
+
+
+def _listed_pairs(labels: Sequence[str], rng: random.Random) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(positives, negatives): every unordered pair of distinct rows once, each list in random order."""
+    positives, negatives = [], []
+    for i in range(len(labels)):
+        for j in range(i + 1, len(labels)):
+            (positives if labels[i] == labels[j] else negatives).append((i, j))
+    rng.shuffle(positives)
+    rng.shuffle(negatives)
+    return positives, negatives
+
+
+def _cycle(pairs: list[tuple[int, int]], count: int) -> list[tuple[int, int]]:
+    """The first `count` of `pairs` repeated end to end."""
+    return [pairs[k % len(pairs)] for k in range(count)]
+
+
+def _drawn_pairs(labels: Sequence[str], by_label: dict[str, list[int]], count: int,
+                 rng: random.Random) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """`count` positives and negatives, a row and a random partner, row by row in turn (large files)."""
+    positives, negatives = [], []
+    pairable = [i for i, label in enumerate(labels) if len(by_label[label]) > 1]
+    for k in range(count):
+        i = pairable[k % len(pairable)]
+        same = by_label[labels[i]]
+        partner = same[rng.randrange(len(same) - 1)]
+        positives.append((i, partner if partner != i else same[-1]))  # never the row itself
+        j = k % len(labels)
+        other = rng.randrange(len(labels))
+        while labels[other] == labels[j]:
+            other = rng.randrange(len(labels))
+        negatives.append((j, other))
+    return positives, negatives
 
 
 def train_setfit(examples: Sequence[Any], label_list: Sequence[str], model_dir: Path, seed_dir: Path, *,
@@ -79,7 +130,7 @@ def train_setfit(examples: Sequence[Any], label_list: Sequence[str], model_dir: 
 
 def _logistic_head(body_dir: Path, texts: Sequence[str], labels: Sequence[str], label_list: Sequence[str],
                    max_length: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(C, H) weights and (C,) biases of a logistic regression on the body's mean-pooled vectors, as
+    """(C, H) weights and (C,) biases of a logistic regression on the body's unit-length mean vectors, as
     logits of the classes in `label_list` order (a two-class regression's one logit becomes [0, z])."""
     from sklearn.linear_model import LogisticRegression
 
@@ -96,8 +147,9 @@ def _logistic_head(body_dir: Path, texts: Sequence[str], labels: Sequence[str], 
 
 
 def _mean_vectors(body_dir: Path, texts: Sequence[str], max_length: int, batch_size: int = 64) -> np.ndarray:
-    """(N, H) means of the body's final token vectors over each text's real tokens: what the classifier's
-    head reads (`model.base.mean_of_real_tokens`)."""
+    """(N, H) means of the body's final token vectors over each text's real tokens, scaled to unit length:
+    what the classifier's head reads (`model.base.mean_of_real_tokens`, then normalised). On unit
+    vectors the regression's fixed L2 penalty weighs the same for every encoder, whatever its scale."""
     import torch
 
     from bertforge.model.auto import load_for_job
@@ -115,7 +167,8 @@ def _mean_vectors(body_dir: Path, texts: Sequence[str], max_length: int, batch_s
         for start in range(0, len(features), batch_size):
             batch = collate(features[start:start + batch_size], tokenizer.pad_token_id, with_labels=False)
             hidden = encoder(**batch).last_hidden_state
-            vectors.append(mean_of_real_tokens(hidden, batch["attention_mask"]).double().numpy())
+            mean = mean_of_real_tokens(hidden, batch["attention_mask"])
+            vectors.append(torch.nn.functional.normalize(mean, dim=-1).double().numpy())
     return np.concatenate(vectors)
 
 
@@ -127,7 +180,7 @@ def _classifier(body_dir: Path, label_list: Sequence[str], weights: np.ndarray, 
     from bertforge.model.auto import load_for_job
     from bertforge.model.task_heads import TASK_HEAD_KEY, TaskHead
 
-    head = TaskHead("sequence-classification", pooling="mean")
+    head = TaskHead("sequence-classification", pooling="mean", normalize=True)
     model = load_for_job(body_dir, "sequence-classification", **label_maps(list(label_list)),
                          **{TASK_HEAD_KEY: head.to_dict()})
     output = next(module.output for module in model.modules()

@@ -436,6 +436,7 @@ class GenericHead(nn.Module):
         self.reads_last = spec.layers == "last"  # the encoder's own final vectors (no hidden states needed)
         self.sentence = spec.job in ("sequence-classification", "multiple-choice")
         self.mean_pooling = spec.pooling == "mean"
+        self.normalize = spec.normalize
         self.layer_mix = LayerMix(indices, combine)
         width = input_width(spec.layers, hidden_size, num_layers)  # H, or 4H for concat_last_four
         self.dropout = nn.Dropout(dropout)
@@ -457,7 +458,10 @@ class GenericHead(nn.Module):
             if not self.sentence:
                 return self.output(vectors)  # (N, T, D) -> (N, T, outputs)
             if self.mean_pooling:
-                return self.output(mean_of_real_tokens(vectors, attention_mask))  # (N, D) -> (N, outputs)
+                pooled = mean_of_real_tokens(vectors, attention_mask)  # (N, D)
+                if self.normalize:
+                    pooled = F.normalize(pooled, dim=-1)
+                return self.output(pooled)  # (N, D) -> (N, outputs)
             if self.causal and attention_mask is not None:
                 last = (attention_mask.long() * torch.arange(vectors.shape[1], device=vectors.device)).argmax(-1)  # (N,)
                 return self.output(vectors[torch.arange(vectors.shape[0], device=vectors.device), last])

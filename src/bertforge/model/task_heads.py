@@ -126,7 +126,9 @@ class TaskHead:
     multiple-choice); `head` "linear" or "bilstm"; `frozen` whether the encoder was kept as
     loaded; `layers` the hidden states read (LAYER_CHOICES); `lstm_size` the BiLSTM's units per
     direction (None: `default_lstm_size`, filled in when the model is built); `pooling` how a
-    sentence job reads one vector per row (POOLINGS; "mean" with the linear head only).
+    sentence job reads one vector per row (POOLINGS; "mean" with the linear head only); `normalize`
+    whether that mean is scaled to unit length first (what a sentence-transformers model with a
+    Normalize module gives, and what a SetFit head is fitted on).
     """
 
     job: str
@@ -135,6 +137,7 @@ class TaskHead:
     layers: str = "last"
     lstm_size: int | None = None
     pooling: str = "cls"
+    normalize: bool = False
 
     def __post_init__(self) -> None:
         if self.job not in HEAD_JOBS:
@@ -145,6 +148,9 @@ class TaskHead:
         if self.pooling != "cls" and (self.job not in SENTENCE_JOBS or self.head != "linear"):
             raise ValueError(f"pooling {self.pooling} is for sentence jobs ({', '.join(SENTENCE_JOBS)}) under the "
                              f"linear head, not a {self.job} {self.head} head")
+        if not isinstance(self.normalize, bool) or (self.normalize and self.pooling != "mean"):
+            raise ValueError(f"normalize goes with mean pooling and is true or false, got {self.normalize!r} "
+                             f"with {self.pooling} pooling")
         if not isinstance(self.frozen, bool):
             raise ValueError(f"task_head frozen must be true or false, got {self.frozen!r}")
         if self.lstm_size is not None and (isinstance(self.lstm_size, bool) or not isinstance(self.lstm_size, int)
@@ -173,7 +179,7 @@ class TaskHead:
         """One line for messages and reports: "frozen encoder, concat_last_four -> bilstm (192 per direction)"."""
         encoder = "frozen encoder" if self.frozen else "fine-tuned encoder"
         lstm = f" ({self.lstm_size} per direction)" if self.head == "bilstm" and self.lstm_size else ""
-        pooled = f", {self.pooling} pooling" if self.pooling != "cls" else ""
+        pooled = f", {self.pooling} pooling{' (unit length)' if self.normalize else ''}" if self.pooling != "cls" else ""
         return f"{encoder}, {self.layers}{pooled} -> {self.head}{lstm}"
 
 
