@@ -86,9 +86,12 @@ def machine_line(info: dict[str, Any]) -> str:
     flags = f" ({info['cpu_flags']})" if info.get("cpu_flags") else ""
     gpu = (f" ({info['gpu_memory_gib']} GiB, driver {info['driver']}, CUDA {info['cuda']})"
            if info.get("cuda") else "")
+    # Results saved before the load was recorded re-render as they were first written, without a "?".
+    load = (f"; 1-minute load average {info['load_average_1min']} when the run ended"
+            if "load_average_1min" in info else "")
     return (f"Machine: {info['cpu']}{flags}, {info['cores']} cores, torch threads {info['torch_threads']}, "
-            f"device {info['device']}{gpu}; torch {info['torch']}, transformers {info['transformers']}; {info['date']}; "
-            f"1-minute load average {info.get('load_average_1min', '?')} when the run ended.")
+            f"device {info['device']}{gpu}; torch {info['torch']}, transformers {info['transformers']}; {info['date']}"
+            f"{load}.")
 
 
 def save_results(name: str, payload: dict[str, Any], results: Path = RESULTS) -> Path:

@@ -210,8 +210,9 @@ def main() -> None:
         print(json.dumps({"scenario": scenario, "median": median}), flush=True)
     info = machine()
     info["load_average_1min_start"] = load_start
-    save_results("modern_speed", {"machine": info, "rounds": args.rounds, "results": results})
-    update_doc_section("modern-speed", render(results, info, args))
+    payload = {"machine": info, "rounds": args.rounds, "results": results}
+    save_results("modern_speed", payload)
+    update_doc_section("modern-speed", render(payload))
 
 
 def memory_only(args: argparse.Namespace) -> None:
@@ -219,7 +220,7 @@ def memory_only(args: argparse.Namespace) -> None:
     machine is, so this part can run when the timing lock is not to be had."""
     checkpoint, sst2 = prepare_checkpoint(), prepare_sst2(args.data)
     length = DOCUMENT_LENGTHS[-1]
-    rows, results = [], []
+    results = []
     for precision in args.precisions.split(","):
         spec = {"checkpoint": str(checkpoint), "inputs": str(sst2), "threads": args.threads, "precision": precision,
                 "workload": f"doc{length}", "length": length}
@@ -228,16 +229,27 @@ def memory_only(args: argparse.Namespace) -> None:
             del run["seconds"], run["tokens_per_s"]
         results.append({"scenario": {k: v for k, v in spec.items() if k not in ("inputs", "checkpoint")},
                         "median": median})
-        ours, theirs = median["bertforge"], median["transformers"]
+    payload = {"machine": machine(), "results": results}
+    save_results("modern_memory", payload)
+    update_doc_section("modern-memory", render_memory(payload))
+
+
+def render_memory(payload: dict[str, Any]) -> str:
+    """The memory-only section from its saved results (benchmarks/results/modern_memory.json)."""
+    rows = []
+    for result in payload["results"]:
+        ours, theirs = result["median"]["bertforge"], result["median"]["transformers"]
         verdict = "met" if ours["peak_rss_mb"] < theirs["peak_rss_mb"] else "missed"
-        rows.append([precision, f"{theirs['peak_rss_mb']:.0f}", f"{ours['peak_rss_mb']:.0f}",
+        rows.append([result["scenario"]["precision"], f"{theirs['peak_rss_mb']:.0f}", f"{ours['peak_rss_mb']:.0f}",
                      f"{theirs['run_rss_mb']:.0f}", f"{ours['run_rss_mb']:.0f}",
                      f"**{verdict}** ({ours['peak_rss_mb'] - theirs['peak_rss_mb']:+.0f} MB)"])
-    info = machine()
-    save_results("modern_memory", {"machine": info, "results": results})
     table = markdown_table(["precision", "transformers peak MB", "bertforge peak MB", "transformers run MB",
                             "bertforge run MB", "target: lower peak than transformers"], rows)
-    update_doc_section("modern-memory", "\n".join([
+    scenario = payload["results"][0]["scenario"]
+    length = scenario["length"]
+    # The workers ran at the scenario's thread count; the parent's own count (what machine() saw) says nothing.
+    info = {**payload["machine"], "torch_threads": f"{scenario['threads']} (in the measuring processes)"}
+    return "\n".join([
         f"## ModernBERT: peak memory at {length:,} tokens (CPU inference)",
         "",
         f"`python benchmarks/modern_speed.py --memory-only`. {machine_line(info)}",
@@ -249,10 +261,14 @@ def memory_only(args: argparse.Namespace) -> None:
         "reported from this run (it was not made under the benchmark lock).",
         "",
         table,
-    ]))
+    ])
 
 
-def render(results: list[dict[str, Any]], info: dict[str, Any], args: argparse.Namespace) -> str:
+def render(payload: dict[str, Any]) -> str:
+    """The timing section from its saved results (benchmarks/results/modern_speed.json)."""
+    results, info = payload["results"], payload["machine"]
+    first = results[0]["scenario"]  # every scenario ran at the same threads; the sst2 ones at the same limit
+    limit = next(r["scenario"]["limit"] for r in results if r["scenario"]["workload"] == "sst2")
     rows = []
     for result in results:
         scenario, ours, theirs = result["scenario"], result["median"]["bertforge"], result["median"]["transformers"]
@@ -266,11 +282,11 @@ def render(results: list[dict[str, Any]], info: dict[str, Any], args: argparse.N
     return "\n".join([
         "## ModernBERT: bertforge vs transformers (CPU inference)",
         "",
-        f"`flock /work/bench.lock python benchmarks/modern_speed.py --rounds {args.rounds} --threads "
-        f"{args.threads}`. {machine_line(info)} Load average at the start: {info['load_average_1min_start']}.",
+        f"`flock /work/bench.lock python benchmarks/modern_speed.py --rounds {payload['rounds']} --threads "
+        f"{first['threads']}`. {machine_line(info)} Load average at the start: {info['load_average_1min_start']}.",
         "Random `modern-base` weights (22 layers, H 768, FF 1,152, 12 heads, window 128 in 2 of 3 layers),",
         "loaded by both libraries; transformers runs its SDPA path. `sst2`: the first "
-        f"{args.sst2_limit} SST-2 dev sentences in file order, batches of 32 padded per batch; `docN`: one",
+        f"{limit} SST-2 dev sentences in file order, batches of 32 padded per batch; `docN`: one",
         "document of N tokens. tok/s counts real tokens; medians over the rounds, each in a fresh process.",
         "peak MB: the process's peak RSS during the timed passes (weights included); run MB: what the passes added.",
         "",

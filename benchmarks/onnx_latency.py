@@ -126,33 +126,41 @@ def main() -> None:
     info["onnxruntime"] = ort.__version__
     info["load_average_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     name = "all-MiniLM-L6-v2 (BertModel, 6 layers, H=384)" if args.model is None else f"{Path(model_dir).name} ({kind})"
-    save_results("onnx_latency", {"machine": info, "model": name, "warmup": args.warmup,
-                                  "repeats": per_block * args.blocks, "export_seconds": exported.seconds,
-                                  "results": results})
-    def note(r: dict[str, Any]) -> str:
-        """Flag a multi-threaded runtime that ran slower than itself on one thread: the busy machine's doing."""
-        single = next((x for x in results if x["threads"] == 1 and (x["batch"], x["sequence"]) == (r["batch"], r["sequence"])),
-                      None)
-        if r["threads"] == 1 or single is None:
-            return ""
-        slower = [name for key, name in (("pytorch", "PyTorch"), ("onnxruntime", "ONNX Runtime"))
-                  if r[key]["median_ms"] > single[key]["median_ms"]]
-        return f"{' and '.join(slower)} slower than on 1 thread: cores oversubscribed" if slower else ""
+    payload = {"machine": info, "model": name, "warmup": args.warmup, "repeats": per_block * args.blocks,
+               "blocks": args.blocks, "export_seconds": exported.seconds, "results": results}
+    save_results("onnx_latency", payload)
+    update_doc_section("onnx-latency", render(payload))
 
+
+def note(r: dict[str, Any], results: list[dict[str, Any]]) -> str:
+    """Flag a multi-threaded runtime that ran slower than itself on one thread: the busy machine's doing."""
+    single = next((x for x in results if x["threads"] == 1 and (x["batch"], x["sequence"]) == (r["batch"], r["sequence"])),
+                  None)
+    if r["threads"] == 1 or single is None:
+        return ""
+    slower = [name for key, name in (("pytorch", "PyTorch"), ("onnxruntime", "ONNX Runtime"))
+              if r[key]["median_ms"] > single[key]["median_ms"]]
+    return f"{' and '.join(slower)} slower than on 1 thread: cores oversubscribed" if slower else ""
+
+
+def render(payload: dict[str, Any]) -> str:
+    """The onnx-latency section from its saved results (benchmarks/results/onnx_latency.json)."""
+    info, results = payload["machine"], payload["results"]
     rows = [[r["threads"], f"{r['batch']} x {r['sequence']}", f"{r['pytorch']['median_ms']:.2f}",
              f"{r['pytorch']['p90_ms']:.2f}", f"{r['onnxruntime']['median_ms']:.2f}",
-             f"{r['onnxruntime']['p90_ms']:.2f}", f"{r['speedup']:.2f}x" if note(r) else f"**{r['speedup']:.2f}x**",
-             f"{r['max_abs_diff']:.1e}", note(r)]
+             f"{r['onnxruntime']['p90_ms']:.2f}",
+             f"{r['speedup']:.2f}x" if note(r, results) else f"**{r['speedup']:.2f}x**",
+             f"{r['max_abs_diff']:.1e}", note(r, results)]
             for r in results]
     table = markdown_table(["threads", "batch x tokens", "PyTorch median ms", "PyTorch p90 ms",
                             "ONNX Runtime median ms", "ONNX Runtime p90 ms", "speed-up", "max abs diff", "note"], rows)
-    update_doc_section("onnx-latency", f"""## ONNX Runtime vs PyTorch: inference latency (CPU)
+    return f"""## ONNX Runtime vs PyTorch: inference latency (CPU)
 
-`python benchmarks/onnx_latency.py`. {machine_line(info)} ONNX Runtime {ort.__version__}, CPUExecutionProvider,
-default graph optimisations. Model: {name}, exported by `bertforge export-onnx` (opset 18, dynamic batch
+`python benchmarks/onnx_latency.py`. {machine_line(info)} ONNX Runtime {info['onnxruntime']}, CPUExecutionProvider,
+default graph optimisations. Model: {payload['model']}, exported by `bertforge export-onnx` (opset 18, dynamic batch
 and sequence axes), so both runtimes run the same weights on the same unpadded inputs. Each runtime
-is warmed up with {args.warmup} calls, then {per_block * args.blocks} calls per row are timed one by
-one in {args.blocks} alternating blocks. Threads: `torch.set_num_threads(t)` and ONNX Runtime
+is warmed up with {payload['warmup']} calls, then {payload['repeats']} calls per row are timed one by
+one in {payload['blocks']} alternating blocks. Threads: `torch.set_num_threads(t)` and ONNX Runtime
 `intra_op_num_threads=t` (inter-op 1). Speed-up = PyTorch median / ONNX Runtime median.
 The machine was shared with other work: its 1-minute load average was {info['load_average_1m'][0]} at
 the start and {info['load_average_1m'][1]} at the end (2 cores), so treat the figures as rough. With
@@ -162,7 +170,7 @@ rows marked "oversubscribed" measure the crowding, not the runtimes. The 1-threa
 fair comparison on such a machine.
 
 {table}
-""")
+"""
 
 
 if __name__ == "__main__":

@@ -222,7 +222,13 @@ def scaling_note(info: dict, cores: int) -> str:
             "held the second core: this run cannot show scaling to all cores, only the speed per worker.")
 
 
-def write_doc(info: dict, runs: list[dict], targets: dict, single: float, double: float, cores: int) -> None:
+def render(payload: dict) -> str:
+    """The docs section from the saved results (benchmarks/results/prepare.json)."""
+    info, runs, targets = payload["machine"], payload["runs"], payload["targets"]
+    single, double = min(r["text_mb"] for r in runs), max(r["text_mb"] for r in runs)
+    cores = max(r["workers"] for r in runs)
+    # The section names the CPU's flags itself (a longer list than the machine line's): not twice.
+    plain = {key: value for key, value in info.items() if key != "cpu_flags"}
     rows = []
     for fmt in FORMATS:
         for workers, size in [(1, single), *([(cores, single)] if cores > 1 else []), (1, double)]:
@@ -243,16 +249,16 @@ def write_doc(info: dict, runs: list[dict], targets: dict, single: float, double
         f"{fmt}: " + ", then ".join(f"{find(runs, 'bertforge', fmt, 1, size)['mb_per_s'] / find(runs, 'run_mlm', fmt, 1, size)['mb_per_s']:.2f}x"
                                     for size in (single, double)) for fmt in FORMATS)
     target_lines = "\n".join(f"- {name}: **{t['status']}** ({t['by']})" for name, t in targets.items())
-    update_doc_section("prepare", f"""## Pre-training data preparation (`bertforge prepare`)
+    return f"""## Pre-training data preparation (`bertforge prepare`)
 
-`flock /work/bench.lock python benchmarks/prepare_bench.py`. {machine_line(info)} CPU flags: {info['cpu_flags']}.
+`flock /work/bench.lock python benchmarks/prepare_bench.py`. {machine_line(plain)} CPU flags: {info['cpu_flags']}.
 1-minute load average {info['load_start']} at the start and {info['load_end']} at the end of the run
 (the machine is shared: timings are noisy, and both approaches ran interleaved in the same run).
 
 Corpus: {len(info['sources'])} files of `shared/data/pretrain_text` ({', '.join(info['sources'])}; {single:.1f} MB)
 as text files, as gzip-compressed JSON lines (one file per source, a record per 100 lines) and as
 Parquet (row groups of 256 records), once and twice over (a second copy of each file). Both sides tokenize every line with the same
-30,522-piece WordPiece vocabulary and pack the tokens into {MAX_SEQ_LENGTH}-token sequences, unmasked:
+30,522-piece WordPiece vocabulary and pack the tokens into {payload['max_seq_length']}-token sequences, unmasked:
 `prepare --objective none --masking dynamic --dupe-factor 1` against the recipe of transformers'
 `run_mlm.py` example (`datasets.load_dataset`, `map` with the fast tokenizer and `num_proc` workers,
 then `map(group_texts)`), written in the script. Each run is its own process, timed from outside;
@@ -271,7 +277,7 @@ Scaling from 1 to {cores} workers (MB/s ratio): {', '.join(scaling)}. {scaling_n
 
 A compressed file is one piece of work (a stream cannot be entered in the middle): a corpus in one
 big `.gz` file prepares on one worker; split it into several files to use several.
-""")
+"""
 
 
 def main() -> None:
@@ -329,8 +335,9 @@ def report(info: dict, runs: list[dict], cores: int) -> None:
     single = min(r["text_mb"] for r in runs)
     double = max(r["text_mb"] for r in runs)
     targets = verdicts(runs, single, double, cores)
-    save_results("prepare", {"machine": info, "max_seq_length": MAX_SEQ_LENGTH, "runs": runs, "targets": targets})
-    write_doc(info, runs, targets, single, double, cores)
+    payload = {"machine": info, "max_seq_length": MAX_SEQ_LENGTH, "runs": runs, "targets": targets}
+    save_results("prepare", payload)
+    update_doc_section("prepare", render(payload))
     for name, target in targets.items():
         print(f"{name}: {target['status']} ({target['by']})")
 

@@ -288,6 +288,12 @@ def targets(results: list[dict[str, Any]]) -> str:
 
 def write_doc(results: list[dict[str, Any]], info: dict[str, Any], args: argparse.Namespace, gpu: bool,
               load_before: float) -> None:
+    text = render(results, info, args, gpu, load_before)
+    update_doc_section(result_name(gpu, args.compile).replace("_", "-"), text)
+
+
+def render(results: list[dict[str, Any]], info: dict[str, Any], args: argparse.Namespace, gpu: bool,
+           load_before: float) -> str:
     if gpu:
         memory = ("Peak allocated: `torch.cuda.max_memory_allocated` over the steps (weights, gradients, AdamW "
                   "state and activations).")
@@ -308,7 +314,7 @@ def write_doc(results: list[dict[str, Any]], info: dict[str, Any], args: argpars
     autocast = " (autocast over fp32 weights)" if args.dtype == "bf16" else ""
     steps = f"{args.steps} timed step{'s' if args.steps != 1 else ''}"
     where = (" on a GPU" if gpu else "") + (", both compiled" if args.compile else "")
-    body = f"""## Pre-training step{where}: bertforge vs transformers.BertForPreTraining
+    return f"""## Pre-training step{where}: bertforge vs transformers.BertForPreTraining
 
 `python benchmarks/pretrain_bench.py --presets {",".join(args.presets)} --seq {args.seq} \
 {f"--batch {args.batch} " if args.batch else ""}--dtype {args.dtype} --steps {args.steps} --rounds {args.rounds} \
@@ -330,12 +336,16 @@ position. By FLOP count: {shares}.
 {table(results, gpu)}
 {targets(results) if gpu else ""}
 """
-    update_doc_section(result_name(gpu, args.compile).replace("_", "-"), body)
 
 
 def render_saved(path: Path) -> None:
     """The docs section again from a results file (e.g. one a GPU machine wrote), with its own settings."""
-    payload = json.loads(path.read_text())
+    name, text = saved_section(json.loads(path.read_text()))
+    update_doc_section(name, text)
+
+
+def saved_section(payload: dict[str, Any]) -> tuple[str, str]:
+    """The docs section's name and text from a saved results payload, the run's settings read from it."""
     results = payload["results"]
     first = results[0]["settings"]
     args = argparse.Namespace(presets=sorted({r["settings"]["preset"] for r in results}),
@@ -344,7 +354,8 @@ def render_saved(path: Path) -> None:
                               dtype=first["dtype"], steps=first["steps"], threads=first["threads"],
                               rounds=len(results[0]["runs"]["bertforge"]), compile=bool(first.get("compile")))
     gpu = first["device"].startswith("cuda")
-    write_doc(results, payload["machine"], args, gpu, payload.get("load_average_1min_at_start", 0.0))
+    text = render(results, payload["machine"], args, gpu, payload.get("load_average_1min_at_start", 0.0))
+    return result_name(gpu, args.compile).replace("_", "-"), text
 
 
 def main() -> None:

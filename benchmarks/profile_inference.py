@@ -22,6 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, machine, machine_line, markdown_table, save_results, update_doc_section  # noqa: E402
 from speed import load_model, make_batches, minilm_dir, prepare_inputs  # noqa: E402
 
+TOP = 10  # operators shown per library
+SAVED_OPS = 40  # operators kept per library in the results file, which the section is rendered from
+
 
 def profile(library: str, batches: list[dict[str, Any]]) -> dict[str, Any]:
     import torch
@@ -42,7 +45,9 @@ def profile(library: str, batches: list[dict[str, Any]]) -> dict[str, Any]:
     return {"total_ms": total, "ops": ops}
 
 
-def render(workload: str, results: dict[str, Any], padding: dict[str, float], top: int) -> str:
+def render(workload: str, payload: dict[str, Any], top: int = TOP) -> str:
+    """The docs section from the saved results: the figures and the machine they were measured on."""
+    results, padding = payload["results"], payload["padding"]
     names = []
     for library in ("transformers", "bertforge"):
         for op in results[library]["ops"][:top]:
@@ -69,7 +74,7 @@ def render(workload: str, results: dict[str, Any], padding: dict[str, float], to
         "",
         markdown_table(["operator", "transformers ms (share)", "bertforge ms (share)"], rows),
         "",
-        machine_line(machine()),
+        machine_line(payload["machine"]),
     ])
 
 
@@ -79,7 +84,7 @@ def main() -> None:
     parser.add_argument("--workload", choices=["sst2", "mrpc"], default="mrpc")
     parser.add_argument("--batches", type=int, default=6)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--top", type=int, default=10)
+    parser.add_argument("--top", type=int, default=TOP)
     args = parser.parse_args()
 
     import torch
@@ -92,10 +97,10 @@ def main() -> None:
     padding = {"batches": len(batches) - 1, "real_tokens": real, "padded_tokens": padded,
                "fraction": 1 - real / padded}
     results = {library: profile(library, batches) for library in ("transformers", "bertforge")}
-    save_results(f"profile_{args.workload}", {"machine": machine(), "padding": padding,
-                                              "results": {k: {"total_ms": v["total_ms"], "ops": v["ops"][:40]}
-                                                          for k, v in results.items()}})
-    text = render(args.workload, results, padding, args.top)
+    payload = {"machine": machine(), "padding": padding,
+               "results": {k: {"total_ms": v["total_ms"], "ops": v["ops"][:SAVED_OPS]} for k, v in results.items()}}
+    save_results(f"profile_{args.workload}", payload)
+    text = render(args.workload, payload, args.top)
     update_doc_section(f"profile-{args.workload}", text)
     print(text)
 

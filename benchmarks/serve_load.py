@@ -279,9 +279,25 @@ def main() -> None:
     info = machine()
     info["server_threads"] = args.threads or info["torch_threads"]
     info["load_average_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
-    save_results("serve_load", {"machine": info, "model": Path(model).name if args.model else "all-MiniLM-L6-v2",
-                                "endpoint": "/embed", "texts": "SST-2 dev sentences (bundled sample)",
-                                "results": results})
+    payload = {"machine": info, "model": Path(model).name if args.model else "all-MiniLM-L6-v2",
+               "endpoint": "/embed", "texts": "SST-2 dev sentences (bundled sample)", "seconds": seconds,
+               "results": results}
+    save_results("serve_load", payload)
+    update_doc_section("serve-load", render_load(payload))
+    if any(r["errors"] for r in results):
+        sys.exit("errors during the load test: " + json.dumps([r["error_samples"] for r in results if r["errors"]]))
+
+
+def main_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of the main runs (not the one-client rows that alternate between servers)."""
+    return [r for r in results if not r["alternating"]]
+
+
+def render_load(payload: dict[str, Any]) -> str:
+    """The serve-load section from its saved results (benchmarks/results/serve_load.json)."""
+    info, results, seconds = payload["machine"], payload["results"], payload["seconds"]
+    first = main_rows(results)[0]  # --clients and --warmup are recorded on every row of the main runs
+    clients, warmup = first["clients"], first["warmup_seconds"]
     rows = []
     for r in results:
         lat = r["latency_ms"]
@@ -292,10 +308,10 @@ def main() -> None:
                      + ("" if r["memory_flat"] else " (grew)")])
     table = markdown_table(["server", "clients", "s", "requests", "req/s", "p50 ms", "p99 ms", "mean batch",
                             "errors", "server RSS MB: first request → after warm-up → end"], rows)
-    model_name = "all-MiniLM-L6-v2 (6 layers, H=384)" if not args.model else Path(model).name
-    update_doc_section("serve-load", f"""## Serving under load: dynamic batching on and off
+    model_name = "all-MiniLM-L6-v2 (6 layers, H=384)" if payload["model"] == "all-MiniLM-L6-v2" else payload["model"]
+    return f"""## Serving under load: dynamic batching on and off
 
-`python benchmarks/serve_load.py --clients {args.clients} --seconds {seconds:.0f}`. {machine_line(info)}
+`python benchmarks/serve_load.py --clients {clients} --seconds {seconds:.0f}`. {machine_line(info)}
 The server (`bertforge serve`, one process, {info['server_threads']} torch threads) holds {model_name} and
 answers `POST /embed` (mean pooling); the clients run in a second process on the same machine
 (loopback only), each sending one SST-2 dev sentence at a time and waiting for the answer, so
@@ -305,7 +321,7 @@ edges of the window make it read slightly under 1 without batching). Each measur
 {warmup:.0f} s of the same load, unmeasured ({min(warmup, 5.0):.0f} s for the one-client rows); server RSS is
 given at the first request, after the warm-up and at the end (it rises while new batch shapes
 arrive, then levels off: `bertforge serve` caps oneDNN's per-shape kernel cache at
-ONEDNN_PRIMITIVE_CACHE_CAPACITY=64). The {args.clients}-client rows ran one
+ONEDNN_PRIMITIVE_CACHE_CAPACITY=64). The {clients}-client rows ran one
 server at a time, back to back; in the one-client rows both servers were up and the client
 alternated between them (so each row's req/s is half the client's), so that both saw the same
 conditions and the latency difference is the cost of the batching wait (on a crowded CPU a worker
@@ -314,9 +330,7 @@ with other work: its 1-minute load average was {info['load_average_1m'][0]} at t
 {info['load_average_1m'][1]} at the end (2 cores), so absolute figures are rough.
 
 {table}
-""")
-    if any(r["errors"] for r in results):
-        sys.exit("errors during the load test: " + json.dumps([r["error_samples"] for r in results if r["errors"]]))
+"""
 
 
 DYNAMIC = "dynamic batching (max 16 rows, 5 ms wait)"
@@ -336,8 +350,19 @@ def run_precisions(precisions: list[str], model: str, texts: list[str], clients:
     info = {**machine(), **cpu_description()}
     info["server_threads"] = threads or info["torch_threads"]
     info["load_average_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
-    save_results("serve_load_precision", {"machine": info, "model": "all-MiniLM-L6-v2", "endpoint": "/embed",
-                                          "results": results})
+    payload = {"machine": info, "model": "all-MiniLM-L6-v2", "endpoint": "/embed", "seconds": seconds,
+               "results": results}
+    save_results("serve_load_precision", payload)
+    update_doc_section("serve-precision", render_precision(payload))
+    if any(r["errors"] for r in results):
+        sys.exit("errors during the load test: " + json.dumps([r["error_samples"] for r in results if r["errors"]]))
+
+
+def render_precision(payload: dict[str, Any]) -> str:
+    """The serve-precision section from its saved results (benchmarks/results/serve_load_precision.json)."""
+    info, results, seconds = payload["machine"], payload["results"], payload["seconds"]
+    precisions = [r["precision"] for r in results]
+    clients, warmup = results[0]["clients"], results[0]["warmup_seconds"]
     fp32 = next((r for r in results if r["precision"] == "fp32"), None)
     rows = [[r["precision"], r["clients"], f"{r['seconds']:.0f}", r["requests"], f"**{r['throughput_rps']:.1f}**",
              f"{r['throughput_rps'] / fp32['throughput_rps']:.2f}x" if fp32 else "",
@@ -346,7 +371,7 @@ def run_precisions(precisions: list[str], model: str, texts: list[str], clients:
     table = markdown_table(["precision", "clients", "s", "requests", "req/s", "vs fp32", "p50 ms", "p99 ms",
                             "mean batch", "errors", "server RSS MB: after warm-up → end"], rows)
     flags = ", ".join(info.get("cpu_flags", [])) or "none of them"
-    update_doc_section("serve-precision", f"""## Serving under load at fp32, bf16 and int8
+    return f"""## Serving under load at fp32, bf16 and int8
 
 `python benchmarks/serve_load.py --precisions {','.join(precisions)} --clients {clients} --seconds {seconds:.0f}`.
 CPU: {info['cpu']}, {info['cores']} cores, flags of note: {flags}; torch {info['torch']}; {info['date']}.
@@ -357,9 +382,7 @@ average {info['load_average_1m'][0]} at the start and {info['load_average_1m'][1
 rough absolute figures).
 
 {table}
-""")
-    if any(r["errors"] for r in results):
-        sys.exit("errors during the load test: " + json.dumps([r["error_samples"] for r in results if r["errors"]]))
+"""
 
 
 if __name__ == "__main__":

@@ -203,7 +203,9 @@ def _settings_text(settings: dict[str, Any]) -> str:
 
 
 def _threads(payload: dict[str, Any]) -> str:
-    threads = payload.get("threads") or payload["machine"].get("torch_threads", 1)
+    # A payload without "threads" predates --threads: its adaptations ran on one thread (the machine's
+    # torch_threads is the parent process's count, not theirs).
+    threads = payload.get("threads", 1)
     return "one thread" if threads == 1 else f"{threads} threads"
 
 

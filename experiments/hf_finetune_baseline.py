@@ -302,12 +302,20 @@ def summarize() -> dict[str, Any]:
             row["speedup_median"] = theirs["wall_s_median"] / ours["wall_s_median"]
         row["sub_sample"] = max_train
         rows.append(row)
-    summary = {"hyperparameters": HYPER, "rows": rows}
+    summary = {"hyperparameters": HYPER, "command": COMMAND, "rows": rows}
     (RESULTS / "finetune_baseline.json").write_text(json.dumps(summary, indent=2) + "\n")
     update_doc_section("finetune-baseline", render(rows), DOCS_RESULTS)
     if DOC_SECTION:
         update_doc_section(DOC_SECTION, render(rows), DOC)
     return summary
+
+
+def render_saved(summary: dict[str, Any], runs: Path) -> str:
+    """The table again from a saved summary (finetune_baseline.json) and the directory of its per-run files,
+    with the run's own hyper-parameters and command (a summary saved before the command was: the default's)."""
+    # Summaries saved before --sampling existed lack group_by_length: their batches were length-grouped.
+    hyper = {"group_by_length": True, **summary["hyperparameters"]}
+    return render(summary["rows"], hyper=hyper, command=summary.get("command"), runs=runs)
 
 
 def _fmt(cell: dict[str, Any], scale: float = 100.0) -> str:
@@ -319,7 +327,10 @@ def _fmt(cell: dict[str, Any], scale: float = 100.0) -> str:
     return text + f" (n={len(cell['values'])})"
 
 
-def render(rows: list[dict[str, Any]]) -> str:
+def render(rows: list[dict[str, Any]], *, hyper: dict[str, Any] | None = None, command: str | None = None,
+           runs: Path | None = None) -> str:
+    """The table; the hyper-parameters, command and per-run directory default to this process's."""
+    hyper, command, runs = hyper or HYPER, command or COMMAND, runs or RUNS
     machine = next((r[f]["machine"] for r in rows for f in RUNNERS if r[f]["machine"]), None)
     full_sets = bool(rows) and not any(r["sub_sample"] for r in rows if r["bertforge"]["mean"] is not None
                                          or r["transformers"]["mean"] is not None)
@@ -327,11 +338,11 @@ def render(rows: list[dict[str, Any]]) -> str:
         "### Fine-tuning quality: bertforge vs transformers' Trainer (all-MiniLM-L6-v2"
         + (", full training sets)" if full_sets else ")"),
         "",
-        f"Made by `{COMMAND}` (raw figures in",
-        f"`{RUNS.relative_to(ROOT) if RUNS.is_relative_to(ROOT) else RUNS}/`). Same encoder, same training examples, same",
-        f"hyper-parameters (lr {HYPER['lr']:g}, batch {HYPER['batch_size']}, {HYPER['epochs']:g} epochs, "
-        f"10% warm-up then linear decay, weight decay {HYPER['weight_decay']}, max length {HYPER['max_length']},",
-        ("length-grouped" if HYPER["group_by_length"] else "random") + " batches with dynamic padding, fp32) and the "
+        f"Made by `{command}` (raw figures in",
+        f"`{runs.relative_to(ROOT) if runs.is_relative_to(ROOT) else runs}/`). Same encoder, same training examples, same",
+        f"hyper-parameters (lr {hyper['lr']:g}, batch {hyper['batch_size']}, {hyper['epochs']:g} epochs, "
+        f"10% warm-up then linear decay, weight decay {hyper['weight_decay']}, max length {hyper['max_length']},",
+        ("length-grouped" if hyper["group_by_length"] else "random") + " batches with dynamic padding, fp32) and the "
         "same metric code; dev-set scores after the last",
         "epoch, mean ± sample standard deviation over seeds. Wall time is per seed: loading the model,",
         "training and the dev evaluation, plus featurising on the Trainer's side (bertforge featurises once,",

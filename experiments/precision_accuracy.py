@@ -125,8 +125,8 @@ def score(task: str, path: Path, data: Path, max_examples: int | None) -> dict[s
         metrics[variant] = spec.metric(examples, predictions[variant])
         print(f"{task} {variant}: {metrics[variant]} ({seconds[variant]:.1f} s)", flush=True)
     headline = HEADLINE.get(task) or list(metrics["fp32"])
-    row: dict[str, Any] = {"task": task, "model": str(path), "examples": len(examples), "metrics": metrics,
-                           "headline_metrics": headline, "seconds": seconds, "points_lost": {},
+    row: dict[str, Any] = {"task": task, "model": str(path), "training": recorded_training(path),
+                           "examples": len(examples), "metrics": metrics, "headline_metrics": headline, "seconds": seconds, "points_lost": {},
                            "changed_predictions": {}, "max_output_change": {}}
     for variant in VARIANTS[1:]:
         row["points_lost"][variant] = max(100 * (metrics["fp32"][m] - metrics[variant][m]) for m in headline)
@@ -187,20 +187,29 @@ Models (all-MiniLM-L6-v2 fine-tuned with `bertforge finetune`, seed 1): {"; ".jo
 """
 
 
-def training_of(row: dict[str, Any]) -> str:
-    """How a row's model was fine-tuned, from the run_config.yaml beside its seed directory."""
+def recorded_training(path: Path) -> dict[str, Any] | None:
+    """How a model was fine-tuned, from the run_config.yaml beside its seed directory: kept in the results,
+    so that the section is rendered from them alone (the model directories are not in the repository)."""
     import yaml
 
-    path = Path(row["model"])
     config_file = next((p / "run_config.yaml" for p in (path, path.parent) if (p / "run_config.yaml").exists()), None)
     if config_file is None:
-        return f"{row['task']}: `{path}`"
+        return None
     recipe = yaml.safe_load(config_file.read_text(encoding="utf-8")) or {}
     train, optim = recipe.get("train", {}), recipe.get("optim", {})
-    examples = train.get("max_train_examples")
+    return {"max_train_examples": train.get("max_train_examples"), "epochs": train.get("epochs"),
+            "lr": optim.get("lr"), "max_length": train.get("max_length")}
+
+
+def training_of(row: dict[str, Any]) -> str:
+    """How a row's model was fine-tuned, as its results recorded it (rows saved before that: the path only)."""
+    path, training = row["model"], row.get("training")
+    if not training:
+        return f"{row['task']}: `{path}`"
+    examples = training["max_train_examples"]
     amount = f"a fixed random {examples:,} training examples" if examples else "the full training set"
-    return (f"{row['task']}: {amount}, {train.get('epochs')} epoch(s), lr {optim.get('lr')}, "
-            f"max length {train.get('max_length') or 'the task default'} (`{path}`)")
+    return (f"{row['task']}: {amount}, {training['epochs']} epoch(s), lr {training['lr']}, "
+            f"max length {training['max_length'] or 'the task default'} (`{path}`)")
 
 
 def main() -> None:
