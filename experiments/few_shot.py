@@ -200,6 +200,16 @@ def render(payload: dict[str, Any]) -> str:
     ])
 
 
+def logged_runs(log: Path, dataset: str) -> dict[str, Any]:
+    """The payload of the runs a sitting printed to `log` (the lines `run` writes to stderr), on this
+    machine's description; the dev rows are the whole dev split (a --dev sitting is never saved)."""
+    runs = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.startswith('{"per_class"')]
+    if not runs:
+        sys.exit(f"{log}: no run lines in it")
+    return {"runs": runs, "dev_rows": len(load(dataset)[1]), "model": "all-MiniLM-L6-v2", "machine": machine(),
+            "dataset": dataset, "setfit_version": None}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="sst2", choices=sorted(DATASETS),
@@ -212,6 +222,9 @@ def main() -> None:
     parser.add_argument("--fresh", action="store_true", help="drop the saved runs instead of adding to them")
     parser.add_argument("--note", default=None, help="a sentence the section adds (what was not run, the load)")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "few-shot")
+    parser.add_argument("--from-log", type=Path, default=None,
+                        help="save the runs a run printed to its log (one JSON line each) instead of running: "
+                             "for a sitting that stopped before it saved")
     options = parser.parse_args()
     name, section, _ = DATASETS[options.data]
     if options.render:
@@ -219,8 +232,11 @@ def main() -> None:
         publish(name, section, payload, render)
         return
     work = options.work if options.data == "sst2" else options.work / options.data
-    payload = run(work, [int(s) for s in options.sizes.split(",")], [int(s) for s in options.seeds.split(",")],
-                  options.dev, tuple(options.methods.split(",")), options.data)
+    if options.from_log:
+        payload = logged_runs(options.from_log, options.data)
+    else:
+        payload = run(work, [int(s) for s in options.sizes.split(",")], [int(s) for s in options.seeds.split(",")],
+                      options.dev, tuple(options.methods.split(",")), options.data)
     if options.dev is not None:  # a quick look: beside its work, never in the results
         publish(name, section, payload, render, smoke=True, work=work)
         return
@@ -230,7 +246,7 @@ def main() -> None:
         earlier = json.loads(saved.read_text())
         done = {(r["method"], r["per_class"], r["seed"]) for r in payload["runs"]}
         payload["runs"] = [r for r in earlier["runs"] if (r["method"], r["per_class"], r["seed"]) not in done] + payload["runs"]
-        payload.setdefault("setfit_version", earlier.get("setfit_version"))
+        payload["setfit_version"] = payload.get("setfit_version") or earlier.get("setfit_version")
         payload["note"] = options.note or earlier.get("note")
     elif options.note:
         payload["note"] = options.note
