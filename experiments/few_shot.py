@@ -29,7 +29,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.common import RESULTS, ROOT, machine, machine_line, markdown_table, publish
+from experiments.common import (
+    RESULTS,
+    ROOT,
+    machine,
+    machine_line,
+    markdown_table,
+    publish,
+    update_doc_section,
+)
 
 SHARED = ROOT.parent / "shared" / "data" / "glue" / "SST-2"
 METHODS = ("setfit", "finetune", "setfit-library")  # the last: the setfit package itself (bench extra)
@@ -151,25 +159,32 @@ def run(work: Path, sizes: list[int], seeds: list[int], dev_rows: int | None,
     return payload
 
 
+def accuracy_cell(runs: list[dict[str, Any]], method: str, size: int, seeds: int) -> str:
+    """Mean ± std of a method's accuracy at a size, in points; the seed count when it is not `seeds`."""
+    values = [r["accuracy"] for r in runs if r["method"] == method and r["per_class"] == size]
+    if not values:
+        return "not run"
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    count = "" if len(values) == seeds else f" ({len(values)} seed{'s' if len(values) > 1 else ''})"
+    return f"{100 * statistics.mean(values):.1f} ± {100 * spread:.1f}{count}"
+
+
 def render(payload: dict[str, Any]) -> str:
     sizes = sorted({r["per_class"] for r in payload["runs"]})
 
     def cell(method: str, size: int, key: str = "accuracy") -> str:
+        if key == "accuracy":
+            return accuracy_cell(payload["runs"], method, size, len(seeds))
         values = [r[key] for r in payload["runs"] if r["method"] == method and r["per_class"] == size
                   and r.get(key) is not None]
-        if not values:
-            return "not run"
-        if key != "accuracy":
-            return f"{statistics.mean(values):.0f}"
-        spread = statistics.stdev(values) if len(values) > 1 else 0.0
-        return f"{100 * statistics.mean(values):.1f} ± {100 * spread:.1f}"
+        return f"{statistics.mean(values):.0f}" if values else "not run"
 
+    seeds = sorted({r["seed"] for r in payload["runs"]})
     library = any(r["method"] == "setfit-library" for r in payload["runs"])
     methods = ("setfit", "finetune") + (("setfit-library",) if library else ())
     rows = [[size, *(cell(m, size) for m in methods), *(cell(m, size, "steps") for m in methods[:2]),
              *(cell(m, size, "wall_s") for m in methods)] for size in sizes]
     names = {"setfit": "setfit", "finetune": "finetune", "setfit-library": "setfit library"}
-    seeds = sorted({r["seed"] for r in payload["runs"]})
     dataset = payload.get("dataset", "sst2")
     title = DATASETS[dataset][2]
     source = ("SST-2's training set" if dataset == "sst2" else
@@ -198,6 +213,35 @@ def render(payload: dict[str, Any]) -> str:
         "",
         machine_line(payload["machine"]),
     ])
+
+
+CURVE_DOC = ROOT / "docs" / "embeddings.md"  # the user's page quotes the curve from the same results
+
+
+def render_curve(sst2: dict[str, Any], articles: dict[str, Any]) -> str:
+    """The learning curve for docs/embeddings.md: both files, every method, accuracy by size."""
+    rows = []
+    for label, payload in (("SST-2 (2 classes)", sst2), (f"questions by article ({ARTICLES} classes)", articles)):
+        seeds = len({r["seed"] for r in payload["runs"]})
+        for size in sorted({r["per_class"] for r in payload["runs"]}):
+            rows.append([label, size, *(accuracy_cell(payload["runs"], m, size, seeds) for m in METHODS)])
+    seed_counts = sorted({len({r["seed"] for r in p["runs"]}) for p in (sst2, articles)})
+    return "\n".join([
+        "| file | labelled rows per class | `--method setfit` | `finetune` (defaults) | setfit package |",
+        "|---|---|---|---|---|",
+        *("| " + " | ".join(str(c) for c in row) + " |" for row in rows),
+        "",
+        f"Dev accuracy, mean ± std over {' or '.join(map(str, seed_counts))} seeds (fewer where a cell says so), "
+        "all-MiniLM-L6-v2, each method's defaults, the same sampled rows for every method: "
+        "`python -m experiments.few_shot` and `--data articles`; the full tables with times and the machine: "
+        "[results.md](results.md#few-labels---method-setfit-against-fine-tuning-sst-2).",
+    ])
+
+
+def publish_curve() -> None:
+    """Rewrite the curve in docs/embeddings.md from both saved results files."""
+    sst2, articles = (json.loads((RESULTS / f"{DATASETS[d][0]}.json").read_text()) for d in ("sst2", "articles"))
+    update_doc_section("few-shot-curve", render_curve(sst2, articles), CURVE_DOC)
 
 
 def logged_runs(log: Path, dataset: str) -> dict[str, Any]:
@@ -230,6 +274,7 @@ def main() -> None:
     if options.render:
         payload = json.loads((RESULTS / f"{name}.json").read_text())
         publish(name, section, payload, render)
+        publish_curve()
         return
     work = options.work if options.data == "sst2" else options.work / options.data
     if options.from_log:
@@ -251,6 +296,7 @@ def main() -> None:
     elif options.note:
         payload["note"] = options.note
     publish(name, section, payload, render)
+    publish_curve()
 
 
 if __name__ == "__main__":

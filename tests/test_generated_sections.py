@@ -1,5 +1,6 @@
-"""Every generated section of docs/results.md and docs/benchmarks.md is what its script renders from the
-results it saved, to the character (no training, no timing: the scripts' render functions only).
+"""Every generated section of docs/results.md, docs/benchmarks.md and docs/embeddings.md is what its script
+renders from the results it saved, to the character (no training, no timing: the scripts' render functions
+only).
 
 A study or benchmark owns the text between `<!-- name -->` and `<!-- /name -->` and rewrites it from its
 results JSON (experiments/common.py `publish`, benchmarks/common.py `update_doc_section`). A figure typed
@@ -9,7 +10,7 @@ rendering the section again from the saved JSON (the script's --render / --summa
 after its end marker, which a re-render leaves alone.
 
 Each section is rendered the way its script's main() renders it, from the same saved payload. A section
-with no script to render it goes in HAND_WRITTEN with the reason, and every marker in the two pages must be
+with no script to render it goes in HAND_WRITTEN with the reason, and every marker in these pages must be
 in one list or the other, so that a new section cannot go unchecked.
 
 Importing a benchmark script puts benchmarks/ on sys.path, as running it does (the scripts import
@@ -34,7 +35,7 @@ from benchmarks.common import update_doc_section
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-PAGES = ("results.md", "benchmarks.md")
+PAGES = ("results.md", "benchmarks.md", "embeddings.md")
 MARKER = re.compile(r"<!-- ([A-Za-z0-9_.-]+) -->")  # a section's start; its end, <!-- /name -->, has a slash
 
 # Settings that these results files predate (their scripts record them now): each is what the section's own
@@ -157,9 +158,16 @@ BENCHMARKS_PAGE: dict[str, Generated] = {
     "vector-search": Generated("benchmarks.vector_search", B + "vector_search.json", "section"),
 }
 
+# docs/embeddings.md quotes the few-shot curve from both of few_shot's results files
+EMBEDDINGS_PAGE: dict[str, Generated] = {
+    "few-shot-curve": Generated("experiments.few_shot", E + "few_shot.json",
+                                lambda m, p: m.render_curve(p, saved(E + "few_shot_articles.json"))),
+}
+
 SECTIONS: dict[tuple[str, str], Generated] = {
     **{("results.md", name): generated for name, generated in RESULTS_PAGE.items()},
     **{("benchmarks.md", name): generated for name, generated in BENCHMARKS_PAGE.items()},
+    **{("embeddings.md", name): generated for name, generated in EMBEDDINGS_PAGE.items()},
 }
 
 
