@@ -62,7 +62,7 @@ def sentence_pairs(texts: Sequence[str], labels: Sequence[str], iterations: int,
     return pairs
 
 
-MAX_LISTED_ROWS = 2000  # 2,000 rows make about 2 million pairs to list; above it, partners are drawn
+MAX_LISTED_ROWS = 1000  # 1,000 rows make about half a million pairs to list; above it, partners are drawn
 
 
 def _listed_pairs(labels: Sequence[str], rng: random.Random) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
