@@ -1,6 +1,6 @@
-"""Every generated section of docs/results.md, docs/benchmarks.md and docs/embeddings.md is what its script
-renders from the results it saved, to the character (no training, no timing: the scripts' render functions
-only).
+"""Every generated section of docs/results.md, docs/benchmarks.md, docs/embeddings.md and docs/own-data.md is
+what its script renders from the results it saved, to the character (no training, no timing: the scripts' render
+functions only).
 
 A study or benchmark owns the text between `<!-- name -->` and `<!-- /name -->` and rewrites it from its
 results JSON (experiments/common.py `publish`, benchmarks/common.py `update_doc_section`). A figure typed
@@ -35,7 +35,7 @@ from benchmarks.common import update_doc_section
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-PAGES = ("results.md", "benchmarks.md", "embeddings.md")
+PAGES = ("results.md", "benchmarks.md", "embeddings.md", "own-data.md")
 MARKER = re.compile(r"<!-- ([A-Za-z0-9_.-]+) -->")  # a section's start; its end, <!-- /name -->, has a slash
 
 # Settings that these results files predate (their scripts record them now): each is what the section's own
@@ -164,10 +164,19 @@ EMBEDDINGS_PAGE: dict[str, Generated] = {
                                 lambda m, p: m.render_curve(p, saved(E + "few_shot_articles.json"))),
 }
 
+# docs/own-data.md: the walk-through's own file and files measured against transformers' Trainer
+OWN_DATA_PAGE: dict[str, Generated] = {
+    "own-data-classify": Generated("experiments.own_data_classify", E + "own_data_classify.json"),
+    # as its summarize(): the tag and the qa results, in that order
+    "own-data-tag-qa": Generated("experiments.own_data_tag_qa", E + "own_data_tag.json",
+                                 lambda m, p: m.render({"tag": p, "qa": saved(E + "own_data_qa.json")})),
+}
+
 SECTIONS: dict[tuple[str, str], Generated] = {
     **{("results.md", name): generated for name, generated in RESULTS_PAGE.items()},
     **{("benchmarks.md", name): generated for name, generated in BENCHMARKS_PAGE.items()},
     **{("embeddings.md", name): generated for name, generated in EMBEDDINGS_PAGE.items()},
+    **{("own-data.md", name): generated for name, generated in OWN_DATA_PAGE.items()},
 }
 
 
