@@ -119,7 +119,7 @@ def test_int8_export_is_quantized_smaller_and_close(tmp_path: Path) -> None:
 
 
 def test_int8_uses_seven_bit_weights_where_the_cpu_lacks_vnni(tmp_path: Path) -> None:
-    """Without VNNI, full-range int8 weights saturate ONNX Runtime's 16-bit sums (0.28 off on an AVX2-only
+    """Without VNNI, full-range int8 weights saturate ONNX Runtime's 16-bit sums (0.25 off on an AVX2-only
     EPYC): the choice follows the CPU's flags, and 7-bit weights keep the bound (checked here on any CPU)."""
     from bertforge.export import int8_reduce_range, quantize_onnx_int8
 

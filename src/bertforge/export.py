@@ -312,7 +312,7 @@ VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
 def int8_reduce_range(flags: set[str] | None = None) -> bool:
     """Whether int8 weights should use 7 bits: on a CPU without VNNI, ONNX Runtime's u8 x s8 products go
     through 16-bit sums (vpmaddubsw) that saturate with full-range weights, which moved hidden states by
-    0.28 on an AVX2-only EPYC against 0.06 with VNNI; 7-bit weights cannot saturate there."""
+    0.25 on an AVX2-only EPYC against 0.06 with VNNI; 7-bit weights cannot saturate there."""
     from bertforge.precision import cpu_flags
 
     return not (VNNI_FLAGS & (cpu_flags() if flags is None else flags))
