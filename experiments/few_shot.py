@@ -273,6 +273,8 @@ def main() -> None:
     name, section, _ = DATASETS[options.data]
     if options.render:
         payload = json.loads((RESULTS / f"{name}.json").read_text())
+        if options.note is not None:  # the sentence on what was not run, once the runs have changed
+            payload["note"] = options.note or None
         publish(name, section, payload, render)
         publish_curve()
         return
