@@ -169,6 +169,24 @@ def accuracy_cell(runs: list[dict[str, Any]], method: str, size: int, seeds: int
     return f"{100 * statistics.mean(values):.1f} ± {100 * spread:.1f}{count}"
 
 
+def paired_sentence(runs: list[dict[str, Any]], sizes: list[int], others: list[str], names: dict[str, str]) -> str:
+    """setfit minus each other method, seed by seed on the same rows, averaged: what the spread hides."""
+    accuracy = {(r["method"], r["per_class"], r["seed"]): r["accuracy"] for r in runs}
+    parts = []
+    for size in sizes:
+        against = []
+        for other in others:
+            seeds = [s for (m, n, s) in accuracy if m == "setfit" and n == size and (other, size, s) in accuracy]
+            if seeds:
+                gaps = [100 * (accuracy["setfit", size, s] - accuracy[other, size, s]) for s in seeds]
+                ahead = sum(g > 0 for g in gaps)
+                against.append(f"{statistics.mean(gaps):+.1f} against {names[other]} ({ahead} of {len(gaps)} seeds ahead)")
+        if against:
+            parts.append(f"{size} per class {', '.join(against)}")
+    return ("Paired by seed (setfit minus the other method on the same rows, points): " + "; ".join(parts) + "."
+            if parts else "")
+
+
 def render(payload: dict[str, Any]) -> str:
     sizes = sorted({r["per_class"] for r in payload["runs"]})
 
@@ -204,6 +222,8 @@ def render(payload: dict[str, Any]) -> str:
         "",
         markdown_table(["sentences per class", *(names[m] for m in methods), "setfit steps", "finetune steps",
                         *(f"{names[m]} s" for m in methods)], rows),
+        "",
+        paired_sentence(payload["runs"], sizes, [m for m in methods if m != "setfit"], names),
         "",
         ("`setfit library`: the `setfit` package (" + payload.get("setfit_version", "?") + ") on the same rows "
          "and checkpoint with the same settings (num_iterations 20, batch 16, one epoch, body rate 2e-5). "
