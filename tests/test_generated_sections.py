@@ -155,6 +155,7 @@ BENCHMARKS_PAGE: dict[str, Generated] = {
     "shared-cpu": Generated("benchmarks.shared_cpu", B + "shared_cpu.json"),
     "student-speed": Generated("benchmarks.student_speed", B + "student_speed.json"),
     "adapt-speed": Generated("benchmarks.adapt_speed", B + "adapt_speed.json"),
+    "setfit-speed": Generated("benchmarks.setfit_speed", B + "setfit_speed.json"),
     "vector-search": Generated("benchmarks.vector_search", B + "vector_search.json", "section"),
 }
 
