@@ -215,8 +215,9 @@ def render(payload: dict[str, Any]) -> str:
         f"`{command}`. all-MiniLM-L6-v2, every setting the method's default; the "
         f"sentences of each size drawn from {source} per seed (seeds {', '.join(map(str, seeds))}, "
         f"the same rows for every method), accuracy on {payload['dev_rows']} dev rows (mean ± std over "
-        "seeds). `setfit`: 20 positive and 20 negative pairs per sentence, cycling through the pairs of two "
-        "different sentences, train the encoder (batch 16, rate 2e-5, cosine loss), then a logistic "
+        "seeds). `setfit`: 20 positive and 20 negative pairs per sentence, cycling through every pair of "
+        "sentences (a sentence with itself among the positives), train the encoder (batch 16, rate 2e-5, "
+        "cosine loss), then a logistic "
         "regression on its mean-pooled vectors scaled to unit length. `finetune`: the paper's recipe "
         "with bertforge's defaults (rate 4e-5 for this width; 3 epochs raised to at least 300 optimiser steps).",
         "",

