@@ -342,3 +342,19 @@ def test_cli_quantize_writes_a_copy_that_predict_runs(classifier_dir: Path, tmp_
     assert "at int8" in predicted.output
     missing = runner.invoke(app, ["quantize", "--model", str(tmp_path / "absent"), "--out", str(tmp_path / "x")])
     assert missing.exit_code == 2 and not (tmp_path / "x").exists()
+
+
+def test_the_int8_copy_keeps_the_task_and_sentence_transformers_files(tmp_path: Path) -> None:
+    from bertforge.precision import copy_sidecars
+
+    source = tmp_path / "fp32"
+    model_of(BertForSequenceClassification).save_pretrained(source)
+    (source / "task.json").write_text('{"task": "SST-2"}', encoding="utf-8")
+    (source / "modules.json").write_text("[]", encoding="utf-8")
+    (source / "1_Pooling").mkdir()
+    (source / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}', encoding="utf-8")
+    int8, _ = apply_precision(model_of(BertForSequenceClassification), "int8")
+    save_quantized(int8, tmp_path / "int8")
+    assert copy_sidecars(source, tmp_path / "int8") == ["task.json", "modules.json", "1_Pooling"]
+    assert (tmp_path / "int8" / "task.json").read_text(encoding="utf-8") == '{"task": "SST-2"}'
+    assert (tmp_path / "int8" / "1_Pooling" / "config.json").is_file()

@@ -281,6 +281,28 @@ def save_quantized(model: nn.Module, directory: str | os.PathLike[str], tokenize
     return directory
 
 
+# what a model directory holds beside its weights that says how to use it: the task settings predict
+# reads, and sentence-transformers' module files (pooling, normalisation, length)
+SIDECAR_FILES = ("task.json", "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+
+
+def copy_sidecars(source: str | os.PathLike[str], directory: str | os.PathLike[str]) -> list[str]:
+    """Copy the task and sentence-transformers files of `source` into the int8 copy `directory`."""
+    import shutil
+
+    source, directory = Path(source), Path(directory)
+    copied = []
+    for name in SIDECAR_FILES:
+        if (source / name).is_file():
+            shutil.copy2(source / name, directory / name)
+            copied.append(name)
+    for module in sorted(source.glob("[0-9]_*")):  # 1_Pooling/, 2_Normalize/
+        if module.is_dir():
+            shutil.copytree(module, directory / module.name, dirs_exist_ok=True)
+            copied.append(module.name)
+    return copied
+
+
 def _recipe() -> dict[str, Any]:
     import torchao
 

@@ -270,8 +270,8 @@ def quantize_command(
 ) -> None:
     """Save an int8 copy of a checkpoint (dynamic quantization of the encoder's Linear layers, torchao).
 
-    The copy holds config.json (with the recipe), the tokenizer and model.int8.safetensors (int8 weights
-    and their scales; no pickle). `predict`, `serve` and `extract` load it and run it at int8; it is not
+    The copy holds config.json (with the recipe), the tokenizer, model.int8.safetensors (int8 weights
+    and their scales; no pickle) and the model's task.json and sentence-transformers module files. `predict`, `serve` and `extract` load it and run it at int8; it is not
     a transformers checkpoint. Example: `bertforge quantize --model runs/sst2/seed-1 --out runs/sst2/int8`
     """
     model = hub_model(model, revision)  # a Hub name (org/name[@revision]): its cached snapshot
@@ -279,7 +279,7 @@ def quantize_command(
 
     try:
         from bertforge.model import load_any
-        from bertforge.precision import apply_precision, save_quantized
+        from bertforge.precision import apply_precision, copy_sidecars, save_quantized
         from bertforge.tokenizer import BertTokenizer
 
         loaded, _ = load_any(model)
@@ -289,6 +289,8 @@ def quantize_command(
             tokenizer = None
         quantized, _ = apply_precision(loaded, "int8")
         save_quantized(quantized, out, tokenizer=tokenizer)
+        if Path(model).is_dir():
+            copy_sidecars(model, out)
     except (CheckpointError, OSError, ValueError) as exc:
         raise fail(str(exc)) from exc
     files = {p.name: p.stat().st_size for p in out.iterdir() if p.is_file()}
