@@ -40,8 +40,16 @@ import pytest
 from typer.testing import CliRunner
 
 from bertforge.cli import app
-from tests.test_docs import (DOCS, ROOT, SHELL_LANGS, Block, expected_output, fenced_blocks, invocations,
-                             logical_lines)
+from tests.test_docs import (
+    DOCS,
+    ROOT,
+    SHELL_LANGS,
+    Block,
+    expected_output,
+    fenced_blocks,
+    invocations,
+    logical_lines,
+)
 from tests.tiny_models import save_tiny_encoder
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -125,7 +133,7 @@ def _squad(articles: int, unanswerable: bool) -> dict:
         rows = _qa_rows()[:2]
         qas = [{"id": f"a{number}-{row['id']}", "question": row["question"],
                 "answers": [{"text": t, "answer_start": s} for t, s in zip(row["answers"]["text"],
-                                                                            row["answers"]["answer_start"])]}
+                                                                            row["answers"]["answer_start"], strict=True)]}
                for row in rows]
         if unanswerable:
             qas.append({"id": f"a{number}-none", "question": "who won the cup ?", "answers": [], "is_impossible": True,
@@ -155,12 +163,12 @@ def build_home(root: Path) -> Path:
     for name in ("sentences.txt", "lines.txt", "questions.txt", "more-reviews.txt", "texts.txt"):
         _write(work / name, "\n".join(texts) + "\n")
     _jsonl(work / "long_reviews.jsonl", [{"text": " ".join(texts * 3)}, {"text": texts[0]}])
-    _write(work / "pairs.csv", "anchor,positive\n" + "".join(f'"{a}","{b}"\n' for a, b in zip(texts, texts[1:])))
+    _write(work / "pairs.csv", "anchor,positive\n" + "".join(f'"{a}","{b}"\n' for a, b in zip(texts[:-1], texts[1:], strict=True)))
     shutil.copy(work / "pairs.csv", work / "pairs-dev.csv")
     _write(work / "sts.csv", "sentence1,sentence2,score\n"
-           + "".join(f'"{a}","{b}",{i % 5}\n' for i, (a, b) in enumerate(zip(texts, texts[1:]))))
+           + "".join(f'"{a}","{b}",{i % 5}\n' for i, (a, b) in enumerate(zip(texts[:-1], texts[1:], strict=True))))
     shutil.copy(work / "sts.csv", work / "sts-dev.csv")
-    _write(work / "pairs.tsv", "sentence1\tsentence2\n" + "".join(f"{a}\t{b}\n" for a, b in zip(texts, texts[1:])))
+    _write(work / "pairs.tsv", "sentence1\tsentence2\n" + "".join(f"{a}\t{b}\n" for a, b in zip(texts[:-1], texts[1:], strict=True)))
     _write(work / "corpus.csv", "doc_id,body\n" + "".join(f'd{i},"{t}"\n' for i, t in enumerate(texts)))
     tags = _tag_rows()
     names = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]

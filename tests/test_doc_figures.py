@@ -1,11 +1,11 @@
 """Every figure a user page quotes comes from the results pages, or is marked as no measured result.
 
-Measured figures live in docs/results.md (what the models score) and docs/benchmarks.md (speed and
+Measured figures live in docs/results.md and its topic pages docs/results-*.md (what the models score) and docs/benchmarks.md (speed and
 memory), whose generated sections tests/test_generated_sections.py checks against the saved results. A
 figure typed into another page drifts when the run is redone: the same fine-tuning speed was once quoted
 as three different numbers on three pages. So every decimal figure on a user page (README.md and
 docs/*.md, but not the results pages, the research log or the generated CLI reference), outside code,
-must be written on results.md or benchmarks.md exactly as the page quotes it, unless it is
+must be written on a results page or benchmarks.md exactly as the page quotes it, unless it is
 
 - inside a section of the page that tests/test_generated_sections.py checks against its script's render
   (the page then shows the saved results themselves);
@@ -31,7 +31,8 @@ from test_generated_sections import SECTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-SOURCES = ("results.md", "benchmarks.md")  # where measured figures are written
+SOURCES = ("results.md", "results-pretraining.md", "results-finetuning.md", "results-own-data.md",
+           "results-inference.md", "benchmarks.md")  # where measured figures are written
 # docs pages that are not user pages: the dated record of how figures were reached, and the page
 # scripts/gen_cli_docs.py generates from the code
 NOT_USER_PAGES = ("research-log.md", "cli.md")
@@ -139,8 +140,8 @@ def test_every_figure_comes_from_the_results_pages(page: Path) -> None:
     stray = [f for f in figures if f.figure not in known and (page.name, f.figure) not in ALLOWED]
     where = page.relative_to(ROOT)
     assert not stray, (
-        "\n".join(f"{where}:{f.line}: {f.figure} is on neither docs/results.md nor docs/benchmarks.md" for f in stray)
-        + "\nQuote the figure as results.md or benchmarks.md writes it, or replace it with a link to the section "
+        "\n".join(f"{where}:{f.line}: {f.figure} is on no results page (docs/results*.md) nor docs/benchmarks.md" for f in stray)
+        + "\nQuote the figure as a results page or benchmarks.md writes it, or replace it with a link to the section "
         "(or research-log entry) that holds it. A figure that is not a measured result (a setting, a threshold, "
         "a version) goes in ALLOWED in tests/test_doc_figures.py, with the reason.")
 

@@ -143,7 +143,7 @@ class FinetuneLoop:
     def epochs_for(self, steps_per_epoch: int) -> float:
         """The passes a run makes: `epochs` when given; else the paper's 3, raised so that a small training
         set still gets `min_steps` optimiser steps. Three passes over 800 rows are 75 steps of 32, too few
-        for a 6-layer model at the default rate to learn what it can (docs/results.md, small-file defaults);
+        for a 6-layer model at the default rate to learn what it can (docs/results-finetuning.md, small-file defaults);
         GLUE-sized sets (MRPC and up) take more than 300 steps in 3 epochs and are unchanged."""
         if self.epochs is not None:
             return self.epochs

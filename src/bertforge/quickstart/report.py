@@ -312,9 +312,10 @@ def curve_paragraph(pretrained: Sequence[dict[str, Any]], random: Sequence[dict[
                     "random twin: the mean of the token vectors instead of the [CLS] vector (`finetune --pooling mean`), "
                     "SST-2's own training text (labels dropped) instead of the novels, 30% or 40% of the pieces "
                     "masked instead of 15%, a vocabulary of 2,000 pieces, BERT-mini at the same minutes, fine-tuning "
-                    "rates from 3e-5 to 1e-3 chosen for each start; a frozen probe finds no "
-                    "more sentiment in the pre-trained vectors than in random ones (docs/results.md, \"The "
-                    "quickstart's levers\"). Pre-training from scratch paid here only with far more tokens (BERT-mini "
+                    "rates from 3e-5 to 1e-3 chosen for each start, and the helpful ones together; a frozen probe "
+                    "finds more sentiment in pre-trained vectors than in random ones only with SST-2's own text "
+                    "once masked LM leaves the plateau, and fine-tuning random weights still catches up "
+                    "(docs/results-pretraining.md, \"The quickstart's levers\"). Pre-training from scratch paid here only with far more tokens (BERT-mini "
                     "after 5 CPU hours or 2 GPU minutes), and a released checkpoint adapted to the task's text "
                     "for 20 minutes gained 2.5 F1 on CoNLL-2003 in 4 of 5 seeds, within the seeds' spread (docs/adapt.md).")
     elif hurts:

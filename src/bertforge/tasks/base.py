@@ -317,7 +317,7 @@ class Task(ABC):
         weight moves about the learning rate per step, so a layer's output moves in proportion to
         its fan-in, and a model half as wide needs twice the rate to change as much in the same steps
         (the 1/width rule of muP). Measured on 800 SST-2 reviews from all-MiniLM-L6-v2 (H = 384, 75
-        steps): 2e-5 stays near chance, 4e-5 learns (docs/results.md, small-file defaults).
+        steps): 2e-5 stays near chance, 4e-5 learns (docs/results-finetuning.md, small-file defaults).
         """
         if not hidden_size or hidden_size >= REFERENCE_HIDDEN_SIZE:
             return cls.default_lr
