@@ -107,8 +107,22 @@ def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def update_doc_section(name: str, body: str, doc: Path = DOC, header: str = DOC_HEADER) -> None:
-    """Replace (or append) the section between <!-- name --> and <!-- /name --> in `doc` (docs/benchmarks.md)."""
+# docs/benchmarks.md and its topic pages; a benchmark's section lives on one of them
+BENCHMARK_PAGES = (DOC, ROOT / "docs" / "benchmarks-engines.md", ROOT / "docs" / "benchmarks-training.md")
+
+
+def benchmark_page(name: str) -> Path:
+    """The benchmarks page that holds section `name` (docs/benchmarks.md for a new one)."""
+    for page in BENCHMARK_PAGES:
+        if page.is_file() and f"<!-- {name} -->" in page.read_text(encoding="utf-8"):
+            return page
+    return DOC
+
+
+def update_doc_section(name: str, body: str, doc: Path | None = None, header: str = DOC_HEADER) -> None:
+    """Replace (or append) the section between <!-- name --> and <!-- /name --> in `doc`: by default the
+    benchmarks page that holds it (docs/benchmarks.md for a new section)."""
+    doc = benchmark_page(name) if doc is None else doc
     text = doc.read_text() if doc.exists() else header
     block = f"<!-- {name} -->\n{body.strip()}\n<!-- /{name} -->"
     pattern = re.compile(rf"<!-- {re.escape(name)} -->.*?<!-- /{re.escape(name)} -->", re.DOTALL)

@@ -235,7 +235,7 @@ def section(payload: dict[str, Any]) -> str:
     table = markdown_table(["data", "rows", "search", "build (s)", "recall@10", "ms/query, batch 1",
                             f"ms/query, batch {BATCH}"], rows)
     return "\n\n".join([
-        "### Vector search: exact numpy against HNSW",
+        "## Vector search: exact numpy against HNSW",
         f"`python benchmarks/vector_search.py`: top-{TOP_K} search over unit vectors of dimension {DIM}, "
         f"{payload['cases'][0]['queries']} held-out queries; exact = `bertforge.vectorindex.exact_search` (numpy "
         f"{payload['numpy']}, one matrix product, argpartition, a sort of the top k); HNSW with M = {M}, "

@@ -255,7 +255,7 @@ def render_curve(sst2: dict[str, Any], articles: dict[str, Any]) -> str:
         f"Dev accuracy, mean ± std over {' or '.join(map(str, seed_counts))} seeds (fewer where a cell says so), "
         "all-MiniLM-L6-v2, each method's defaults, the same sampled rows for every method: "
         "`python -m experiments.few_shot` and `--data articles`; the full tables with times and the machine: "
-        "[results.md](results-own-data.md#few-labels---method-setfit-against-fine-tuning-sst-2).",
+        "[results-own-data.md](results-own-data.md#few-labels---method-setfit-against-fine-tuning-sst-2).",
     ])
 
 

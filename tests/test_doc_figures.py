@@ -32,7 +32,8 @@ from test_generated_sections import SECTIONS
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 SOURCES = ("results.md", "results-pretraining.md", "results-finetuning.md", "results-own-data.md",
-           "results-inference.md", "benchmarks.md")  # where measured figures are written
+           "results-inference.md", "benchmarks.md", "benchmarks-engines.md",
+           "benchmarks-training.md")  # where measured figures are written
 # docs pages that are not user pages: the dated record of how figures were reached, and the page
 # scripts/gen_cli_docs.py generates from the code
 NOT_USER_PAGES = ("research-log.md", "cli.md")
@@ -140,7 +141,7 @@ def test_every_figure_comes_from_the_results_pages(page: Path) -> None:
     stray = [f for f in figures if f.figure not in known and (page.name, f.figure) not in ALLOWED]
     where = page.relative_to(ROOT)
     assert not stray, (
-        "\n".join(f"{where}:{f.line}: {f.figure} is on no results page (docs/results*.md) nor docs/benchmarks.md" for f in stray)
+        "\n".join(f"{where}:{f.line}: {f.figure} is on no results page (docs/results*.md) nor docs/benchmarks*.md" for f in stray)
         + "\nQuote the figure as a results page or benchmarks.md writes it, or replace it with a link to the section "
         "(or research-log entry) that holds it. A figure that is not a measured result (a setting, a threshold, "
         "a version) goes in ALLOWED in tests/test_doc_figures.py, with the reason.")

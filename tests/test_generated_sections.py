@@ -1,4 +1,4 @@
-"""Every generated section of docs/results*.md, docs/benchmarks.md, docs/embeddings.md and docs/own-data.md is
+"""Every generated section of docs/results*.md, docs/benchmarks*.md, docs/embeddings.md and docs/own-data.md is
 what its script renders from the results it saved, to the character (no training, no timing: the scripts' render
 functions only).
 
@@ -37,7 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 RESULT_PAGES = ("results.md", "results-pretraining.md", "results-finetuning.md", "results-own-data.md",
                 "results-inference.md")
-PAGES = (*RESULT_PAGES, "benchmarks.md", "embeddings.md", "own-data.md")
+BENCHMARK_PAGES = ("benchmarks.md", "benchmarks-engines.md", "benchmarks-training.md")
+PAGES = (*RESULT_PAGES, *BENCHMARK_PAGES, "embeddings.md", "own-data.md")
 MARKER = re.compile(r"<!-- ([A-Za-z0-9_.-]+) -->")  # a section's start; its end, <!-- /name -->, has a slash
 
 # Settings that these results files predate (their scripts record them now): each is what the section's own
@@ -175,17 +176,17 @@ OWN_DATA_PAGE: dict[str, Generated] = {
                                  lambda m, p: m.render({"tag": p, "qa": saved(E + "own_data_qa.json")})),
 }
 
-def _results_page(name: str) -> str:
-    """The results page whose markers hold section `name` (results.md when none does: the check then fails)."""
-    for page in RESULT_PAGES:
+def _page_of(name: str, pages: tuple[str, ...]) -> str:
+    """The page of `pages` whose markers hold section `name` (the first when none does: the check then fails)."""
+    for page in pages:
         if f"<!-- {name} -->" in (DOCS / page).read_text(encoding="utf-8"):
             return page
-    return "results.md"
+    return pages[0]
 
 
 SECTIONS: dict[tuple[str, str], Generated] = {
-    **{(_results_page(name), name): generated for name, generated in RESULTS_PAGE.items()},
-    **{("benchmarks.md", name): generated for name, generated in BENCHMARKS_PAGE.items()},
+    **{(_page_of(name, RESULT_PAGES), name): generated for name, generated in RESULTS_PAGE.items()},
+    **{(_page_of(name, BENCHMARK_PAGES), name): generated for name, generated in BENCHMARKS_PAGE.items()},
     **{("embeddings.md", name): generated for name, generated in EMBEDDINGS_PAGE.items()},
     **{("own-data.md", name): generated for name, generated in OWN_DATA_PAGE.items()},
 }
