@@ -36,7 +36,7 @@ SOURCES = ("results.md", "results-pretraining.md", "results-finetuning.md", "res
            "benchmarks-training.md")  # where measured figures are written
 # docs pages that are not user pages: the dated record of how figures were reached, and the page
 # scripts/gen_cli_docs.py generates from the code
-NOT_USER_PAGES = ("research-log.md", "cli.md")
+NOT_USER_PAGES = ("cli.md",)  # and the research log's pages, research-log*.md
 
 # a decimal figure; not part of a word, a version (2.13.0), a longer number or a power of ten (2.5e-5); a unit
 # may follow (2.2x, 80.6%)
@@ -63,7 +63,8 @@ class Figure(NamedTuple):
 
 def user_pages() -> list[Path]:
     skipped = {*SOURCES, *NOT_USER_PAGES}
-    return [ROOT / "README.md", *(page for page in sorted(DOCS.glob("*.md")) if page.name not in skipped)]
+    return [ROOT / "README.md", *(page for page in sorted(DOCS.glob("*.md"))
+                                  if page.name not in skipped and not page.name.startswith("research-log"))]
 
 
 def blank(text: str, start: int, end: int) -> str:
