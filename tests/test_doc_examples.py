@@ -10,7 +10,8 @@ A fenced shell block holding a `bertforge` command is one of three kinds:
   per document that holds what the examples assume a reader has, in miniature: `models/minilm` (a
   random one-layer BERT in its place), `reviews.csv` and the other files the pages name, made from
   tests/fixtures, and `../shared/data` with the GLUE, CoNLL-2003 and SQuAD layouts. `$MODEL` is
-  models/minilm.
+  models/minilm. The pages about the Hub run against a loopback Hub (tests/hub_server.py) that holds
+  the repositories they name, in miniature too, and takes their uploads.
 
 What a page assumes was done before (a fine-tuned `runs/reviews/seed-1` for the inference pages, say)
 is made first by the commands in PREREQUISITES. Three things change on the way, so that a page runs in
@@ -40,6 +41,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bertforge.cli import app
+from tests.hub_server import loopback_hub_fixture  # noqa: F401  (the `loopback_hub` fixture)
 from tests.test_docs import (
     DOCS,
     ROOT,
@@ -221,6 +223,58 @@ def _write_compressed_and_columnar(work: Path, texts: list[str]) -> None:
     pq.write_table(pa.table({"article": texts}), work / "wiki.parquet")
 
 
+HUB_PAGES = ("hub.md", "checkpoints.md")
+HUB_ENCODERS = ("google-bert/bert-base-uncased", "sentence-transformers/all-MiniLM-L6-v2",
+                "google/bert_uncased_L-2_H-128_A-2")
+HUB_CLASSIFIERS = ("textattack/bert-base-uncased-SST-2", "distilbert/distilbert-base-uncased-finetuned-sst-2-english")
+
+
+def _parquet(rows: list[dict], label_names: list[str]) -> bytes:
+    """A Parquet file as `datasets` writes it, the label names in its schema metadata."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    features = {"label": {"names": label_names, "_type": "ClassLabel"}}
+    table = pa.Table.from_pylist(rows).replace_schema_metadata({"huggingface": json.dumps({"info": {"features": features}})})
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    return sink.getvalue()
+
+
+def fill_hub(hub, work: Path) -> None:
+    """The repositories the Hub pages name: models/minilm's encoder, a two-label classifier on it, GLUE's
+    SST-2 and a user's reviews data set, each as the Hub lays it out."""
+    from bertforge import BertForSequenceClassification, BertModel
+    from bertforge.model.base import set_labels
+
+    def files(directory: Path) -> dict[str, bytes]:
+        return {p.relative_to(directory).as_posix(): p.read_bytes() for p in directory.rglob("*") if p.is_file()}
+
+    encoder = work / "models" / "minilm"
+    config = BertModel.from_pretrained(encoder).config
+    classifier = work.parent / "hub-classifier"
+    BertForSequenceClassification(set_labels(config, ["NEGATIVE", "POSITIVE"])).save_pretrained(classifier)
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (encoder / name).is_file():
+            shutil.copy(encoder / name, classifier / name)
+    for name in HUB_ENCODERS:
+        hub.commit(name, files(encoder))
+    for name in HUB_CLASSIFIERS:
+        hub.commit(name, files(classifier))
+    rows = [line.rsplit(",", 1) for line in (work / "reviews.csv").read_text(encoding="utf-8").splitlines()[1:]]
+    labelled = [{"text": text.strip('"'), "label": int(label == "positive")} for text, label in rows]
+    sst2 = [{"sentence": r["text"], "label": r["label"], "idx": i} for i, r in enumerate(labelled)]
+    hub.commit("nyu-mll/glue", {f"sst2/{split}-00000-of-00001.parquet": _parquet(part, ["negative", "positive"])
+                                for split, part in (("train", sst2), ("validation", sst2[:4]),
+                                                    ("test", [{**r, "label": -1} for r in sst2[:2]]))},
+               repo_type="dataset")
+    hub.commit("me/reviews", {f"data/{split}-00000-of-00001.parquet": _parquet(part, ["negative", "positive"])
+                              for split, part in (("train", labelled), ("validation", labelled[:4]))},
+               repo_type="dataset")
+
+
 # ------------------------------------------------------------------------------------------------
 # running a page
 # ------------------------------------------------------------------------------------------------
@@ -284,8 +338,13 @@ def expected_errors(block: Block) -> dict[int, str]:
 
 
 @pytest.mark.parametrize("path", list(EXAMPLES), ids=lambda p: str(p.relative_to(ROOT)))
-def test_command_examples_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_command_examples_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                              request: pytest.FixtureRequest):
     work = build_home(tmp_path)
+    if path.name in HUB_PAGES:
+        hub = request.getfixturevalue("loopback_hub")
+        fill_hub(hub, work)
+        monkeypatch.setenv("HF_TOKEN", hub.token)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MODEL": "models/minilm"}
     monkeypatch.chdir(work)
