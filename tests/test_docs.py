@@ -1,6 +1,7 @@
 """The documentation stays true to the code.
 
-- `docs/cli.md` is what `scripts/gen_cli_docs.py` makes of the CLI today (regenerate it when this fails).
+- `docs/cli.md` and `docs/cli/*.md` are what `scripts/gen_cli_docs.py` makes of the CLI today (regenerate
+  them when this fails).
 - Every leaf command's help has an example, and that example parses against the CLI.
 - Every `bertforge ...` command written in README.md, docs/*.md and the header comments of
   recipes/*.yaml names a command that exists and options that command has; commands in code blocks
@@ -294,22 +295,26 @@ def check(args: list[str], parse: bool, text: str = "") -> str | None:
 # the CLI reference
 # ------------------------------------------------------------------------------------------------
 def test_cli_reference_is_current():
-    current = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
-    fresh = gen.render()
+    current, fresh = gen.on_disk(ROOT / "docs"), gen.render_pages()
     if current != fresh:
-        diff = "".join(list(difflib.unified_diff(current.splitlines(True), fresh.splitlines(True),
-                                                 "docs/cli.md", "fresh render", n=1))[:60])
-        pytest.fail(f"docs/cli.md is stale (the CLI changed). Regenerate it with\n    {gen.REGENERATE}\n"
+        stale = sorted(name for name in {*current, *fresh} if current.get(name) != fresh.get(name))
+        first = stale[0]
+        diff = "".join(list(difflib.unified_diff(current.get(first, "").splitlines(True),
+                                                 fresh.get(first, "").splitlines(True), f"docs/{first}",
+                                                 "fresh render", n=1))[:60])
+        pytest.fail(f"the CLI reference is stale ({', '.join(stale)}). Regenerate it with\n    {gen.REGENERATE}\n"
                     f"and commit it. Difference:\n{diff}")
 
 
 def test_cli_reference_is_plain_markdown():
-    text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
-    assert "\x1b" not in text, "ANSI escape codes in docs/cli.md"
-    assert not re.search(r"[\u2500-\u257f]", text), "box-drawing characters in docs/cli.md"
+    pages = gen.on_disk(ROOT / "docs")
+    for name, text in pages.items():
+        assert "\x1b" not in text, f"ANSI escape codes in docs/{name}"
+        assert not re.search(r"[\u2500-\u257f]", text), f"box-drawing characters in docs/{name}"
     leaves = [ctx.command_path for command, ctx in gen.walk(ROOT_COMMAND, ROOT_CONTEXT) if not gen.is_group(command)]
     for path in leaves:
-        assert f"\n## {path}\n" in text, f"docs/cli.md has no section for {path}"
+        page = f"{gen.PAGES_DIR}/{gen.page_name(path)}"
+        assert f"\n## {path}\n" in pages.get(page, ""), f"docs/{page} has no section for {path}"
 
 
 def _leaves() -> list[tuple[Any, Any]]:
