@@ -8,7 +8,7 @@ A fenced shell block holding a `bertforge` command is one of three kinds:
   stays up, a figure that takes hours);
 - **an example** (every other block): it runs here, as written, in document order, in a directory
   per document that holds what the examples assume a reader has, in miniature: `models/minilm` (a
-  random one-layer BERT in its place), `reviews.csv` and the other files the pages name, made from
+  random four-layer BERT in its place), `reviews.csv` and the other files the pages name, made from
   tests/fixtures, and `../shared/data` with the GLUE, CoNLL-2003 and SQuAD layouts. `$MODEL` is
   models/minilm. The pages about the Hub run against a loopback Hub (tests/hub_server.py) that holds
   the repositories they name, in miniature too, and takes their uploads.
@@ -17,9 +17,9 @@ What a page assumes was done before (a fine-tuned `runs/reviews/seed-1` for the 
 is made first by the commands in PREREQUISITES. Three things change on the way, so that a page runs in
 seconds: time budgets are cut (`--budget-minutes` and `--adapt-minutes` to 0.02, i.e. about a second),
 pre-training and general distillation stop after 3 steps (`--max-steps 3`; a recipe's vocabulary size
-follows the data's tokenizer, since a tiny text gives fewer pieces), and an `--out` directory
-an earlier example of the page wrote is removed first, since examples are alternatives unless one reads another's output
-(`--resume`, `--overwrite` and `--config run_config.yaml` reruns keep theirs). A command passes when
+follows the data's tokenizer, since a tiny text gives fewer pieces), and an `--out` directory an
+earlier example of the page wrote is removed first, since examples are alternatives unless one reads
+another's output (`--resume`, `--overwrite` and `--config run_config.yaml` reruns keep theirs). A command passes when
 it exits 0; a console block that shows an `error: ...` line under a command expects exit code 2 and
 that line. A `bertforge serve` line is skipped (a server keeps running; tests/test_serve.py runs it),
 the rest of its block runs.
@@ -68,7 +68,7 @@ PREREQUISITES = {
         "bertforge finetune squad --model models/minilm --data ../shared/data/squad/dev-v2.0.from_explorer.json "
         "--out runs/squad2 --epochs 1",
         "bertforge finetune ner --model models/minilm --data ../shared/data/conll2003 --out runs/ner --epochs 1",
-        "cp -r models/minilm runs/mini-final && mkdir -p runs/mini && mv runs/mini-final runs/mini/final",
+        "mkdir -p runs/mini && cp -r models/minilm runs/mini/final",
         _SST2,
         "bertforge prepare --input corpus/ --tokenizer models/minilm --out data/bert128 --plain-text",
     ],
