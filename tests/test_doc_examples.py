@@ -9,7 +9,7 @@ A fenced shell block holding a `bertforge` command is one of three kinds:
 - **an example** (every other block): it runs here, as written, in document order, in a directory
   per document that holds what the examples assume a reader has, in miniature: `models/minilm` (a
   random four-layer BERT in its place), `reviews.csv` and the other files the pages name, made from
-  tests/fixtures, and `../shared/data` with the GLUE, CoNLL-2003 and SQuAD layouts. `$MODEL` is
+  tests/fixtures, `../shared/data` with the GLUE, CoNLL-2003 and SQuAD layouts, and `path/to/glue`. `$MODEL` is
   models/minilm. The pages about the Hub run against a loopback Hub (tests/hub_server.py) that holds
   the repositories they name, in miniature too, and takes their uploads.
 
@@ -171,7 +171,8 @@ def build_home(root: Path) -> Path:
            + "".join(f'"{a}","{b}",{i % 5}\n' for i, (a, b) in enumerate(zip(texts[:-1], texts[1:], strict=True))))
     shutil.copy(work / "sts.csv", work / "sts-dev.csv")
     _write(work / "pairs.tsv", "sentence1\tsentence2\n" + "".join(f"{a}\t{b}\n" for a, b in zip(texts[:-1], texts[1:], strict=True)))
-    _write(work / "corpus.csv", "doc_id,body\n" + "".join(f'd{i},"{t}"\n' for i, t in enumerate(texts)))
+    # the text twice: embeddings.md names its column (body), README.md leaves the default (text)
+    _write(work / "corpus.csv", "doc_id,body,text\n" + "".join(f'd{i},"{t}","{t}"\n' for i, t in enumerate(texts)))
     tags = _tag_rows()
     names = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
     for name in ("train.jsonl", "dev.jsonl"):
@@ -194,6 +195,7 @@ def build_home(root: Path) -> Path:
     rte = (shared / "glue" / "RTE" / "train.tsv").read_text(encoding="utf-8").splitlines()
     _write(shared / "glue" / "RTE" / "train.tsv", "\n".join([rte[0], *(rte[1:] * 130)]) + "\n")
     shutil.copytree(FIXTURES / "tasks" / "glue", work / "data" / "glue")
+    shutil.copytree(FIXTURES / "tasks" / "glue", work / "path" / "to" / "glue")  # README's placeholder
     conll = (FIXTURES / "tasks" / "conll" / "with_docstart.txt").read_text(encoding="utf-8")
     for name in ("eng.train", "eng.testa", "eng.testb"):
         _write(shared / "conll2003" / name, conll)
@@ -223,7 +225,7 @@ def _write_compressed_and_columnar(work: Path, texts: list[str]) -> None:
     pq.write_table(pa.table({"article": texts}), work / "wiki.parquet")
 
 
-HUB_PAGES = ("hub.md", "checkpoints.md")
+HUB_PAGES = ("README.md", "hub.md", "checkpoints.md")
 HUB_ENCODERS = ("google-bert/bert-base-uncased", "sentence-transformers/all-MiniLM-L6-v2",
                 "google/bert_uncased_L-2_H-128_A-2")
 HUB_CLASSIFIERS = ("textattack/bert-base-uncased-SST-2", "distilbert/distilbert-base-uncased-finetuned-sst-2-english")
@@ -282,6 +284,7 @@ def _prepared(command: str, work: Path) -> str:
     """The command as it runs here: time budgets cut, an earlier alternative's --out cleared."""
     command = TIME_OPTIONS.sub(r"\1 0.02", command).replace("$MODEL", "models/minilm")
     if any(invocations(command)[0][:len(c)] == c for c in CUT_TO_STEPS if invocations(command)):
+        command = re.sub(r"\s+#[^'\"]*$", "", command)  # the options go before a trailing comment, not into it
         command = MAX_STEPS.sub("", command) + " --max-steps 3" + _vocab_of_the_data(invocations(command)[0], work)
     for args in invocations(command):
         keeps = {"--resume", "--overwrite"} & set(args) or any(a.endswith("run_config.yaml") for a in args)
