@@ -111,18 +111,18 @@ def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
 BENCHMARK_PAGES = (DOC, ROOT / "docs" / "benchmarks-engines.md", ROOT / "docs" / "benchmarks-training.md")
 
 
-def benchmark_page(name: str) -> Path:
-    """The benchmarks page that holds section `name` (docs/benchmarks.md for a new one)."""
-    for page in BENCHMARK_PAGES:
+def page_holding(name: str, pages: tuple[Path, ...]) -> Path:
+    """The first of `pages` that holds section `name` (its <!-- name --> marker), else the first page."""
+    for page in pages:
         if page.is_file() and f"<!-- {name} -->" in page.read_text(encoding="utf-8"):
             return page
-    return DOC
+    return pages[0]
 
 
 def update_doc_section(name: str, body: str, doc: Path | None = None, header: str = DOC_HEADER) -> None:
     """Replace (or append) the section between <!-- name --> and <!-- /name --> in `doc`: by default the
     benchmarks page that holds it (docs/benchmarks.md for a new section)."""
-    doc = benchmark_page(name) if doc is None else doc
+    doc = page_holding(name, BENCHMARK_PAGES) if doc is None else doc
     text = doc.read_text() if doc.exists() else header
     block = f"<!-- {name} -->\n{body.strip()}\n<!-- /{name} -->"
     pattern = re.compile(rf"<!-- {re.escape(name)} -->.*?<!-- /{re.escape(name)} -->", re.DOTALL)

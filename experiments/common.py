@@ -19,26 +19,19 @@ RESULTS = ROOT / "experiments" / "results"
 DOC = ROOT / "docs" / "results.md"
 DOC_HEADER = "# Results\n"
 # the overview and its topic pages; a study's section lives on one of them
-RESULT_PAGES = (DOC, *(ROOT / "docs" / f"results-{topic}.md" for topic in ("pretraining", "finetuning", "own-data",
-                                                                         "inference")))
+RESULT_PAGES = (DOC, *(ROOT / "docs" / f"results-{topic}.md"
+                      for topic in ("pretraining", "finetuning", "own-data", "inference")))
 
 
 def save_results(name: str, payload: dict[str, Any]) -> Path:
     return shared.save_results(name, payload, RESULTS)
 
 
-def results_page(name: str) -> Path:
-    """The results page that holds section `name` (docs/results.md and its topic pages), else results.md."""
-    for page in RESULT_PAGES:
-        if page.is_file() and f"<!-- {name} -->" in page.read_text(encoding="utf-8"):
-            return page
-    return DOC
-
-
 def update_doc_section(name: str, body: str, doc: Path | None = None) -> None:
     """Replace (or append) the section between <!-- name --> and <!-- /name --> in `doc`: by default the
     results page that holds it (docs/results.md for a new section)."""
-    shared.update_doc_section(name, body, results_page(name) if doc is None or doc == DOC else doc, DOC_HEADER)
+    page = shared.page_holding(name, RESULT_PAGES) if doc is None or doc == DOC else doc
+    shared.update_doc_section(name, body, page, DOC_HEADER)
 
 
 def publish(name: str, section: str, payload: dict[str, Any], render: Callable[[dict[str, Any]], str], *,
@@ -58,5 +51,5 @@ def publish(name: str, section: str, payload: dict[str, Any], render: Callable[[
     print(text)
 
 
-__all__ = ["DOC", "RESULTS", "RESULT_PAGES", "results_page", "ROOT", "machine", "machine_line", "markdown_table", "publish", "save_results",
-           "update_doc_section"]
+__all__ = ["DOC", "RESULTS", "RESULT_PAGES", "ROOT", "machine", "machine_line", "markdown_table", "publish",
+           "save_results", "update_doc_section"]

@@ -4,7 +4,8 @@
     .venv/bin/python scripts/gen_cli_docs.py --check   # exit 1 if any page is stale
 
 docs/cli.md lists every command with what it does and holds the groups' sections; each leaf command
-(`bertforge prepare`, `bertforge finetune classify`, ...) has its page, docs/cli/<command>.md. The pages are built from the click command tree that typer makes of `bertforge.cli.app`
+(`bertforge prepare`, `bertforge finetune classify`, ...) has its page, docs/cli/<command>.md. The
+pages are built from the click command tree that typer makes of `bertforge.cli.app`
 (`typer.main.get_command`): every group and command in the order `bertforge --help` lists them, its
 usage line, its help text (the docstring, Example line included) and a table of its arguments and
 options with their types, defaults and help. Nothing is read from a terminal rendering, so the page
@@ -216,11 +217,6 @@ def render_index(root: Any, ctx: Any) -> str:
         if is_group(command):
             lines += render_command(command, sub_ctx)
     return "\n".join(lines).rstrip() + "\n"
-
-
-def render() -> str:
-    """All pages of the reference as one text, each after a `<!-- page: name -->` line (for a diff)."""
-    return "".join(f"<!-- page: {name} -->\n{text}" for name, text in render_pages().items())
 
 
 def on_disk(docs: Path) -> dict[str, str]:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -49,6 +48,7 @@ from tests.test_docs import (
     Block,
     expected_output,
     fenced_blocks,
+    in_process_args,
     invocations,
     logical_lines,
 )
@@ -305,20 +305,13 @@ def _vocab_of_the_data(args: list[str], work: Path) -> str:
     return f" --set vocab_size={len(vocab.read_text(encoding='utf-8').splitlines())}" if vocab.is_file() else ""
 
 
-def _in_process(command: str) -> list[str] | None:
-    if any(ch in command for ch in "$`*?~|&;<>()"):
-        return None
-    words = shlex.split(command, comments=True)
-    return words[1:] if words and os.path.basename(words[0]) == "bertforge" else None
-
-
 def run_line(command: str, where: str, work: Path, env: dict[str, str], runner: CliRunner,
              error: str | None = None) -> None:
     """Run one command; it exits 0, or with `error` (a console block's `error: ...` line) exits 2 printing it."""
     command = _prepared(command, work)
     if any(found[:1] == ["serve"] for found in invocations(command)):
         return
-    args = _in_process(command)
+    args = in_process_args(command)
     if args is not None:
         result = runner.invoke(app, args)
         code, output = result.exit_code, result.output

@@ -27,13 +27,11 @@ from typing import NamedTuple
 
 import pytest
 
-from test_generated_sections import SECTIONS
+from test_generated_sections import BENCHMARK_PAGES, RESULT_PAGES, SECTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-SOURCES = ("results.md", "results-pretraining.md", "results-finetuning.md", "results-own-data.md",
-           "results-inference.md", "benchmarks.md", "benchmarks-engines.md",
-           "benchmarks-training.md")  # where measured figures are written
+SOURCES = tuple(page.name for page in (*RESULT_PAGES, *BENCHMARK_PAGES))  # where measured figures are written
 # docs pages that are not user pages: the dated record of how figures were reached, and the page
 # scripts/gen_cli_docs.py generates from the code
 NOT_USER_PAGES = ("cli.md",)  # and the research log's pages, research-log*.md

@@ -419,7 +419,7 @@ def test_every_doc_is_linked_from_the_readme():
 RUNNABLE = {path: blocks for path in DOCS if (blocks := [b for b in fenced_blocks(path) if b.runnable])}
 
 
-def _in_process(command: str) -> list[str] | None:
+def in_process_args(command: str) -> list[str] | None:
     """The args of a plain `bertforge ...` line (no shell syntax at all), else None."""
     if any(ch in command for ch in "$`*?~"):
         return None
@@ -459,7 +459,7 @@ def _run_block(block: Block, sandbox: Path, env: dict[str, str], runner: CliRunn
     expected = expected_output(block) if block.lang == "console" else {}
     for number, command in logical_lines(block):
         where = f"{block.path.relative_to(ROOT)}:{number}"
-        args = _in_process(command)
+        args = in_process_args(command)
         if args is not None:
             result = runner.invoke(app, args)
             output = result.output

@@ -31,14 +31,12 @@ from typing import Any
 
 import pytest
 
-from benchmarks.common import update_doc_section
+from benchmarks.common import BENCHMARK_PAGES, page_holding, update_doc_section
+from experiments.common import RESULT_PAGES
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-RESULT_PAGES = ("results.md", "results-pretraining.md", "results-finetuning.md", "results-own-data.md",
-                "results-inference.md")
-BENCHMARK_PAGES = ("benchmarks.md", "benchmarks-engines.md", "benchmarks-training.md")
-PAGES = (*RESULT_PAGES, *BENCHMARK_PAGES, "embeddings.md", "own-data.md")
+PAGES = (*(page.name for page in (*RESULT_PAGES, *BENCHMARK_PAGES)), "embeddings.md", "own-data.md")
 MARKER = re.compile(r"<!-- ([A-Za-z0-9_.-]+) -->")  # a section's start; its end, <!-- /name -->, has a slash
 
 # Settings that these results files predate (their scripts record them now): each is what the section's own
@@ -176,17 +174,9 @@ OWN_DATA_PAGE: dict[str, Generated] = {
                                  lambda m, p: m.render({"tag": p, "qa": saved(E + "own_data_qa.json")})),
 }
 
-def _page_of(name: str, pages: tuple[str, ...]) -> str:
-    """The page of `pages` whose markers hold section `name` (the first when none does: the check then fails)."""
-    for page in pages:
-        if f"<!-- {name} -->" in (DOCS / page).read_text(encoding="utf-8"):
-            return page
-    return pages[0]
-
-
 SECTIONS: dict[tuple[str, str], Generated] = {
-    **{(_page_of(name, RESULT_PAGES), name): generated for name, generated in RESULTS_PAGE.items()},
-    **{(_page_of(name, BENCHMARK_PAGES), name): generated for name, generated in BENCHMARKS_PAGE.items()},
+    **{(page_holding(name, RESULT_PAGES).name, name): generated for name, generated in RESULTS_PAGE.items()},
+    **{(page_holding(name, BENCHMARK_PAGES).name, name): generated for name, generated in BENCHMARKS_PAGE.items()},
     **{("embeddings.md", name): generated for name, generated in EMBEDDINGS_PAGE.items()},
     **{("own-data.md", name): generated for name, generated in OWN_DATA_PAGE.items()},
 }

@@ -271,8 +271,8 @@ def quantize_command(
     """Save an int8 copy of a checkpoint (dynamic quantization of the encoder's Linear layers, torchao).
 
     The copy holds config.json (with the recipe), the tokenizer, model.int8.safetensors (int8 weights
-    and their scales; no pickle) and the model's task.json and sentence-transformers module files. `predict`, `serve` and `extract` load it and run it at int8; it is not
-    a transformers checkpoint. Example: `bertforge quantize --model runs/sst2/seed-1 --out runs/sst2/int8`
+    and their scales; no pickle) and the model's task.json and sentence-transformers module files.
+    `predict`, `serve` and `extract` load it and run it at int8; it is not a transformers checkpoint. Example: `bertforge quantize --model runs/sst2/seed-1 --out runs/sst2/int8`
     """
     model = hub_model(model, revision)  # a Hub name (org/name[@revision]): its cached snapshot
     from bertforge.checkpoint import CheckpointError
