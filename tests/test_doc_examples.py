@@ -162,7 +162,7 @@ def build_home(root: Path) -> Path:
                          "new.csv": "new.csv", "new_reviews.csv": "new.csv"}.items():
         shutil.copy(classify / source, work / name)
     texts = [line.split(",")[0].strip('"') for line in (classify / "reviews.csv").read_text().splitlines()[1:]]
-    for name in ("sentences.txt", "lines.txt", "questions.txt", "more-reviews.txt", "texts.txt"):
+    for name in ("sentences.txt", "lines.txt", "questions.txt", "more-reviews.txt", "texts.txt", "reviews.txt"):
         _write(work / name, "\n".join(texts) + "\n")
     _jsonl(work / "long_reviews.jsonl", [{"text": " ".join(texts * 3)}, {"text": texts[0]}])
     _write(work / "pairs.csv", "anchor,positive\n" + "".join(f'"{a}","{b}"\n' for a, b in zip(texts[:-1], texts[1:], strict=True)))

@@ -31,10 +31,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("pretrain",),  # shards -> an encoder, through the one loop
     ("adapt",),  # continued pre-training of a checkpoint on the user's text: prepare + pretrain
     ("finetune", "analysis", "export", "ablation"),  # ablation: frozen features + tasks.ner; finetune may adapt first
-    ("distill",),  # teacher -> student through the one loop, on the tasks of finetune and the shards of pretrain
     ("engine",),  # the engine behind the pipeline: the model itself, or its ONNX graph in ONNX Runtime
     ("pipeline", "search"),  # inference for any model: the tasks' featurize/postprocess with the saved settings; search: a grid of fine-tuning runs
-    ("serve", "quickstart", "vectorindex"),  # vectorindex: semantic search over a file's rows, embedded by the pipeline
+    ("vectorindex",),  # semantic search over a file's rows, embedded by the pipeline
+    ("distill",),  # teacher -> student through the one loop, on the tasks of finetune, the shards of pretrain, or a sentence encoder's vectors of a file
+    ("serve", "quickstart"),
     ("cli",),
     ("",),  # `bertforge` itself: lazy re-exports of the public names
 ]

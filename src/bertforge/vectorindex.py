@@ -119,14 +119,16 @@ class Embedder:
 
     @classmethod
     def open(cls, model: str | os.PathLike[str], *, revision: str | None = None, batch_size: int = 32,
-             device: str | None = None, pooling: str | None = None, max_length: int | None = None) -> Embedder:
+             device: str | None = None, pooling: str | None = None, max_length: int | None = None,
+             precision: str = "fp32") -> Embedder:
         """The embedding pipeline of `model` (a directory, or a Hub name `org/name[@revision]`): by default
-        with the pooling, normalisation and length a sentence-transformers directory defines."""
+        with the pooling, normalisation and length a sentence-transformers directory defines, at
+        `precision` (`pipeline()`'s: fp32, bf16, int8 or auto)."""
         from bertforge.hub import resolve_local_or_hub, with_revision
 
         resolved = resolve_local_or_hub(with_revision(os.fspath(model), revision))
         return cls._from_resolved(os.fspath(model), resolved, weights_fingerprint(resolved.path), batch_size=batch_size,
-                                  device=device, pooling=pooling, max_length=max_length)
+                                  device=device, pooling=pooling, max_length=max_length, precision=precision)
 
     @classmethod
     def for_index(cls, info: IndexInfo, where: Path, *, model: str | os.PathLike[str] | None = None,

@@ -1,4 +1,4 @@
-"""`bertforge distill task` and `bertforge distill general`: knowledge distillation, thin over
+"""`bertforge distill task`, `general` and `sentences`: knowledge distillation, thin over
 `bertforge.distill` (every setting of `DistillRecipe` is an option, a line of a --config recipe or a
 --set key=value)."""
 
@@ -27,6 +27,12 @@ _QUIET = flag("quiet", "No progress bar and no progress lines.")
 _TASK_ONLY = ("family", "task", "unlabelled", "alpha", "epochs", "max_length", "max_train_examples",
               "max_unlabelled", "max_eval_examples")
 _GENERAL_ONLY = ("mlm_weight", "eval_max_batches")
+_SENTENCES_ONLY = ("text_column", "tokenizer", "teacher_precision", "budget_minutes", "max_texts", "heldout_texts")
+# what sentence distillation does not read: the logit, layer and masked-LM losses, task data, augmentation
+_NOT_SENTENCES = ("family", "task", "unlabelled", "student_layers_from_teacher", "temperature", "alpha",
+                  "hidden_weight", "attention_weight", "relation_weight", "mlm_weight", "max_train_examples",
+                  "max_unlabelled", "max_eval_examples", "eval_max_batches", "augment", "augment_mask_prob",
+                  "augment_ngram_prob")
 
 
 def _body(mode: str) -> Any:
@@ -57,12 +63,16 @@ def _report(results: dict[str, Any], out: Path) -> None:
     for name, metrics in rows:
         if metrics:
             typer.echo(f"  {name:>16}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+    if results["mode"] == "sentences":
+        texts = results["texts"]
+        typer.echo(f"  {texts['train']:,} texts trained on, {texts['heldout']:,} held out; the teacher encoded them in "
+                   f"{results['teacher_seconds']:.0f} s at {results['teacher_precision']} (cosine: the student's agreement with it on the held-out texts)")
     where = out / ("student" if results["mode"] == "task" else "final")
     typer.echo(f"wrote {where}, {out / 'results.json'}, {out / 'run_config.yaml'}")
 
 
 task_command = recipe_command(
-    "distill-task", DistillRecipe, _body("task"), skip=("mode", "task_settings", "progress", *_GENERAL_ONLY),
+    "distill-task", DistillRecipe, _body("task"), skip=("mode", "task_settings", "progress", *_GENERAL_ONLY, *_SENTENCES_ONLY),
     leading=[_OUT, _OVERWRITE, _QUIET],
     doc="""Distil a fine-tuned teacher's task into a smaller, faster student.
 
@@ -78,7 +88,7 @@ task_command = recipe_command(
     """)
 
 general_command = recipe_command(
-    "distill-general", DistillRecipe, _body("general"), skip=("mode", "task_settings", "progress", *_TASK_ONLY),
+    "distill-general", DistillRecipe, _body("general"), skip=("mode", "task_settings", "progress", *_TASK_ONLY, *_SENTENCES_ONLY),
     leading=[_OUT, _OVERWRITE, _QUIET],
     doc="""Distil a teacher encoder into a small pre-trained student on prepared shards.
 
@@ -91,9 +101,27 @@ general_command = recipe_command(
     Example: `bertforge distill general --teacher models/minilm --student tiny --data data/bert128 --out runs/tiny-kd --max-steps 2000 --attention-weight 1 --relation-weight 1`
     """)
 
+sentences_command = recipe_command(
+    "distill-sentences", DistillRecipe, _body("sentences"),
+    skip=("mode", "task_settings", "progress", *_NOT_SENTENCES), leading=[_OUT, _OVERWRITE, _QUIET],
+    doc="""Teach a small student a sentence encoder's vectors on your unlabelled text.
+
+    The teacher (all-MiniLM-L6-v2, say) encodes every text of --data once; the student (a preset with
+    random weights in the vocabulary of --tokenizer, or a checkpoint) learns to give the same vectors
+    (its mean-pooled last layer through a learned Linear, by 1 - cosine). The vocabularies may differ,
+    so a tokenizer trained on your own text works. --budget-minutes fits warm-up and decay to the time.
+    Texts held out of training (--heldout-texts) score the student's agreement with the teacher before
+    and after. OUT/final/ is the student encoder, for `bertforge finetune` like any checkpoint: at a few
+    minutes of CPU it is a far better start than masked LM on the same text (docs/results-pretraining.md).
+
+    Example: `bertforge distill sentences --teacher models/minilm --student tiny --tokenizer runs/tok --data reviews.txt --budget-minutes 3 --lr 1e-3 --batch-size 64 --out runs/tiny-reviews`
+    """)
+
 app = App(help="Knowledge distillation: a teacher teaches a smaller student (task: a fine-tuned teacher's "
-                       "task; general: an encoder on raw-text shards).", no_args_is_help=True)
+                       "task; general: an encoder on raw-text shards; sentences: a sentence encoder's vectors on "
+                       "your text).", no_args_is_help=True)
 app.command("task")(task_command)
 app.command("general")(general_command)
+app.command("sentences")(sentences_command)
 
-__all__ = ["app", "general_command", "task_command"]
+__all__ = ["app", "general_command", "sentences_command", "task_command"]

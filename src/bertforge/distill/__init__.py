@@ -6,10 +6,14 @@
     recipe = build_recipe("general", options={"teacher": "models/minilm", "student": "tiny", "data": "data/bert128",
                                               "attention_weight": 1.0, "relation_weight": 1.0, "max_steps": 2000})
     distill(recipe, "runs/tiny-general")  # -> runs/tiny-general/final/: a pre-trained student
+    recipe = build_recipe("sentences", options={"teacher": "models/minilm", "student": "tiny", "tokenizer": "runs/tok",
+                                                "data": "reviews.txt", "budget_minutes": 3, "lr": 1e-3})
+    distill(recipe, "runs/tiny-reviews")  # -> runs/tiny-reviews/final/: an encoder of the teacher's vectors
 
 `recipe.py` holds the settings (no torch: the command line builds its options from them),
-`losses.py` the losses and the module the loop trains, `run.py` the two runs, `layers.py` students cut
-from the teacher's layers, `cards.py` the students' model cards. docs/inference.md
+`losses.py` the losses and the modules the loop trains, `run.py` the task and general runs and what
+every run shares, `sentences.py` sentence distillation, `layers.py` students cut from the teacher's
+layers, `cards.py` the students' model cards. docs/inference.md
 ("Distillation") says what each loss does and how to run one.
 """
 
@@ -29,8 +33,12 @@ from bertforge.distill.recipe import (
 
 
 def distill(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool = True, overwrite: bool = False) -> dict[str, Any]:
-    """Run a distillation recipe into `out_dir` (`bertforge.distill.run`); returns results.json's content."""
-    from bertforge.distill.run import distill as run
+    """Run a distillation recipe into `out_dir` (`bertforge.distill.run`: task and general;
+    `bertforge.distill.sentences`: sentences); returns results.json's content."""
+    if recipe.mode == "sentences":
+        from bertforge.distill.sentences import distill_sentences as run
+    else:
+        from bertforge.distill.run import distill as run
 
     return run(recipe, out_dir, verbose=verbose, overwrite=overwrite)
 

@@ -18,9 +18,13 @@ def write_student_cards(directories: Iterable[Path], recipe: DistillRecipe, resu
     student); `results` is the run's results.json content."""
     details: dict[str, Any] = {"kind": "distilled", "teacher": recipe.teacher, "command": command_line(),
                                **student_origin(recipe, results)}
-    if results["mode"] == "general":
+    if results["mode"] in ("general", "sentences"):
+        settings = general_settings(recipe, results) if results["mode"] == "general" else {
+            "steps": results["steps"], "batch_size": recipe.train.batch_size, "lr": recipe.optim.lr,
+            "precision": recipe.train.precision, "loss": "1 - cosine with the teacher's sentence vectors",
+            "texts": results["texts"]["train"]}
         details.update(metrics=results.get("final_metrics"), baseline=results.get("start_metrics"),
-                       data=Path(str(recipe.data)).resolve().name, settings=general_settings(recipe, results))
+                       data=Path(str(recipe.data)).resolve().name, settings=settings)
     return [write_model_card(directory, **details) for directory in directories
             if (directory / "config.json").is_file()]
 

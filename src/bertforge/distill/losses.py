@@ -13,7 +13,10 @@ Shapes: B rows, T tokens, K classes, H hidden width, A attention heads, V vocabu
 - relation (MiniLM's value relation): the KL between softmax(h h^T / sqrt(d)) of the last layer's
   outputs, which needs no equal widths or head counts;
 - masked LM (general distillation): the soft-target KL between the masked-LM distributions at the
-  masked positions.
+  masked positions;
+- sentence vectors (sentence distillation, Reimers & Gurevych 2020): 1 - cosine between the student's
+  mean-pooled last layer, mapped to the teacher's width by one learned Linear, and the teacher's
+  sentence vector of the same text; the two models may tokenize differently.
 """
 
 from __future__ import annotations
@@ -107,6 +110,43 @@ def relation_loss(student: torch.Tensor, teacher: torch.Tensor, mask: torch.Tens
     log_t, log_s = self_relation(teacher, mask), self_relation(student, mask)  # (B, T, T)
     kl = (log_t.exp() * (log_t - log_s)).sum(-1)  # (B, T)
     return _masked_mean(kl, mask)
+
+
+def sentence_vector_loss(student_vectors: torch.Tensor, teacher_vectors: torch.Tensor) -> torch.Tensor:
+    """Mean over rows of 1 - cos(student row, teacher row): (B, D) and (B, D) -> a scalar."""
+    return (1.0 - F.cosine_similarity(student_vectors.float(), teacher_vectors.float(), dim=-1, eps=1e-8)).mean()
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T, H) token vectors -> (B, H): the mean over each row's real tokens."""
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+
+
+class SentenceDistiller(nn.Module):
+    """The student encoder and the Linear that maps its mean-pooled vector to the teacher's width.
+
+    The teacher is not here at all: its sentence vectors are computed once before training and arrive
+    as the batch's `labels` (B, D), so a step costs the student's forward and backward only. The loop
+    checkpoints the student and the projection; only the student is saved as the result."""
+
+    def __init__(self, student: nn.Module, teacher_width: int) -> None:
+        super().__init__()
+        self.student = student
+        self.projection = nn.Linear(student.config.hidden_size, teacher_width)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                **_: Any) -> DistillOutput:
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        hidden = self.student(input_ids=input_ids, attention_mask=attention_mask,
+                              token_type_ids=token_type_ids).last_hidden_state  # (B, T, H)
+        vectors = self.projection(mean_pool(hidden, attention_mask))  # (B, D)
+        if labels is None:
+            return DistillOutput(loss=vectors.new_zeros(()), parts={"vectors": vectors.detach()})
+        loss = sentence_vector_loss(vectors, labels)
+        return DistillOutput(loss=loss, parts={"cosine": (1.0 - loss).detach()})
 
 
 def uniform_layer_map(student_layers: int, teacher_layers: int) -> list[int]:
@@ -252,5 +292,6 @@ class Distiller(nn.Module):
         return F.cross_entropy(logits[known].float(), labels[known])  # multiple choice: (B, C)
 
 
-__all__ = ["MODEL_INPUTS", "DistillOutput", "Distiller", "attention_loss", "binary_soft_target_loss",
-           "hidden_state_loss", "relation_loss", "self_relation", "soft_target_loss", "uniform_layer_map"]
+__all__ = ["MODEL_INPUTS", "DistillOutput", "Distiller", "SentenceDistiller", "attention_loss", "binary_soft_target_loss",
+           "hidden_state_loss", "mean_pool", "relation_loss", "self_relation", "sentence_vector_loss", "soft_target_loss",
+           "uniform_layer_map"]

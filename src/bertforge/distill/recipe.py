@@ -1,9 +1,11 @@
 """The distillation recipe: settings dataclasses only, no torch, so that the command line builds its
 options from them instantly (`bertforge distill task --help`).
 
-One recipe serves both kinds of distillation (`mode`): `task` (a fine-tuned teacher teaches a student
-its task, on the task's training data and optional unlabelled text) and `general` (a teacher encoder
-teaches a student on prepared pre-training shards). Settings a mode does not read are ignored by it.
+One recipe serves three kinds of distillation (`mode`): `task` (a fine-tuned teacher teaches a student
+its task, on the task's training data and optional unlabelled text), `general` (a teacher encoder
+teaches a student on prepared pre-training shards) and `sentences` (a sentence encoder teaches a
+student of any vocabulary its sentence vectors, on a file of unlabelled text). Settings a mode does
+not read are ignored by it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from typing import Any
 from bertforge.recipe import resolve, setting
 from bertforge.train.config import OptimConfig, TrainConfig
 
-MODES = ("task", "general")
+# bertforge.precision's choices, named here so that the recipe (and the CLI) need not import torch
+TEACHER_PRECISIONS = ("auto", "fp32", "bf16", "int8")
+
+MODES = ("task", "general", "sentences")
 
 
 @dataclass
@@ -66,8 +71,11 @@ class DistillLoop:
 
     epochs: float = setting(3.0, help="Task distillation: passes over the training data (labelled and "
                                       "unlabelled rows together).")
-    max_steps: int = setting(0, help="Optimiser steps (task distillation: 0 runs `epochs`; general "
-                                     "distillation needs a number).")
+    max_steps: int = setting(0, help="Optimiser steps (task and sentence distillation: 0 runs `epochs` or "
+                                     "`budget_minutes`; general distillation needs a number).")
+    budget_minutes: float = setting(0.0, help="Sentence distillation: train for this many minutes instead, the "
+                                              "warm-up and the decay to zero fitted to them (0: by steps or "
+                                              "epochs).")
     batch_size: int = setting(32, help="Rows per optimiser step.")
     max_length: int | None = setting(None, help="Task distillation: pieces per input (default: the teacher's "
                                                 "task.json, else the task's).")
@@ -78,6 +86,10 @@ class DistillLoop:
     max_train_examples: int | None = setting(None, help="Task distillation: a fixed random sub-sample of the "
                                                         "labelled training examples.")
     max_unlabelled: int | None = setting(None, help="Task distillation: read at most this many unlabelled texts.")
+    max_texts: int | None = setting(None, help="Sentence distillation: a fixed random sample of this many of the "
+                                               "file's texts (the teacher encodes each once, before training).")
+    heldout_texts: int = setting(500, help="Sentence distillation: texts held out of training (a fixed random "
+                                           "choice) on which the student's agreement with the teacher is scored.")
     augment: int = setting(0, help="Task distillation: up to this many perturbed copies of each training input "
                                    "(words masked, n-grams sampled: Tang et al. 2019), labelled by the teacher "
                                    "only; each copy adds a row to every epoch.")
@@ -101,9 +113,13 @@ class DistillLoop:
             raise ValueError(f"epochs must be positive, batch_size at least 1 and max_steps 0 or more, got "
                              f"{self.epochs}, {self.batch_size}, {self.max_steps}")
         if min(self.eval_every_steps, self.eval_max_batches, self.save_every_steps, self.keep_last,
-               self.augment) < 0 or self.save_every_minutes < 0:
+               self.augment, self.heldout_texts) < 0 or self.save_every_minutes < 0:
             raise ValueError("eval_every_steps, eval_max_batches, save_every_steps, save_every_minutes, "
-                             "keep_last and augment must be 0 or more")
+                             "keep_last, augment and heldout_texts must be 0 or more")
+        if not 0 <= self.budget_minutes < float("inf"):
+            raise ValueError(f"budget_minutes must be 0 or a number of minutes, got {self.budget_minutes}")
+        if self.max_texts is not None and self.max_texts < 1:
+            raise ValueError(f"max_texts must be 1 or more, got {self.max_texts}")
         if not (0.0 <= self.augment_mask_prob <= 1.0 and 0.0 <= self.augment_ngram_prob <= 1.0):
             raise ValueError(f"augment_mask_prob and augment_ngram_prob are probabilities, got "
                              f"{self.augment_mask_prob} and {self.augment_ngram_prob}")
@@ -125,17 +141,31 @@ class DistillRecipe:
     """Everything a distillation run depends on; OUT/run_config.yaml holds it resolved."""
 
     mode: str = setting("task", help="task: a fine-tuned teacher teaches its task; general: a teacher encoder "
-                                     "teaches on pre-training shards.")
+                                     "teaches on pre-training shards; sentences: a sentence encoder teaches its "
+                                     "sentence vectors on unlabelled text.")
     teacher: str | None = setting(None, help="The teacher's directory (task: a fine-tuned model with its task.json; "
-                                             "general: any encoder checkpoint).")
+                                             "general: any encoder checkpoint; sentences: any encoder, pooled as "
+                                             "its sentence-transformers files say, else by the mean).")
     student: str | None = setting(None, help="The student: a preset (tiny, mini, small, ...), a config.json (both: "
                                              "random weights, the teacher's vocabulary) or a checkpoint directory "
-                                             "with the teacher's vocabulary (a generally distilled student, say).")
+                                             "with the teacher's vocabulary (a generally distilled student, say); "
+                                             "sentences: any vocabulary (--tokenizer for a preset, a checkpoint "
+                                             "brings its own).")
     student_layers_from_teacher: str | None = setting(
         None, help="Instead of --student: the teacher's own layers, every k-th (`2`: layers 1, 3, 5, ... counted "
                    "from 0, the top one included) or a comma list (`0,5,11`), with its embeddings and head copied.")
     data: str | None = setting(None, help="task: the task's data directory (own-data families read the files their "
-                                          "task.json names); general: shards from `bertforge prepare`.")
+                                          "task.json names); general: shards from `bertforge prepare`; sentences: "
+                                          "a file of texts (.txt one a line, or .csv/.tsv/.jsonl/.parquet with "
+                                          "--text-column; compressed too).")
+    text_column: str = setting("text", help="Sentence distillation: the column of --data holding the text.")
+    tokenizer: str | None = setting(None, help="Sentence distillation: the vocabulary of a --student preset or "
+                                               "config.json (a directory with vocab.txt or tokenizer.json, from "
+                                               "`bertforge tokenizer train`, say); default: the teacher's.")
+    teacher_precision: str = setting("fp32", help="Sentence distillation: the precision the teacher encodes --data "
+                                                  "in (bertforge.precision): fp32, bf16, int8, or auto (bf16 where "
+                                                  "the CPU has native bf16 instructions: about twice as fast, "
+                                                  "vectors within 1e-3 of fp32's in cosine).")
     family: str | None = setting(None, help="Task family (default: the teacher's task.json).")
     task: str | None = setting(None, help="Task within the family (default: the teacher's task.json).")
     task_settings: dict[str, Any] = setting(default_factory=dict, keys=_task_setting_names,
@@ -154,6 +184,9 @@ class DistillRecipe:
             raise ValueError("give either student or student_layers_from_teacher, not both")
         if self.student_layers_from_teacher is not None:
             teacher_layers(self.student_layers_from_teacher, None)  # checks the spelling
+        if self.teacher_precision not in TEACHER_PRECISIONS:
+            raise ValueError(f"teacher_precision {self.teacher_precision!r} is not one of "
+                             f"{', '.join(TEACHER_PRECISIONS)}")
 
 
 def teacher_layers(spec: str, teacher_depth: int | None) -> list[int]:
@@ -196,4 +229,4 @@ def build_recipe(mode: str, config: Any = None, options: Mapping[str, Any] = (),
     return recipe
 
 
-__all__ = ["MODES", "DistillLoop", "DistillLosses", "DistillOptim", "DistillRecipe", "build_recipe", "teacher_layers"]
+__all__ = ["MODES", "TEACHER_PRECISIONS", "DistillLoop", "DistillLosses", "DistillOptim", "DistillRecipe", "build_recipe", "teacher_layers"]

@@ -79,7 +79,7 @@ START_FILE = "start_metrics.json"
 RUN_SUBDIR = "run"
 # what --overwrite clears before starting again
 RUN_STATE = (RUN_SUBDIR, STUDENT_DIR, f".{STUDENT_DIR}.*", FINAL_DIR, RESULTS_FILE, START_FILE, RUN_CONFIG_FILE,
-             RECORD_FILE)
+             RECORD_FILE, "teacher_vectors.npy")
 # settings that change where or how visibly a run happens, not what it computes
 _NOT_RESULT_SETTINGS = ("device", "progress", "eval_batch_size", "save_every_steps", "save_every_minutes",
                         "keep_last")
@@ -88,7 +88,7 @@ _TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "vocab.json", "sentencepiece.
                     "spm.model")
 
 
-def _say(message: str, verbose: bool) -> None:
+def say(message: str, verbose: bool) -> None:
     if verbose:
         print(message, file=sys.stderr, flush=True)
 
@@ -104,7 +104,7 @@ def tokenizer_file(directory: Path) -> Path:
     return directory
 
 
-def _check_model_dir(directory: Path, role: str) -> None:
+def check_model_dir(directory: Path, role: str) -> None:
     if not directory.is_dir():
         raise FileNotFoundError(f"{directory}: no such {role} directory")
     if not (directory / "config.json").is_file():
@@ -129,7 +129,7 @@ def _label_extras(config: Any) -> dict[str, Any]:
             if key in config.extra}
 
 
-def _student_path(student: str) -> Path:
+def student_path(student: str) -> Path:
     """--student as a path: a preset name or a config.json stays as given, a Hub model name (not an
     existing directory) becomes its cached snapshot."""
     from bertforge.model.registry import presets
@@ -164,9 +164,9 @@ def build_student(recipe: DistillRecipe, teacher: Any, teacher_dir: Path, teache
     if recipe.student is None:
         raise ValueError("no student: give --student (a preset, a config.json or a checkpoint directory) or "
                          "--student-layers-from-teacher")
-    spec = _student_path(recipe.student)
+    spec = student_path(recipe.student)
     if spec.is_dir():
-        _check_model_dir(spec, "student")
+        check_model_dir(spec, "student")
         _same_vocabulary(teacher_tokenizer, teacher_dir, spec, "student")
         student = load_for_job(spec, job, **_label_extras(teacher.config))
         description = str(spec)
@@ -192,7 +192,7 @@ def _load_task_teacher(recipe: DistillRecipe) -> tuple[Task, Any, Any, TaskRecor
     if recipe.teacher is None:
         raise ValueError("no teacher: give --teacher (a fine-tuned model directory)")
     teacher_dir = local_or_hub(recipe.teacher)  # a Hub name: its cached snapshot
-    _check_model_dir(teacher_dir, "teacher")
+    check_model_dir(teacher_dir, "teacher")
     record = TaskRecord.read(teacher_dir)
     family = recipe.family or (record.family if record else None)
     if family is None:
@@ -428,7 +428,7 @@ def distill_task(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool = 
     problem = problem_type_of(student.config)
     model = Distiller(student, teacher, losses, job=spec.job, problem_type=problem, layer_map=layer_map)
 
-    settings = _run_settings(recipe, spec)
+    settings = run_settings(recipe, spec)
     inputs = [directory_input("teacher", teacher_dir)]
     if student_dir is not None:
         inputs.append(directory_input("student", student_dir))
@@ -442,7 +442,7 @@ def distill_task(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool = 
         inputs.append(file_input("unlabelled", recipe.unlabelled))
 
     with run_lock(out_dir, what="distillation run"):
-        _open_run(out_dir, recipe, settings, inputs, overwrite, mode="task")
+        open_run(out_dir, recipe, settings, inputs, overwrite, mode="task")
         batches = TaskBatches(train_features, loop.batch_size, seed=loop.seed, pad_id=tokenizer.pad_token_id)
         steps_per_epoch = len(batches)
         max_steps = loop.max_steps or max(1, math.ceil(steps_per_epoch * loop.epochs))
@@ -459,7 +459,7 @@ def distill_task(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool = 
         fresh = latest_checkpoint(run_dir) is None
         if fresh:
             best.clear()  # a student/ left by an unfinished earlier run is not this run's
-        start = _start_metrics(out_dir, fresh, lambda: scorer(model))
+        start = start_metrics(out_dir, fresh, lambda: scorer(model))
         selection = ModelSelection(selection_metric,
                                    on_improvement=lambda m, step, metrics: best.save(m, step, metrics, selection_metric))
         config = TrainConfig(max_steps=max_steps, seed=loop.seed, precision=loop.precision, device=loop.device,
@@ -467,9 +467,9 @@ def distill_task(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool = 
                              save_every_minutes=loop.save_every_minutes, keep_last=loop.keep_last,
                              log_every=max(1, min(50, steps_per_epoch // 5)), progress=loop.progress)
         added = f" + {len(augmented)} augmented" if augmented else ""
-        _say(f"distilling {task_title(spec.family, spec.name)}: {len(train_examples)} labelled + "
+        say(f"distilling {task_title(spec.family, spec.name)}: {len(train_examples)} labelled + "
              f"{len(unlabelled_examples)} unlabelled{added} examples -> {len(train_features)} features; teacher "
-             f"{_size(teacher)} parameters, student {_size(student)} ({student_from}); {max_steps} steps -> {out_dir}",
+             f"{parameter_count(teacher)} parameters, student {parameter_count(student)} ({student_from}); {max_steps} steps -> {out_dir}",
              verbose)
         result = train(model, batches, run_dir, config, recipe.optim, evaluate=scorer, resume=True,
                        selection=selection)
@@ -480,7 +480,7 @@ def distill_task(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool = 
                                               epoch=round(result.step / steps_per_epoch, 3)))
         results = {
             "mode": "task", "family": spec.family, "task": spec.name, "teacher": str(teacher_dir),
-            "student": student_from, "parameters": {"teacher": _size(teacher), "student": _size(student)},
+            "student": student_from, "parameters": {"teacher": parameter_count(teacher), "student": parameter_count(student)},
             "train_examples": len(train_examples), "unlabelled_examples": len(unlabelled_examples),
             "augmented_examples": len(augmented),
             "steps": result.step, "selection_metric": selection_metric, "teacher_metrics": teacher_metrics,
@@ -488,7 +488,7 @@ def distill_task(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool = 
             "best": {"dir": STUDENT_DIR, "step": selection.best_step, "score": selection.best_score},
             "wall_s": round(time.perf_counter() - started, 1),
         }
-        _write_json(out_dir / RESULTS_FILE, results)
+        write_json(out_dir / RESULTS_FILE, results)
         write_student_cards([out_dir / STUDENT_DIR, out_dir / FINAL_DIR], recipe, results)
         return results
 
@@ -503,11 +503,11 @@ def _check_attention_maps(recipe: DistillRecipe, teacher: Any, student: Any, tea
                              "set attention_weight 0 (relation_weight works for every family)")
 
 
-def _size(model: Any) -> int:
+def parameter_count(model: Any) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def _run_settings(recipe: DistillRecipe, spec: Task | None) -> dict[str, Any]:
+def run_settings(recipe: DistillRecipe, spec: Task | None) -> dict[str, Any]:
     """The resolved settings the run's results depend on, flat: a rerun with others is refused."""
     values = to_mapping(recipe)
     if spec is not None:
@@ -516,7 +516,7 @@ def _run_settings(recipe: DistillRecipe, spec: Task | None) -> dict[str, Any]:
     return {name: value for name, value in flat.items() if name.rpartition(".")[2] not in _NOT_RESULT_SETTINGS}
 
 
-def _open_run(out_dir: Path, recipe: DistillRecipe, settings: dict[str, Any], inputs: list[RunInput],
+def open_run(out_dir: Path, recipe: DistillRecipe, settings: dict[str, Any], inputs: list[RunInput],
               overwrite: bool, mode: str) -> None:
     """Holding the lock: clear (`overwrite`) or check what OUT holds, record a fresh start, save the recipe."""
     if overwrite:
@@ -529,7 +529,7 @@ def _open_run(out_dir: Path, recipe: DistillRecipe, settings: dict[str, Any], in
                 header=f"bertforge distill {mode} --config {out_dir / RUN_CONFIG_FILE} --out DIR repeats this run")
 
 
-def _start_metrics(out_dir: Path, fresh: bool, measure: Any) -> dict[str, float]:
+def start_metrics(out_dir: Path, fresh: bool, measure: Any) -> dict[str, float]:
     """The student's figures before training: measured on a fresh start, read back on a resume."""
     path = out_dir / START_FILE
     if not fresh and path.is_file():
@@ -540,11 +540,11 @@ def _start_metrics(out_dir: Path, fresh: bool, measure: Any) -> dict[str, float]
 
     with preserved_rng(), torch.no_grad():
         metrics = {k: float(v) for k, v in measure().items()}
-    _write_json(path, metrics)
+    write_json(path, metrics)
     return metrics
 
 
-def _write_json(path: Path, value: Any) -> None:
+def write_json(path: Path, value: Any) -> None:
     write_text_atomic(path, json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
 
@@ -577,7 +577,7 @@ def distill_general(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool
         raise ValueError("general distillation needs a loss: give attention_weight, relation_weight, hidden_weight "
                          "or mlm_weight above 0")
     teacher_dir, data_dir = local_or_hub(recipe.teacher), Path(recipe.data)  # a Hub teacher: its snapshot
-    _check_model_dir(teacher_dir, "teacher")
+    check_model_dir(teacher_dir, "teacher")
     info = read_dataset_info(data_dir)
     tokenizer = BertTokenizer.from_pretrained(teacher_dir)
     data_vocab = info.get("tokenizer", {})
@@ -604,37 +604,37 @@ def distill_general(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool
     _check_attention_maps(recipe, teacher, student, teacher_dir)
     model = Distiller(student, teacher, losses, job=None, layer_map=layer_map)
 
-    settings = _run_settings(recipe, None)
+    settings = run_settings(recipe, None)
     inputs = [directory_input("teacher", teacher_dir), directory_input("data", data_dir, ("dataset.json",))]
     if student_dir is not None:
         inputs.append(directory_input("student", student_dir))
 
     with run_lock(out_dir, what="distillation run"):
-        _open_run(out_dir, recipe, settings, inputs, overwrite, mode="general")
+        open_run(out_dir, recipe, settings, inputs, overwrite, mode="general")
         batches = ShardBatches(PretrainingLoader(data_dir, loop.batch_size, split="train", seed=loop.seed,
                                                  drop_last=True, even=True))
         valid = PretrainingLoader(data_dir, loop.eval_batch_size, split="valid", shuffle=False)
         evaluate = _validation(valid, loop.eval_max_batches) if len(valid.dataset) else None
         run_dir = out_dir / RUN_SUBDIR
         fresh = latest_checkpoint(run_dir) is None
-        start = _start_metrics(out_dir, fresh, lambda: evaluate(model)) if evaluate is not None else {}
+        start = start_metrics(out_dir, fresh, lambda: evaluate(model)) if evaluate is not None else {}
         config = TrainConfig(max_steps=loop.max_steps, seed=loop.seed, precision=loop.precision, device=loop.device,
                              max_grad_norm=loop.max_grad_norm, eval_every=loop.eval_every_steps,
                              save_every=loop.save_every_steps, save_every_minutes=loop.save_every_minutes,
                              keep_last=loop.keep_last, log_every=max(1, min(50, loop.max_steps // 10)),
                              progress=loop.progress)
-        _say(f"general distillation on {data_dir}: teacher {_size(teacher)} parameters, student {_size(student)} "
+        say(f"general distillation on {data_dir}: teacher {parameter_count(teacher)} parameters, student {parameter_count(student)} "
              f"({student_from}); {loop.max_steps} steps -> {out_dir}", verbose)
         result = train(model, batches, run_dir, config, recipe.optim, evaluate=evaluate, resume=True)
         with torch.no_grad():
             student.save_pretrained(out_dir / FINAL_DIR, tokenizer=tokenizer)
         results = {
             "mode": "general", "teacher": str(teacher_dir), "data": str(data_dir), "student": student_from,
-            "student_job": job, "parameters": {"teacher": _size(teacher), "student": _size(student)},
+            "student_job": job, "parameters": {"teacher": parameter_count(teacher), "student": parameter_count(student)},
             "steps": result.step, "start_metrics": start, "final_metrics": result.metrics,
             "final": FINAL_DIR, "wall_s": round(time.perf_counter() - started, 1),
         }
-        _write_json(out_dir / RESULTS_FILE, results)
+        write_json(out_dir / RESULTS_FILE, results)
         write_student_cards([out_dir / STUDENT_DIR, out_dir / FINAL_DIR], recipe, results)
         return results
 
@@ -672,7 +672,9 @@ def _validation(loader: Any, max_batches: int) -> Any:
 
 
 def distill(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool = True, overwrite: bool = False) -> dict[str, Any]:
-    """Run a distillation recipe (its `mode`: task or general) into `out_dir`."""
+    """Run a task or general distillation recipe into `out_dir` (sentences: `bertforge.distill.sentences`)."""
+    if recipe.mode not in ("task", "general"):
+        raise ValueError(f"mode {recipe.mode!r}: this runs task and general distillation")
     run = distill_task if recipe.mode == "task" else distill_general
     return run(recipe, out_dir, verbose=verbose, overwrite=overwrite)
 
