@@ -12,7 +12,7 @@ import transformers
 from typer.testing import CliRunner
 
 from bertforge.cli import app
-from bertforge.quickstart import BUDGETS, CURVES, curve_steps, sst2_sample
+from bertforge.quickstart import BUDGETS, CURVES, STAGES, curve_steps, sst2_sample
 
 
 @pytest.mark.slow
@@ -45,8 +45,9 @@ def test_quickstart_smoke_end_to_end_and_reuse(tmp_path) -> None:
     subsets = {s["size"]: s for s in read_stage(run, "subsamples")["subsets"]}
     curves = {stage: read_stage(run, stage) for stage in CURVES}
     minilm_sizes = [n for n in budget.curve_sizes if n <= budget.minilm_max_size]
-    assert [p["size"] for p in curves["curve_pretrained"]["points"]] == list(budget.curve_sizes)
-    assert [p["size"] for p in curves["curve_random"]["points"]] == list(budget.curve_sizes)
+    for stage in ("curve_taught", "curve_pretrained", "curve_random"):
+        assert [p["size"] for p in curves[stage]["points"]] == list(budget.curve_sizes)
+        assert curves[stage]["pooling"] == budget.finetune_pooling
     assert [p["size"] for p in curves["curve_minilm"]["points"]] == minilm_sizes
     assert [p["size"] for p in curves["curve_minilm_adapted"]["points"]] == minilm_sizes
     minilm_curves = (curves["curve_minilm"], curves["curve_minilm_adapted"])
@@ -58,13 +59,22 @@ def test_quickstart_smoke_end_to_end_and_reuse(tmp_path) -> None:
             cap = budget.minilm_max_steps if record in minilm_curves else budget.curve_max_steps
             assert point["steps"] == min(curve_steps(point["sentences"], budget), cap)
             assert f"{point['mean']:.3f} ({min(point['accuracies']):.3f} - {max(point['accuracies']):.3f})" in report
-    assert curves["curve_random"]["lr"] == curves["curve_pretrained"]["lr"]
+    assert curves["curve_random"]["lr"] == curves["curve_pretrained"]["lr"] == curves["curve_taught"]["lr"]
     assert "random-init" in curves["curve_random"]["model"]
     for size in budget.curve_sizes:
         assert f"| {size:,} ({subsets[size]['positive']:,} positive) |" in report  # the table's rows
     assert "not run (cost)" in report  # MiniLM stops below the largest size
     assert "A gap counts here only when every seed of one start scores above every seed of the other" in report
     assert "all-MiniLM-L6-v2, pre-trained at scale, scores" in report
+
+    # the pre-trained model taught MiniLM's sentence vectors of the bundled in-domain text, some held out
+    taught = read_stage(run, "teach")
+    assert taught["steps"] == budget.teach_steps and curves["curve_taught"]["model"] == taught["final"]
+    assert taught["texts"]["train"] + taught["texts"]["heldout"] == budget.teach_texts
+    assert taught["texts"]["heldout"] == budget.teach_texts // 5  # the smoke budget's texts are few: a fifth
+    assert -1.0 <= taught["cosine_before"] <= 1.0 and -1.0 <= taught["cosine_after"] <= 1.0
+    assert f"its vectors' cosine with MiniLM's went from\n{taught['cosine_before']:.3f}" in report
+    assert transformers.AutoModel.from_pretrained(taught["final"]).config.hidden_size == 128
 
     # MiniLM adapted to the training sentences' text: its new masked-LM head, scored before and after
     adapted = read_stage(run, "adapt_minilm")
@@ -85,7 +95,7 @@ def test_quickstart_smoke_end_to_end_and_reuse(tmp_path) -> None:
     assert transformers.BertTokenizerFast.from_pretrained(final).vocab_size == evaluation_vocab(run)
 
     again = CliRunner().invoke(app, ["quickstart", "--out", str(run), "--budget", "smoke"])
-    assert again.exit_code == 0 and again.output.count("reused") == 11
+    assert again.exit_code == 0 and again.output.count("reused") == len(STAGES)
 
 
 def read_stage(run, name: str) -> dict:
@@ -168,7 +178,6 @@ def test_report_sentences_follow_the_numbers() -> None:
                                  "from 1,000 on random weights catch up, then do better")
     assert "100: 0.610 (0.600 - 0.620) against 0.510 (0.500 - 0.520), +10.0 points" in small_only
     assert "4,000: 0.710 (0.700 - 0.720) against 0.740 (0.730 - 0.750), -3.0 points" in small_only
-    assert "[CLS] vector" in small_only  # said only where pre-training hurts
     assert "about 1.7 points" in small_only  # one score's binomial error on 872 sentences
     assert "+14.0 points from the better tiny start at 100" in small_only
     assert "already does as well as the tiny model does with 4,000" in small_only  # 0.750 >= 0.740
@@ -179,12 +188,12 @@ def test_report_sentences_follow_the_numbers() -> None:
     assert never.startswith("At this scale pre-training never helps: the two starts are within their seeds' "
                             "spread at 100 and 300 sentences; random weights do better at 4,000 sentences")
     assert "At 100 sentences neither tiny start gets clear of the majority class (0.509)" in never
-    assert "all-MiniLM" not in never and "[CLS] vector" in never
+    assert "all-MiniLM" not in never and "Masked LM alone at this budget never made a better start" in never
 
     everywhere = curve_paragraph(ours[:2], twin[:2], points({100: [0.55, 0.56, 0.57]}), majority=0.509,
                                  eval_examples=872)
     assert everywhere.startswith("Pre-training helps at every size here")
-    assert "majority class" not in everywhere and "[CLS]" not in everywhere
+    assert "majority class" not in everywhere and "Masked LM alone" not in everywhere
     assert "stays below the 0.660 the tiny model reaches with 300" in everywhere
     at_chance = curve_paragraph(ours, twin, points({100: [0.50, 0.52, 0.51]}), majority=0.509, eval_examples=872)
     assert "with 100 sentences it does not get clear of the majority class either" in at_chance

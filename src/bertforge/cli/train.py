@@ -27,12 +27,14 @@ def quickstart(
     force: Annotated[bool, typer.Option(help="Rerun the chosen stages even if they completed.")] = False,
 ) -> None:
     """Raw text to scores on bundled data: WordPiece -> shards -> pre-train a tiny BERT -> held-out MLM/SOP, a
-    word-order probe and fill-mask -> SST-2 learning curves (100 to 4,000 labelled sentences, 3 seeds) from
-    it, from its random twin and from the real all-MiniLM-L6, as released and adapted to the sample's own
+    word-order probe and fill-mask -> teach it all-MiniLM-L6's sentence vectors of bundled in-domain text ->
+    SST-2 learning curves (100 to 4,000 labelled sentences, 3 seeds) from it, from it after masked LM alone,
+    from its random twin and from the real all-MiniLM-L6, as released and adapted to the sample's own
     text -> report.md with the curve.
 
-    Stages: tokenizer, data, pretrain, pretrain_eval, subsamples, curve_pretrained, curve_random, curve_minilm,
-    adapt_minilm, curve_minilm_adapted, report. A second run reuses completed stages.
+    Stages: tokenizer, data, pretrain, pretrain_eval, teach, subsamples, curve_taught, curve_pretrained,
+    curve_random, curve_minilm, adapt_minilm, curve_minilm_adapted, report. A second run reuses completed
+    stages.
 
     Example: `bertforge quickstart --out runs/quickstart` (then read runs/quickstart/report.md)
     """
@@ -42,8 +44,10 @@ def quickstart(
         run_quickstart(out, budget=budget, stages=stage, force=force, echo=typer.echo)
     except ValueError as exc:
         raise fail(str(exc)) from exc
-    typer.echo(f"\nreport: {out / 'report.md'}")
-    typer.echo((out / "report.md").read_text(encoding="utf-8"))
+    report = out / "report.md"
+    if report.is_file():  # a run of chosen stages before the first report has none yet
+        typer.echo(f"\nreport: {report}")
+        typer.echo(report.read_text(encoding="utf-8"))
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -1,8 +1,12 @@
 """The whole system on bundled data, in one command: raw text -> WordPiece -> shards -> pre-training ->
-held-out MLM/SOP scores, a context probe and fill-mask -> fine-tuning -> scores. The fine-tuning is a
-learning curve: SST-2 dev accuracy against the number of labelled sentences (nested sub-samples of the
-bundled 4,000, several seeds at each size), from the model pre-trained here, from the same
-architecture's random initialisation (what pre-training bought at this scale), and from a real
+held-out MLM/SOP scores, a context probe and fill-mask -> teaching -> fine-tuning -> scores. Teaching
+continues the pre-trained model on bundled in-domain text (8,000 phrases of SST-2's training split,
+labels dropped), learning all-MiniLM-L6-v2's sentence vectors of them (`bertforge distill sentences`):
+at two CPU minutes masked LM alone gives no better start than random weights, and this does. The
+fine-tuning is a learning curve: SST-2 dev accuracy against the number of labelled sentences (nested
+sub-samples of the bundled 4,000, several seeds at each size), from the model pre-trained and taught
+here, from the same model after masked LM alone, from the same architecture's random initialisation
+(what pre-training bought at this scale), and from a real
 pre-trained checkpoint (all-MiniLM-L6-v2: what pre-training at scale buys), as released and after
 `bertforge adapt` has continued it on the text of the training sentences (labels dropped: what
 task-adaptive pre-training buys), drawn as `learning_curve.png` and tabulated and read in words in
@@ -10,8 +14,8 @@ task-adaptive pre-training buys), drawn as `learning_curve.png` and tabulated an
 
 The full budget's pre-training follows what the CPU studies of docs/research-log.md found leaves the
 unigram / bag-of-words plateau soonest on two cores: 64-token sequences, sentence-order prediction,
-no dropout while pre-training, several pairings of the text (dupe factor), a step budget (not a time
-one, so every machine trains the same model).
+no dropout while pre-training, several pairings of the text (dupe factor), and minutes rather than
+steps (the schedule fitted to them), so that the command takes the same time on every machine.
 
     from bertforge.quickstart import quickstart
     report = quickstart("runs/quickstart")            # the "full" budget: <= 15 minutes on 2 CPU cores
@@ -56,6 +60,9 @@ from bertforge.quickstart.settings import (
     MINILM_LR,
     STAGES,
     SUBSAMPLE_SEED,
+    TEACH_BATCH_SIZE,
+    TEACH_HELDOUT,
+    TEACH_LR,
     Budget,
     curve_steps,
 )
@@ -123,6 +130,32 @@ def stage_pretrain(run: Path, budget: Budget, echo: Callable[[str], None]) -> di
     return {"final": str(result.final), "steps": result.train.step, "minutes": budget.pretrain_minutes or None,
             "architecture": f"{budget.model} ({shape})",
             "tokens": trained[-1]["tokens"] if trained else None}
+
+
+def teach_text() -> Path:
+    """The bundled in-domain text: distinct phrases of SST-2's training split, labels dropped, none of
+    them a dev sentence (gzip, one a line)."""
+    return asset_path("sst2_text", "train-phrases.txt.gz")
+
+
+def stage_teach(run: Path, budget: Budget, echo: Callable[[str], None]) -> dict[str, Any]:
+    """The pre-trained model learns all-MiniLM-L6-v2's sentence vectors of the bundled in-domain text
+    (`bertforge distill sentences`: its mean-pooled last layer, through a Linear, towards MiniLM's
+    vector by 1 - cosine); its own vocabulary stays. Writes `taught/final/`."""
+    from bertforge.distill import build_recipe, distill
+
+    length = ({"budget_minutes": budget.teach_minutes, "warmup_ratio": 0.06} if budget.teach_minutes
+              else {"max_steps": budget.teach_steps, "warmup_ratio": 0.1})
+    recipe = build_recipe("sentences", options={
+        "teacher": str(minilm_dir()), "student": str(run / "pretrain" / "final"), "data": str(teach_text()),
+        "max_texts": budget.teach_texts, "heldout_texts": TEACH_HELDOUT, "max_length": budget.max_seq_length,
+        "lr": TEACH_LR, "batch_size": TEACH_BATCH_SIZE, "teacher_precision": "auto", "progress": False, **length})
+    results = distill(recipe, run / "taught", verbose=False)
+    return {"final": str(run / "taught" / "final"), "steps": results["steps"], "texts": results["texts"],
+            "minutes": budget.teach_minutes or None, "teacher_seconds": results["teacher_seconds"],
+            "teacher_precision": results["teacher_precision"],
+            "cosine_before": results["start_metrics"].get("cosine"),
+            "cosine_after": results["final_metrics"].get("cosine")}
 
 
 def stage_pretrain_eval(run: Path, budget: Budget, echo: Callable[[str], None]) -> dict[str, Any]:
@@ -216,6 +249,7 @@ def _curve(run: Path, budget: Budget, stage: str, model_dir: Path, lr: float, si
         started = time.perf_counter()
         results = finetune("glue", "SST-2", model_dir, subset["data"], folder / f"n-{size}",
                            seeds=tuple(budget.curve_seeds), lr=lr, batch_size=FINETUNE_BATCH_SIZE,
+                           pooling=budget.finetune_pooling,
                            epochs=_epochs_for(steps, subset["sentences"]), max_length=budget.max_seq_length,
                            max_eval_examples=budget.finetune_eval_examples, eval_every_epoch=False,
                            save_best=False, progress=False, verbose=False)
@@ -227,14 +261,19 @@ def _curve(run: Path, budget: Budget, stage: str, model_dir: Path, lr: float, si
                        "seconds": round(time.perf_counter() - started, 1)})
         echo(f"    {size:>5} sentences, {steps} steps: SST-2 dev accuracy {spread(points[-1])} "
              f"({points[-1]['seconds']:.0f} s)")
-    return {"model": str(model_dir), "lr": lr, "points": points, "directory": str(folder)}
+    return {"model": str(model_dir), "lr": lr, "pooling": budget.finetune_pooling, "points": points,
+            "directory": str(folder)}
+
+
+def stage_curve_taught(run: Path, budget: Budget, echo: Callable[[str], None]) -> dict[str, Any]:
+    return _curve(run, budget, "curve_taught", run / "taught" / "final", budget.finetune_lr, budget.curve_sizes, echo)
 
 
 def stage_curve_pretrained(run: Path, budget: Budget, echo: Callable[[str], None]) -> dict[str, Any]:
     # A small model takes a larger rate than BERT-base's 2e-5..5e-5 (3e-4 was the best for BERT-mini
     # from both starts in the CPU studies).
-    return _curve(run, budget, "curve_pretrained", run / "pretrain" / "final", budget.finetune_lr,
-                  budget.curve_sizes, echo)
+    sizes = [size for size in budget.curve_sizes if size <= budget.mlm_alone_max_size]
+    return _curve(run, budget, "curve_pretrained", run / "pretrain" / "final", budget.finetune_lr, sizes, echo)
 
 
 def stage_curve_random(run: Path, budget: Budget, echo: Callable[[str], None]) -> dict[str, Any]:
@@ -285,8 +324,8 @@ def stage_report(run: Path, budget: Budget, echo: Callable[[str], None]) -> dict
 
 STAGE_FUNCTIONS: dict[str, Callable[[Path, Budget, Callable[[str], None]], dict[str, Any]]] = {
     "tokenizer": stage_tokenizer, "data": stage_data, "pretrain": stage_pretrain,
-    "pretrain_eval": stage_pretrain_eval, "subsamples": stage_subsamples,
-    "curve_pretrained": stage_curve_pretrained, "curve_random": stage_curve_random,
+    "pretrain_eval": stage_pretrain_eval, "teach": stage_teach, "subsamples": stage_subsamples,
+    "curve_taught": stage_curve_taught, "curve_pretrained": stage_curve_pretrained, "curve_random": stage_curve_random,
     "curve_minilm": stage_curve_minilm, "adapt_minilm": stage_adapt_minilm,
     "curve_minilm_adapted": stage_curve_minilm_adapted, "report": stage_report,
 }
@@ -294,7 +333,8 @@ STAGE_FUNCTIONS: dict[str, Callable[[Path, Budget, Callable[[str], None]], dict[
 
 # What each stage writes, cleared before it reruns from scratch.
 STAGE_OUTPUTS = {
-    "tokenizer": ("tokenizer",), "data": ("data",), "pretrain": ("pretrain",), "subsamples": ("sst2-subsets",),
+    "tokenizer": ("tokenizer",), "data": ("data",), "pretrain": ("pretrain",), "teach": ("taught",),
+    "subsamples": ("sst2-subsets",), "curve_taught": ("curve-taught",),
     "curve_pretrained": ("curve-pretrained",), "curve_random": ("random-init", "curve-random"),
     "curve_minilm": ("curve-minilm",), "adapt_minilm": ("sst2-text", "minilm-adapted"),
     "curve_minilm_adapted": ("curve-minilm-adapted",),
@@ -360,5 +400,5 @@ def _read_record(run: Path, name: str) -> dict[str, Any]:
 
 
 __all__ = ["BUDGETS", "CURVES", "FILL_MASK_PROMPTS", "STAGES", "Budget", "compare_starts", "curve_paragraph",
-           "curve_steps", "plot_learning_curve", "probe_sentence", "quickstart", "render_report", "sst2_sample",
+           "curve_steps", "plot_learning_curve", "probe_sentence", "quickstart", "render_report", "sst2_sample", "teach_text",
            "stage_subsamples", "summary_line", "word_order_points"]

@@ -6,12 +6,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-STAGES = ("tokenizer", "data", "pretrain", "pretrain_eval", "subsamples", "curve_pretrained", "curve_random",
-          "curve_minilm", "adapt_minilm", "curve_minilm_adapted", "report")
+STAGES = ("tokenizer", "data", "pretrain", "pretrain_eval", "teach", "subsamples", "curve_taught", "curve_pretrained",
+          "curve_random", "curve_minilm", "adapt_minilm", "curve_minilm_adapted", "report")
 
-# The three starting points of the learning curve, by stage: (label in the report, output folder).
+# The starting points of the learning curve, by stage: (label in the report, output folder).
 CURVES = {
-    "curve_pretrained": ("pre-trained here", "curve-pretrained"),
+    "curve_taught": ("pre-trained and taught here", "curve-taught"),
+    "curve_pretrained": ("masked LM alone", "curve-pretrained"),
     "curve_random": ("random weights", "curve-random"),
     "curve_minilm": ("all-MiniLM-L6-v2", "curve-minilm"),
     "curve_minilm_adapted": ("all-MiniLM-L6-v2 adapted here", "curve-minilm-adapted"),
@@ -21,6 +22,11 @@ CURVES = {
 ADAPT_LR = 1e-4
 ADAPT_HEAD_WARMUP = 0.3
 FINETUNE_BATCH_SIZE = 32
+# Teaching the pre-trained model MiniLM's sentence vectors (`bertforge distill sentences`): a small
+# student takes a large rate; batch 64 of short phrases (docs/research-log-2026-11-27.md).
+TEACH_LR = 1e-3
+TEACH_BATCH_SIZE = 64
+TEACH_HELDOUT = 500  # of the bundled texts, never trained on: the student's agreement with MiniLM
 MINILM_LR = 1e-4  # 50 steps from 100 sentences: 5e-5 left it at 0.53 (3 seeds, the majority class), 1e-4 gave 0.71
 SUBSAMPLE_SEED = 0  # which sentences each size gets; the same for every model and every fine-tuning seed
 # A gap between two starts counts only when every seed of one beats every seed of the other by this
@@ -52,16 +58,21 @@ class Budget:
     pretrain_lr: float
     pretrain_warmup_steps: int
     pretrain_dropout: float  # hidden and attention dropout while pre-training (fine-tuning keeps it)
+    teach_texts: int  # bundled in-domain texts (SST-2 training phrases, labels dropped) MiniLM encodes
+    teach_minutes: float  # minutes of sentence distillation into the pre-trained model; 0: by teach_steps
+    teach_steps: int
     eval_every: int
     curve_sizes: tuple[int, ...]  # labelled sentences at each point of the curve (of the 4,000 bundled)
     curve_seeds: tuple[int, ...]  # fine-tuning seeds at each size: the head's initialisation, the batch order
     curve_epochs: float  # passes over the sentences at each size, within the step limits below
     curve_min_steps: int  # small sizes: at least this many updates, so the few sentences are learnt
     curve_max_steps: int  # large sizes: at most this many (fewer passes), which bounds the cost
+    mlm_alone_max_size: int  # the model after masked LM alone (the contrast to teaching) runs up to this size
     minilm_max_size: int  # MiniLM runs at the curve sizes up to this (it costs ~14x tiny per step) ...
     minilm_max_steps: int  # ... with the curve's steps at a size, but at most this many
     finetune_eval_examples: int | None  # of the 872 SST-2 dev sentences
     finetune_lr: float  # the model pre-trained here and its random twin (MiniLM: MINILM_LR)
+    finetune_pooling: str  # the sentence vector the new output layer reads, for every start
     adapt_steps: int  # MiniLM's adaptation to the bundled training sentences' text (labels dropped)
 
 
@@ -88,19 +99,23 @@ class Budget:
 # a random start at the majority class) or fewer sizes.
 BUDGETS = {
     "full": Budget(books=None, vocab_size=8000, max_seq_length=64, objective="sop", dupe_factor=5,
-                   validation_fraction=0.05, model="tiny", pretrain_steps=20000, pretrain_minutes=4.0,
+                   validation_fraction=0.05, model="tiny", pretrain_steps=20000, pretrain_minutes=1.0,
                    pretrain_batch_size=32,
                    pretrain_lr=1e-3, pretrain_warmup_steps=300, pretrain_dropout=0.0, eval_every=250,
+                   teach_texts=16000, teach_minutes=2.0, teach_steps=0,
                    curve_sizes=(100, 300, 1000, 4000), curve_seeds=(1, 2, 3), curve_epochs=3.0,
-                   curve_min_steps=200, curve_max_steps=200, minilm_max_size=100, minilm_max_steps=50,
-                   finetune_eval_examples=None, finetune_lr=3e-4, adapt_steps=40),
+                   curve_min_steps=200, curve_max_steps=200, mlm_alone_max_size=300, minilm_max_size=100,
+                   minilm_max_steps=50,
+                   finetune_eval_examples=None, finetune_lr=3e-4, finetune_pooling="mean", adapt_steps=40),
     "smoke": Budget(books=1, vocab_size=1000, max_seq_length=64, objective="sop", dupe_factor=1,
                     validation_fraction=0.25, model="tiny", pretrain_steps=40, pretrain_minutes=0.0,
                     pretrain_batch_size=16,
                     pretrain_lr=1e-3, pretrain_warmup_steps=4, pretrain_dropout=0.0, eval_every=20,
+                    teach_texts=300, teach_minutes=0.0, teach_steps=6,
                     curve_sizes=(32, 64), curve_seeds=(1, 2), curve_epochs=1.0, curve_min_steps=2,
-                    curve_max_steps=2, minilm_max_size=32, minilm_max_steps=1, finetune_eval_examples=64,
-                    finetune_lr=3e-4, adapt_steps=2),
+                    curve_max_steps=2, mlm_alone_max_size=64, minilm_max_size=32, minilm_max_steps=1,
+                    finetune_eval_examples=64,
+                    finetune_lr=3e-4, finetune_pooling="mean", adapt_steps=2),
 }
 
 
