@@ -117,10 +117,12 @@ def stage_pretrain(run: Path, budget: Budget, echo: Callable[[str], None]) -> di
 
     dropout = budget.pretrain_dropout
     # by time on the full budget: the same minutes on every machine (a fast CPU takes more steps), the
-    # rate warming up over the first steps and decaying to zero at the budget's end (Cramming's rule)
+    # rate warming up over the first 6% of the time and decaying to zero at its end (Cramming's rule;
+    # a fixed count of warm-up steps would be half of a minute's run on a slow CPU)
+    warmup = ({"warmup_ratio": 0.06} if budget.pretrain_minutes else {"warmup_steps": budget.pretrain_warmup_steps})
     result = pretrain(budget.model, run / "data", run / "pretrain", max_steps=budget.pretrain_steps, resume=True,
                       budget_minutes=budget.pretrain_minutes, batch_size=budget.pretrain_batch_size, lr=budget.pretrain_lr,
-                      warmup_steps=budget.pretrain_warmup_steps, hidden_dropout_prob=dropout,
+                      **warmup, hidden_dropout_prob=dropout,
                       attention_probs_dropout_prob=dropout, eval_every=budget.eval_every,
                       save_every=budget.eval_every, keep_last=1, eval_batch_size=128, eval_max_batches=0)
     # the non-padding pieces trained on (the counters travel in checkpoints, so a resume keeps counting)

@@ -274,7 +274,9 @@ def adaptation_paragraph(adapted: dict[str, Any], minilm: Sequence[dict[str, Any
 def _pretrain_length(pre: dict[str, Any]) -> str:
     """"3,912 steps (5 minutes of training)", or the steps alone for a run by steps."""
     steps = f"{pre['steps']:,} steps"
-    return f"{steps} ({pre['minutes']:g} minutes of training, the schedule fitted to them)" if pre.get("minutes") else steps
+    if not pre.get("minutes"):
+        return steps
+    return f"{steps} ({pre['minutes']:g} {'minute' if pre['minutes'] == 1 else 'minutes'} of training, the schedule fitted to them)"
 
 
 def _cell(point: dict[str, Any] | None, steps: int) -> str:
@@ -357,9 +359,9 @@ def curve_paragraph(pretrained: Sequence[dict[str, Any]], random: Sequence[dict[
     if not helps:
         text.append("Masked LM alone at this budget never made a better start than random weights, whatever the "
                     "lever (in-domain text, masking rate, vocabulary, model shape, fine-tuning rate, pooling: "
-                    "docs/results-pretraining.md, \"The quickstart's levers\"); teaching MiniLM's sentence vectors "
-                    "of the in-domain text did at every size in the runs measured there, so a run where it does not "
-                    "is worth a look at the teaching stage's cosine and steps.")
+                    "docs/results-pretraining.md, \"The quickstart's levers\"); teaching it MiniLM's sentence vectors "
+                    "of the in-domain text (section 4) is the stage that turned it around in the runs measured "
+                    "there, so a run where it does not is worth a look at that stage's cosine and steps.")
     if minilm:
         text.append(_minilm_sentence(minilm, ours, twin, majority))
     return " ".join(text)

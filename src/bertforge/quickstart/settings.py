@@ -56,7 +56,7 @@ class Budget:
     pretrain_minutes: float  # training minutes (warm-up and decay fitted to them); 0: by steps
     pretrain_batch_size: int
     pretrain_lr: float
-    pretrain_warmup_steps: int
+    pretrain_warmup_steps: int  # by steps; a run by minutes warms up over the first 6% of them
     pretrain_dropout: float  # hidden and attention dropout while pre-training (fine-tuning keeps it)
     teach_texts: int  # bundled in-domain texts (SST-2 training phrases, labels dropped) MiniLM encodes
     teach_minutes: float  # minutes of sentence distillation into the pre-trained model; 0: by teach_steps
