@@ -32,6 +32,14 @@ and shape, BERT's initialisation, seed 0):
   30% masked (left the plateau sooner there), masked LM only, the quickstart's 4 training minutes
   with the schedule fitted to them (enough steps on an AVX-512 core to leave the plateau), then
   fine-tuned with mean pooling at 1e-3 (the best fine-tuning for both starts in the rows above).
+- `teach-8k-2min` / `teach-16k-2min` / `teach-32k-2min`: the quickstart's own model (of the run in
+  `--quickstart`) taught all-MiniLM-L6-v2's sentence vectors of 8,000 / 16,000 / 32,000 distinct SST-2
+  training phrases (labels dropped, no dev sentence; `bertforge distill sentences`: its mean-pooled last
+  layer through a Linear, 1 - cosine, batch 64, lr 1e-3, 2 minutes with the schedule fitted to them, 500
+  phrases held out), then fine-tuned with mean pooling at 3e-4 beside the quickstart's random twin
+  alike: how much in-domain text the teaching wants;
+- `teach-from-random-16k-2min`: as `teach-16k-2min`, taught from the random twin instead (no masked LM
+  at all): what masked LM adds underneath.
 `--probe` adds a frozen check: logistic regression on the mean-pooled vectors of each layer.
 Results: experiments/results/quickstart_levers.json and the `quickstart-levers` section of docs/results.md.
 """
@@ -69,7 +77,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "books-mini-4min": {"text": "books", "mask": 0.15, "objective": "sop", "minutes": 4.0, "preset": "mini"},
     "sst2-text-4min-combined": {"text": "sst2", "mask": 0.3, "objective": "none", "minutes": 4.0, "preset": "tiny",
                                 "pooling": "mean", "finetune_lr": 1e-3},
+    "teach-8k-2min": {"text": None, "teach_texts": 8000, "teach_minutes": 2.0, "pooling": "mean"},
+    "teach-16k-2min": {"text": None, "teach_texts": 16000, "teach_minutes": 2.0, "pooling": "mean"},
+    "teach-32k-2min": {"text": None, "teach_texts": 32000, "teach_minutes": 2.0, "pooling": "mean"},
+    "teach-from-random-16k-2min": {"text": None, "teach_texts": 16000, "teach_minutes": 2.0, "pooling": "mean",
+                                   "teach_from": "random"},
 }
+TEACH_LR, TEACH_BATCH, TEACH_HELDOUT = 1e-3, 64, 500
 
 
 def sst2_text(out: Path) -> Path:
@@ -83,6 +97,35 @@ def sst2_text(out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return out
+
+
+def sst2_phrases(out: Path) -> Path:
+    """SST-2's distinct training phrases, labels dropped and dev sentences left out, one a line."""
+    def texts(split: str) -> list[str]:
+        rows = (SHARED / "glue" / "SST-2" / f"{split}.tsv").read_text(encoding="utf-8").splitlines()[1:]
+        return [row.rsplit("\t", 1)[0].strip() for row in rows]
+
+    dev = set(texts("dev"))
+    phrases = [text for text in dict.fromkeys(texts("train")) if text and text not in dev]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(phrases) + "\n", encoding="utf-8")
+    return out
+
+
+def teach_variant(name: str, spec: dict[str, Any], start: Path, work: Path) -> Path:
+    """`start` taught MiniLM's sentence vectors of the variant's share of SST-2's phrases; the taught model."""
+    from bertforge.distill import build_recipe, distill
+    from bertforge.quickstart import minilm_dir
+
+    run = work / name
+    recipe = build_recipe("sentences", options={
+        "teacher": str(minilm_dir()), "student": str(start), "data": str(sst2_phrases(run / "sst2-phrases.txt")),
+        "max_texts": spec["teach_texts"], "heldout_texts": TEACH_HELDOUT, "max_length": 64, "lr": TEACH_LR,
+        "batch_size": TEACH_BATCH, "budget_minutes": spec["teach_minutes"], "warmup_ratio": 0.06, "progress": False})
+    results = distill(recipe, run / "taught", verbose=False, overwrite=True)
+    spec.update(teach_steps=results["steps"], teacher_seconds=results["teacher_seconds"],
+                cosine_before=results["start_metrics"]["cosine"], cosine_after=results["final_metrics"]["cosine"])
+    return run / "taught" / "final"
 
 
 def pretrain_variant(name: str, spec: dict[str, Any], work: Path) -> tuple[Path, float]:
@@ -161,6 +204,9 @@ def frozen_probe(model: Path, subsets: Path) -> list[list[float]]:
                    .score(dev[:, layer], dev_labels), 3) for n in SIZES] for layer in range(train.shape[1])]
 
 
+TWIN_CURVES: dict[tuple[str, float, str], list[dict[str, Any]]] = {}  # fine-tuning is seeded: one run per twin
+
+
 def run_variant(name: str, args: argparse.Namespace, where: str) -> dict[str, Any]:
     from bertforge.pretrain import random_init_like
 
@@ -170,16 +216,34 @@ def run_variant(name: str, args: argparse.Namespace, where: str) -> dict[str, An
         stages = args.quickstart / "stages"
         mlm = json.loads((stages / "pretrain_eval.json").read_text())["validation"]["mlm_accuracy"]
         spec = {**spec, "steps_trained": json.loads((stages / "pretrain.json").read_text())["steps"]}
+        if "teach_texts" in spec:
+            from_random = spec.get("teach_from") == "random"
+            model = teach_variant(name, spec, twin if from_random else model, args.work)
+            mlm = None if from_random else mlm
     else:
         model, mlm = pretrain_variant(name, spec, args.work)
         twin = random_init_like(model, args.work / name / "random-init", seed=0)
     lr, pooling = spec.get("finetune_lr", FINETUNE_LR), spec.get("pooling", "cls")
+    twin_key = (str(twin), lr, pooling)  # the quickstart's own twin, fine-tuned alike, is the same curve each time
+    if twin_key not in TWIN_CURVES:
+        TWIN_CURVES[twin_key] = curve(twin, subsets, args.work / name / "ft-random", lr, pooling)
     row = {"variant": name, "settings": spec, "heldout_mlm_accuracy": mlm, "machine_line": where,
            "pretrained": curve(model, subsets, args.work / name / "ft-pretrained", lr, pooling),
-           "random": curve(twin, subsets, args.work / name / "ft-random", lr, pooling)}
+           "random": TWIN_CURVES[twin_key]}
     if args.probe:
         row["probe"] = {"pretrained": frozen_probe(model, subsets), "random": frozen_probe(twin, subsets)}
     return row
+
+
+def _label(variant: dict[str, Any]) -> str:
+    """The variant's name, with the model it started from and, for teaching, what the teaching did."""
+    settings = variant["settings"]
+    steps = settings.get("steps_trained") if settings["text"] is None else None
+    if "teach_texts" in settings:
+        start = "the random twin" if settings.get("teach_from") == "random" else f"the {steps:,}-step model"
+        return (f"{variant['variant']} (from {start}; {settings['teach_steps']:,} steps, held-out cosine "
+                f"{settings['cosine_before']:.2f} -> {settings['cosine_after']:.2f})")
+    return variant["variant"] + (f" (the quickstart's {steps:,}-step model)" if steps else "")
 
 
 def _model_of(variant: dict[str, Any]) -> str:
@@ -197,8 +261,7 @@ def render(payload: dict[str, Any]) -> str:
         for ours, twin in zip(variant["pretrained"], variant["random"], strict=True):
             above = sum(min(ours["values"]) > t for t in twin["values"]) == len(twin["values"])
             cells.append(f"{ours['mean']:.3f} / {twin['mean']:.3f}{' (every seed above)' if above else ''}")
-        steps = variant["settings"].get("steps_trained") if variant["settings"]["text"] is None else None
-        label = variant["variant"] + (f" (the quickstart's {steps:,}-step model)" if steps else "")
+        label = _label(variant)
         rows.append([label, "" if mlm is None else f"{100 * mlm:.1f}", *cells])
     table = markdown_table(["variant", "held-out MLM acc. %", *(f"{n:,} labels: pre-trained / twin" for n in SIZES)],
                            rows)

@@ -243,7 +243,9 @@ def lever_paragraph(taught: Sequence[dict[str, Any]], pretrained: Sequence[dict[
             f"at {sizes} sentences. In the studies behind this (docs/results-pretraining.md, \"The quickstart's "
             "levers\"), masked LM at a few CPU minutes learnt which words fit a context but gave no better start "
             "for sentiment than random weights, in domain or not, while a released encoder's sentence vectors of "
-            "the task's own unlabelled text carried what it learnt at scale into the small model.")
+            "the task's own unlabelled text carried what it learnt at scale into the small model; taught from "
+            "random weights instead, the same teaching did as well, so at this budget the masked-LM minute "
+            "shows the paper's pre-training end to end and the teaching is what pays.")
 
 
 VERDICT_WORDS = {"better": "better beyond the seed spread", "worse": "worse beyond the seed spread",
