@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 from bertforge.cli import app
 from bertforge.distill import build_recipe, distill
-from bertforge.distill.losses import mean_pool, sentence_vector_loss
+from bertforge.distill.losses import sentence_vector_loss
 from bertforge.distill.sentences import read_texts, split_texts
+from bertforge.model.base import mean_of_real_tokens as mean_pool
 from bertforge.tokenizer import BertTokenizer
 from bertforge.train import loop as loop_module
 from tests.tiny_models import save_tiny_encoder

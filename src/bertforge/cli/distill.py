@@ -66,14 +66,15 @@ def _report(results: dict[str, Any], out: Path) -> None:
     if results["mode"] == "sentences":
         texts = results["texts"]
         typer.echo(f"  {texts['train']:,} texts trained on, {texts['heldout']:,} held out; the teacher encoded them in "
-                   f"{results['teacher_seconds']:.0f} s at {results['teacher_precision']} (cosine: the student's agreement with it on the held-out texts)")
+                   f"{results['teacher_seconds']:.0f} s at {results['teacher_precision']} (cosine: the student's "
+                   "agreement with it on the held-out texts)")
     where = out / ("student" if results["mode"] == "task" else "final")
     typer.echo(f"wrote {where}, {out / 'results.json'}, {out / 'run_config.yaml'}")
 
 
 task_command = recipe_command(
-    "distill-task", DistillRecipe, _body("task"), skip=("mode", "task_settings", "progress", *_GENERAL_ONLY, *_SENTENCES_ONLY),
-    leading=[_OUT, _OVERWRITE, _QUIET],
+    "distill-task", DistillRecipe, _body("task"),
+    skip=("mode", "task_settings", "progress", *_GENERAL_ONLY, *_SENTENCES_ONLY), leading=[_OUT, _OVERWRITE, _QUIET],
     doc="""Distil a fine-tuned teacher's task into a smaller, faster student.
 
     The teacher is a directory written by `bertforge finetune` (its task.json names the task, its data
@@ -88,8 +89,8 @@ task_command = recipe_command(
     """)
 
 general_command = recipe_command(
-    "distill-general", DistillRecipe, _body("general"), skip=("mode", "task_settings", "progress", *_TASK_ONLY, *_SENTENCES_ONLY),
-    leading=[_OUT, _OVERWRITE, _QUIET],
+    "distill-general", DistillRecipe, _body("general"),
+    skip=("mode", "task_settings", "progress", *_TASK_ONLY, *_SENTENCES_ONLY), leading=[_OUT, _OVERWRITE, _QUIET],
     doc="""Distil a teacher encoder into a small pre-trained student on prepared shards.
 
     The student learns the teacher's last-layer attention (--attention-weight), self-relations

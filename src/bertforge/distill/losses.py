@@ -32,7 +32,7 @@ from torch import nn
 
 from bertforge.config import IGNORE_INDEX
 from bertforge.distill.recipe import DistillLosses
-from bertforge.model.base import sequence_classification_loss, token_classification_loss
+from bertforge.model.base import mean_of_real_tokens, sequence_classification_loss, token_classification_loss
 
 # a finite stand-in for "impossible" (padding in a span distribution, a padded key): exp() of it is 0
 # in fp32, and unlike -inf (or finfo.min / T) it never makes inf - inf
@@ -117,12 +117,6 @@ def sentence_vector_loss(student_vectors: torch.Tensor, teacher_vectors: torch.T
     return (1.0 - F.cosine_similarity(student_vectors.float(), teacher_vectors.float(), dim=-1, eps=1e-8)).mean()
 
 
-def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """(B, T, H) token vectors -> (B, H): the mean over each row's real tokens."""
-    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
-    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-
-
 class SentenceDistiller(nn.Module):
     """The student encoder and the Linear that maps its mean-pooled vector to the teacher's width.
 
@@ -142,7 +136,7 @@ class SentenceDistiller(nn.Module):
             attention_mask = torch.ones_like(input_ids)
         hidden = self.student(input_ids=input_ids, attention_mask=attention_mask,
                               token_type_ids=token_type_ids).last_hidden_state  # (B, T, H)
-        vectors = self.projection(mean_pool(hidden, attention_mask))  # (B, D)
+        vectors = self.projection(mean_of_real_tokens(hidden, attention_mask))  # (B, D)
         if labels is None:
             return DistillOutput(loss=vectors.new_zeros(()), parts={"vectors": vectors.detach()})
         loss = sentence_vector_loss(vectors, labels)
@@ -292,6 +286,6 @@ class Distiller(nn.Module):
         return F.cross_entropy(logits[known].float(), labels[known])  # multiple choice: (B, C)
 
 
-__all__ = ["MODEL_INPUTS", "DistillOutput", "Distiller", "SentenceDistiller", "attention_loss", "binary_soft_target_loss",
-           "hidden_state_loss", "mean_pool", "relation_loss", "self_relation", "sentence_vector_loss", "soft_target_loss",
-           "uniform_layer_map"]
+__all__ = ["MODEL_INPUTS", "DistillOutput", "Distiller", "SentenceDistiller", "attention_loss",
+           "binary_soft_target_loss", "hidden_state_loss", "relation_loss", "self_relation", "sentence_vector_loss",
+           "soft_target_loss", "uniform_layer_map"]

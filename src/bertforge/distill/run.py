@@ -77,9 +77,10 @@ FINAL_DIR = "final"
 RESULTS_FILE = "results.json"
 START_FILE = "start_metrics.json"
 RUN_SUBDIR = "run"
+TEACHER_VECTORS = "teacher_vectors.npy"  # sentence distillation: the teacher's vectors of the texts, encoded once
 # what --overwrite clears before starting again
 RUN_STATE = (RUN_SUBDIR, STUDENT_DIR, f".{STUDENT_DIR}.*", FINAL_DIR, RESULTS_FILE, START_FILE, RUN_CONFIG_FILE,
-             RECORD_FILE, "teacher_vectors.npy")
+             RECORD_FILE, TEACHER_VECTORS)
 # settings that change where or how visibly a run happens, not what it computes
 _NOT_RESULT_SETTINGS = ("device", "progress", "eval_batch_size", "save_every_steps", "save_every_minutes",
                         "keep_last")
@@ -469,8 +470,8 @@ def distill_task(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool = 
         added = f" + {len(augmented)} augmented" if augmented else ""
         say(f"distilling {task_title(spec.family, spec.name)}: {len(train_examples)} labelled + "
              f"{len(unlabelled_examples)} unlabelled{added} examples -> {len(train_features)} features; teacher "
-             f"{parameter_count(teacher)} parameters, student {parameter_count(student)} ({student_from}); {max_steps} steps -> {out_dir}",
-             verbose)
+            f"{parameter_count(teacher)} parameters, student {parameter_count(student)} ({student_from}); "
+            f"{max_steps} steps -> {out_dir}", verbose)
         result = train(model, batches, run_dir, config, recipe.optim, evaluate=scorer, resume=True,
                        selection=selection)
         final_metrics = result.metrics or scorer(model)
@@ -480,7 +481,8 @@ def distill_task(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool = 
                                               epoch=round(result.step / steps_per_epoch, 3)))
         results = {
             "mode": "task", "family": spec.family, "task": spec.name, "teacher": str(teacher_dir),
-            "student": student_from, "parameters": {"teacher": parameter_count(teacher), "student": parameter_count(student)},
+            "student": student_from,
+            "parameters": {"teacher": parameter_count(teacher), "student": parameter_count(student)},
             "train_examples": len(train_examples), "unlabelled_examples": len(unlabelled_examples),
             "augmented_examples": len(augmented),
             "steps": result.step, "selection_metric": selection_metric, "teacher_metrics": teacher_metrics,
@@ -630,7 +632,8 @@ def distill_general(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool
             student.save_pretrained(out_dir / FINAL_DIR, tokenizer=tokenizer)
         results = {
             "mode": "general", "teacher": str(teacher_dir), "data": str(data_dir), "student": student_from,
-            "student_job": job, "parameters": {"teacher": parameter_count(teacher), "student": parameter_count(student)},
+            "student_job": job,
+            "parameters": {"teacher": parameter_count(teacher), "student": parameter_count(student)},
             "steps": result.step, "start_metrics": start, "final_metrics": result.metrics,
             "final": FINAL_DIR, "wall_s": round(time.perf_counter() - started, 1),
         }
@@ -679,6 +682,7 @@ def distill(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool = True,
     return run(recipe, out_dir, verbose=verbose, overwrite=overwrite)
 
 
-__all__ = ["FINAL_DIR", "RESULTS_FILE", "RUN_STATE", "START_FILE", "STUDENT_DIR", "build_student",
-           "copy_teacher_weights", "distill", "distill_general", "distill_task", "layer_student", "read_unlabelled",
-           "save_layer_student", "tokenizer_file", "vocab_digest", "write_student"]
+__all__ = ["FINAL_DIR", "RESULTS_FILE", "RUN_STATE", "START_FILE", "STUDENT_DIR", "TEACHER_VECTORS",
+           "build_student", "check_model_dir", "copy_teacher_weights", "distill", "distill_general", "distill_task",
+           "layer_student", "open_run", "parameter_count", "read_unlabelled", "run_settings", "save_layer_student",
+           "say", "start_metrics", "student_path", "tokenizer_file", "vocab_digest", "write_json", "write_student"]

@@ -40,6 +40,7 @@ from bertforge.distill.run import (
     FINAL_DIR,
     RESULTS_FILE,
     RUN_SUBDIR,
+    TEACHER_VECTORS,
     check_model_dir,
     open_run,
     parameter_count,
@@ -56,7 +57,6 @@ from bertforge.tasks.base import Feature, TaskBatches, collate
 from bertforge.train.config import TrainConfig
 from bertforge.train.rundir import directory_input, file_input
 
-TEACHER_VECTORS = "teacher_vectors.npy"
 DEFAULT_MAX_LENGTH = 128  # pieces per text, for the teacher and the student alike
 ENCODE_CHUNK = 2048  # texts per call to the teacher's pipeline (a progress line each)
 SPLIT_SEED = 0  # the held-out choice and the `max_texts` sample do not move with the training seed
@@ -205,7 +205,7 @@ def distill_sentences(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bo
     with run_lock(out_dir, what="distillation run"):
         open_run(out_dir, recipe, run_settings(recipe, None), inputs, overwrite, mode="sentences")
         teacher_started = time.perf_counter()
-        vectors = teacher_vectors(teacher_dir, train_texts + heldout_texts, out_dir / "teacher_vectors.npy",
+        vectors = teacher_vectors(teacher_dir, train_texts + heldout_texts, out_dir / TEACHER_VECTORS,
                                   max_length=max_length, batch_size=loop.eval_batch_size, device=loop.device,
                                   verbose=verbose, precision=recipe.teacher_precision)
         teacher_seconds = time.perf_counter() - teacher_started
@@ -240,7 +240,8 @@ def distill_sentences(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bo
             "parameters": {"teacher": _teacher_size(teacher_dir), "student": parameter_count(student)},
             "steps": result.step, "start_metrics": start, "final_metrics": final, "final": FINAL_DIR,
             "teacher_seconds": round(teacher_seconds, 1),
-            "teacher_precision": choose_precision(recipe.teacher_precision, device=loop.device or "cpu"), "wall_s": round(time.perf_counter() - started, 1),
+            "teacher_precision": choose_precision(recipe.teacher_precision, device=loop.device or "cpu"),
+            "wall_s": round(time.perf_counter() - started, 1),
         }
         write_json(out_dir / RESULTS_FILE, results)
         write_student_cards([out_dir / FINAL_DIR], recipe, results)
@@ -259,5 +260,5 @@ def _teacher_size(teacher_dir: Path) -> int:
     return total
 
 
-__all__ = ["TEACHER_VECTORS", "build_sentence_student", "distill_sentences", "read_texts", "split_texts",
+__all__ = ["build_sentence_student", "distill_sentences", "read_texts", "split_texts",
            "teacher_vectors", "text_features"]

@@ -1,8 +1,8 @@
 """The whole system on bundled data, in one command: raw text -> WordPiece -> shards -> pre-training ->
 held-out MLM/SOP scores, a context probe and fill-mask -> teaching -> fine-tuning -> scores. Teaching
-continues the pre-trained model on bundled in-domain text (8,000 phrases of SST-2's training split,
+continues the pre-trained model on bundled in-domain text (16,000 phrases of SST-2's training split,
 labels dropped), learning all-MiniLM-L6-v2's sentence vectors of them (`bertforge distill sentences`):
-at two CPU minutes masked LM alone gives no better start than random weights, and this does. The
+at a few CPU minutes masked LM alone gives no better start than random weights, and this does. The
 fine-tuning is a learning curve: SST-2 dev accuracy against the number of labelled sentences (nested
 sub-samples of the bundled 4,000, several seeds at each size), from the model pre-trained and taught
 here, from the same model after masked LM alone, from the same architecture's random initialisation
