@@ -164,8 +164,8 @@ class DistillRecipe:
                                                "`bertforge tokenizer train`, say); default: the teacher's.")
     teacher_precision: str = setting("fp32", help="Sentence distillation: the precision the teacher encodes --data "
                                                   "in (bertforge.precision): fp32, bf16, int8, or auto (bf16 where "
-                                                  "the CPU has native bf16 instructions: about twice as fast, "
-                                                  "vectors within 1e-3 of fp32's in cosine).")
+                                                  "the CPU has native bf16 instructions, which make it faster; "
+                                                  "docs/benchmarks-engines.md).")
     family: str | None = setting(None, help="Task family (default: the teacher's task.json).")
     task: str | None = setting(None, help="Task within the family (default: the teacher's task.json).")
     task_settings: dict[str, Any] = setting(default_factory=dict, keys=_task_setting_names,
