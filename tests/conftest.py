@@ -36,3 +36,12 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def torch_dropout_draws(monkeypatch):
+    """Dropout masks drawn exactly as torch's F.dropout draws them (as transformers does), for tests
+    that compare a training-mode forward pass with transformers' draw for draw."""
+    from bertforge.model import layers
+
+    monkeypatch.setattr(layers, "DROPOUT_DRAWS_AS_TORCH", True)

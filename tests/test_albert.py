@@ -377,7 +377,7 @@ def test_bert_entry_points_build_the_albert_class(tmp_path) -> None:
     assert masked_lm.load_report.ok and "albert.pooler.dense.weight" in masked_lm.load_report.unused
 
 
-def test_training_mode_places_dropout_as_transformers_does(tmp_path) -> None:
+def test_training_mode_places_dropout_as_transformers_does(tmp_path, torch_dropout_draws) -> None:
     """With the padded path both libraries draw the same dropout masks in the same order, so equal
     training-mode outputs show the same dropout sites (none on the feed-forward output in ALBERT)."""
     theirs = saved_transformers_model(tmp_path, "AlbertForSequenceClassification", num_labels=3,

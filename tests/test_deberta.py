@@ -377,7 +377,7 @@ def test_bert_entry_points_build_the_deberta_class(tmp_path) -> None:
     assert encoder.load_report.ok and not encoder.load_report.new_heads
 
 
-def test_training_mode_places_dropout_as_transformers_does(tmp_path) -> None:
+def test_training_mode_places_dropout_as_transformers_does(tmp_path, torch_dropout_draws) -> None:
     """With the padded path both libraries draw the same dropout masks in the same order, so equal
     training-mode outputs show the same dropout sites (embeddings, the relative table in every layer,
     the attention and feed-forward outputs, the pooler's input, the classifier's input)."""

@@ -329,7 +329,7 @@ def test_bert_entry_points_build_the_distilbert_class(tmp_path) -> None:
     assert encoder.load_report.ok and len(encoder.load_report.unused) == 5
 
 
-def test_training_mode_places_dropout_as_transformers_does(tmp_path) -> None:
+def test_training_mode_places_dropout_as_transformers_does(tmp_path, torch_dropout_draws) -> None:
     """With the padded path both libraries draw the same dropout masks in the same order, so equal
     training-mode outputs show the same dropout sites (none on the attention output in DistilBERT)."""
     theirs = saved_transformers_model(tmp_path, "DistilBertForSequenceClassification", num_labels=3,

@@ -436,7 +436,7 @@ def test_the_unpadded_path_equals_the_padded_path(width: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["ElectraForSequenceClassification", "ElectraForMultipleChoice"])
-def test_training_mode_places_dropout_as_transformers_does(tmp_path, name: str) -> None:
+def test_training_mode_places_dropout_as_transformers_does(tmp_path, torch_dropout_draws, name: str) -> None:
     """With the padded path both libraries draw the same dropout masks in the same order, so equal
     training-mode outputs show the same dropout sites (embeddings, layers, and the heads' own)."""
     theirs = saved_transformers_model(tmp_path, name, hidden_dropout_prob=0.2, attention_probs_dropout_prob=0.0,

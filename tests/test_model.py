@@ -256,6 +256,44 @@ def test_dropout_only_in_training() -> None:
     torch.testing.assert_close(model(ids).last_hidden_state, model(ids).last_hidden_state)
 
 
+def test_cpu_dropout_keeps_one_minus_p_and_rescales() -> None:
+    from bertforge.model.layers import dropout
+
+    torch.manual_seed(0)
+    x = torch.ones(400, 1000, requires_grad=True)
+    dropped = dropout(x, 0.1, True)
+    kept = dropped != 0
+    assert abs(kept.float().mean().item() - 0.9) < 0.003  # 400,000 draws: the std of the share is 0.0005
+    torch.testing.assert_close(dropped[kept], torch.full_like(dropped[kept], 1 / 0.9))
+    dropped.sum().backward()
+    torch.testing.assert_close(x.grad, dropped.detach())  # d(x * keep)/dx is the scaled mask itself
+    assert dropout(x, 0.1, False) is x and dropout(x, 0.0, True) is x
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_cpu_attention_with_dropout_is_sdpa_with_the_probabilities_dropped(monkeypatch, causal, with_bias) -> None:
+    """The explicit CPU path taken while training with attention dropout computes what SDPA does: with
+    the dropout made the identity it must give SDPA's output and gradients (masks and causality too)."""
+    from bertforge.model import layers
+
+    torch.manual_seed(0)
+    query, key, value = (torch.randn(2, 3, 7, 8, requires_grad=True) for _ in range(3))
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[1, 4:] = 0
+    bias = layers.padding_bias(mask, torch.float32) if with_bias else None
+    if causal and with_bias:
+        bias = layers.causal_bias(mask, 7, torch.float32, query.device)
+    expected = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=bias,
+                                                                is_causal=causal and not with_bias)
+    expected_grads = torch.autograd.grad(expected.square().sum(), (query, key, value))
+    monkeypatch.setattr(layers, "dropout", lambda x, p, training: x)
+    ours = layers.attend(query, key, value, bias, 0.25, causal and not with_bias)  # the explicit path
+    torch.testing.assert_close(ours, expected, atol=1e-5, rtol=1e-5)
+    for got, want in zip(torch.autograd.grad(ours.square().sum(), (query, key, value)), expected_grads):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 def test_presets_have_the_paper_sizes() -> None:
     base = BertModel(BertConfig.from_preset("base"))
     assert 109e6 < base.num_parameters() < 111e6  # "110M"

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from bertforge.model.bert.config import BertConfig
+from bertforge.model.layers import Dropout
 
 
 class Embeddings(nn.Module):
@@ -32,7 +33,7 @@ class Embeddings(nn.Module):
             nn.Embedding(config.type_vocab_size, width) if config.type_vocab_size > 0 else None
         )
         self.layer_norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
         self.projection = nn.Linear(width, config.hidden_size) if config.embedding_size is not None else None
 
     def forward(
