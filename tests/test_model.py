@@ -290,7 +290,7 @@ def test_cpu_attention_with_dropout_is_sdpa_with_the_probabilities_dropped(monke
     monkeypatch.setattr(layers, "dropout", lambda x, p, training: x)
     ours = layers.attend(query, key, value, bias, 0.25, causal and not with_bias)  # the explicit path
     torch.testing.assert_close(ours, expected, atol=1e-5, rtol=1e-5)
-    for got, want in zip(torch.autograd.grad(ours.square().sum(), (query, key, value)), expected_grads):
+    for got, want in zip(torch.autograd.grad(ours.square().sum(), (query, key, value)), expected_grads, strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
