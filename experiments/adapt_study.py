@@ -268,7 +268,8 @@ def report(payload: dict[str, Any]) -> str:
     seeds = ", ".join(map(str, payload["tasks"][0]["seeds"])) if payload["tasks"] else ""
     finetune = payload.get("finetune", FINETUNE)  # results written before the rate was a setting used FINETUNE
     return "\n".join([
-        f"## Task-adaptive pre-training on a CPU budget: {', '.join(item['task'] for item in payload['tasks'])}", "",
+        f"## Task-adaptive pre-training{_of_checkpoint(payload)} on a CPU budget: "
+        f"{', '.join(item['task'] for item in payload['tasks'])}", "",
         f"`{payload['command']}`. Checkpoint: {payload['checkpoint']}. Each adaptation is `bertforge adapt` on "
         "the task's training text with its labels dropped (the dev split never read), for a budget of training "
         f"minutes on {_threads(payload)}; then the checkpoint itself and each adapted model are fine-tuned alike: lr "
@@ -281,6 +282,10 @@ def report(payload: dict[str, Any]) -> str:
         "dropout (`train_dropout` auto) unless a row says `train_dropout model`; the steps a budget buys depend on "
         "what else ran on the machine (see the research log).", "",
         table, "", *readings, "", machine_line(payload["machine"]), ""])
+
+
+def _of_checkpoint(payload: dict[str, Any]) -> str:
+    return "" if payload["checkpoint"] == MINILM else f" of {payload['checkpoint']}"  # MiniLM's came first
 
 
 def _has_twin(payload: dict[str, Any]) -> bool:

@@ -121,6 +121,10 @@ RESULTS_PAGE: dict[str, Generated] = {
     "adapt-study-conll-2003": Generated("experiments.adapt_study", E + "adapt_study_conll_2003.json", "report"),
     "adapt-study-sst-2": Generated("experiments.adapt_study", E + "adapt_study_sst_2.json", "report"),
     "adapt-study-squad-article": Generated("experiments.adapt_study", E + "adapt_study_squad_article.json", "report"),
+    "adapt-study-bert-mini-here-sst-2-squad-article": Generated(
+        "experiments.adapt_study", E + "adapt_study_bert_mini_here_sst_2_squad_article.json", "report"),
+    "adapt-study-bert-mini-here-conll-2003": Generated(
+        "experiments.adapt_study", E + "adapt_study_bert_mini_here_conll_2003.json", "report"),
     "gpu-minutes": Generated("experiments.gpu_minutes", E + "gpu_minutes.json"),
     "quickstart-levers": Generated("experiments.quickstart_levers", E + "quickstart_levers.json"),
     "embed-training": Generated("experiments.embed_training", E + "embed_training.json"),
