@@ -3,6 +3,8 @@ task's own unlabelled text make a released checkpoint fine-tune better from few 
 
     python -m experiments.adapt_study                      # SST-2, 1,000 labels, 5 seeds, 20 adapt minutes
     python -m experiments.adapt_study --smoke              # the same path in a few minutes (not a result)
+    python -m experiments.adapt_study --checkpoint DIR --name NAME --twin --finetune-lr 3e-4
+                                                           # another checkpoint, beside its random twin
 
 For each task: the unlabelled text is the task's whole training split with its labels dropped (the
 labelled sample is part of it, as in Gururangan et al.'s setting; the dev split is never read by
