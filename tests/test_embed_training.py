@@ -103,6 +103,47 @@ def test_losses_by_hand() -> None:
     torch.testing.assert_close(embedder._loss(vectors, scores), torch.log1p(torch.exp(torch.stack(terms)).sum()))
 
 
+def test_each_distinct_text_is_encoded_once(files: dict[str, Path]) -> None:
+    """A batch's repeated texts go through the encoder once and get the vectors their own passes give;
+    a row paired with itself (SetFit's self pair) is encoded twice, so dropout can tell the two apart."""
+    from bertforge.model.auto import load_for_job
+    from bertforge.tokenizer import BertTokenizer
+
+    tokenizer = BertTokenizer.from_pretrained(files["encoder"])
+    encoder = load_for_job(files["encoder"], "embeddings").eval()
+    seen: list[int] = []
+    encoder.register_forward_hook(lambda module, args, kwargs, out: seen.append(kwargs["input_ids"].shape[0]),
+                                  with_kwargs=True)
+    embedder = SentenceEmbedder(encoder, pooling="mean", normalize=True, loss="cosine", scale=20.0, score_max=1.0,
+                                max_length=16).eval()
+    rows = [("the cat", "a kitten"), ("a kitten", "the big sea"), ("the cat", "the cat"), ("the road", "the cat")]
+    flat = [t for row in rows for t in row]
+    encoded = tokenizer.encode_batch(flat, max_length=16, truncation=True)
+    width = max(len(ids) for ids in encoded["input_ids"])
+
+    def padded(key: str) -> torch.Tensor:
+        return torch.tensor([ids + [0] * (width - len(ids)) for ids in encoded[key]]).view(len(rows), 2, width)
+
+    input_ids, types = padded("input_ids"), padded("token_type_ids")
+    mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids in encoded["input_ids"]]).view(len(rows), 2, width)
+    with torch.no_grad():
+        vectors = embedder(input_ids, mask, types).embeddings  # (4, 2, H)
+        assert seen == [3, 2]  # column 0: cat, kitten, road; column 1: big sea, and "the cat" again in row 2
+        seen.clear()
+        one_by_one = torch.stack([embedder.embed(input_ids[b, c:c + 1, :int(mask[b, c].sum())],
+                                                 mask[b, c:c + 1, :int(mask[b, c].sum())],
+                                                 types[b, c:c + 1, :int(mask[b, c].sum())])[0]
+                                  for b in range(len(rows)) for c in range(2)]).view(len(rows), 2, -1)
+    torch.testing.assert_close(vectors, one_by_one, atol=1e-5, rtol=1e-5)
+    embedder.train()  # with dropout on, the self pair's two passes differ; the other repeats share one
+    loss = embedder(input_ids, mask, types, labels=torch.ones(len(rows))).loss
+    loss.backward()
+    with torch.no_grad():
+        trained = embedder(input_ids, mask, types, labels=torch.ones(len(rows))).embeddings
+    assert not torch.equal(trained[2, 0], trained[2, 1]) and torch.equal(trained[0, 0], trained[3, 1])
+    assert torch.equal(trained[0, 1], trained[1, 0])
+
+
 def test_cli_and_bad_files(files: dict[str, Path], tmp_path: Path) -> None:
     runner = CliRunner()
     result = runner.invoke(app, ["finetune", "embed", "--model", str(files["encoder"]), "--train", str(files["pairs"]),

@@ -50,14 +50,24 @@ class SentenceEmbedder(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> EmbedderOutput:
-        # each column on its own, cut to its own longest row: a short question is not padded to the
-        # length of the paragraph beside it (the batch is padded to its longest text of any column)
-        columns = []
-        for c in range(input_ids.shape[1]):
-            length = int(attention_mask[:, c].sum(-1).max())
-            types = None if token_type_ids is None else token_type_ids[:, c, :length]
-            columns.append(self.embed(input_ids[:, c, :length], attention_mask[:, c, :length], types))
-        vectors = torch.stack(columns, dim=1)  # (B, C, H)
+        # (B, C, T) in. Each distinct text of the batch is encoded once: SetFit's pairs draw both
+        # sides from a few dozen rows, so a batch of 16 pairs holds about 20 distinct texts in its 32
+        # places. The texts are encoded column by column, each column's new texts cut to their own
+        # longest row: a short question is not padded to the length of the paragraph beside it.
+        batch, width = input_ids.shape[:2]
+        slot_text, column_rows = _distinct_texts(input_ids, attention_mask, token_type_ids)
+        encoded = []
+        for c, rows in enumerate(column_rows):
+            if not rows:
+                continue
+            picked = torch.tensor(rows, device=input_ids.device)
+            mask = attention_mask[picked, c]  # (R, T)
+            length = int(mask.sum(-1).max())
+            types = None if token_type_ids is None else token_type_ids[picked, c, :length]
+            encoded.append(self.embed(input_ids[picked, c, :length], mask[:, :length], types))
+        distinct = torch.cat(encoded)  # (D, H), in the order `_distinct_texts` numbers them
+        order = torch.tensor(slot_text, device=distinct.device)  # (C * B,) column by column
+        vectors = distinct.index_select(0, order).view(width, batch, -1).transpose(0, 1)  # (B, C, H)
         loss = self._loss(vectors, labels) if self.training or labels is not None else None
         return EmbedderOutput(loss, vectors)
 
@@ -100,6 +110,37 @@ class SentenceEmbedder(torch.nn.Module):
         write_text_atomic(directory / "sentence_bert_config.json",
                           json.dumps({"max_seq_length": self.max_length, "do_lower_case": lowercase}, indent=2) + "\n")
 
+
+
+def _distinct_texts(input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                    token_type_ids: torch.Tensor | None) -> tuple[list[int], list[list[int]]]:
+    """Which places of a (B, C, T) batch hold the same text. Returns, column by column, each place's
+    number among the batch's distinct texts (C * B numbers), and for each column the rows whose text
+    is first met there, in that order (the distinct texts are numbered column by column, row by row).
+
+    A text met again in its own row (SetFit's pair of a row with itself) is a text of its own: the
+    two passes of one row under different dropout are that pair's positive (SimCSE's), which one
+    shared pass would reduce to a cosine of exactly 1 and no gradient."""
+    lengths = attention_mask.sum(-1).tolist()  # (B, C)
+    ids = input_ids.tolist()
+    types = token_type_ids.tolist() if token_type_ids is not None else None
+    number: dict[Any, int] = {}
+    row_texts: list[set[Any]] = [set() for _ in ids]
+    slot_text: list[int] = []
+    column_rows: list[list[int]] = []
+    for c in range(input_ids.shape[1]):
+        column_rows.append([])
+        for b, row in enumerate(ids):
+            real = lengths[b][c]
+            key: Any = (tuple(row[c][:real]), tuple(types[b][c][:real]) if types is not None else None)
+            if key in row_texts[b]:
+                key = ("again", b, c)  # the row paired with itself: its own pass
+            row_texts[b].add(key)
+            if key not in number:
+                number[key] = len(number)
+                column_rows[c].append(b)
+            slot_text.append(number[key])
+    return slot_text, column_rows
 
 
 __all__ = ["EmbedderOutput", "SentenceEmbedder"]
