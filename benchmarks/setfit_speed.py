@@ -9,9 +9,10 @@ copies: 20 positive and 20 negative pairs per sentence, batch 16, one epoch, bod
 loss, a logistic head; then both label the first `--dev` SST-2 dev sentences. What is timed is one
 call each, after the libraries are imported: `bertforge.finetune.finetune(..., method="setfit")`,
 which also writes its run directory (the classifier, the encoder, predictions, the report), and the
-package's `SetFitModel.from_pretrained` + `Trainer.train` + `predict`. The two samplers differ (the
-package pairs a sentence with itself too; bertforge never does), so the dev accuracy of each round
-is kept beside its time. Each run is a fresh process; the libraries alternate over `--rounds` rounds
+package's `SetFitModel.from_pretrained` + `Trainer.train` + `predict`. The two draw and batch their
+pairs each their own way, and bertforge encodes each distinct sentence of a batch once where the
+package encodes both sentences of every pair, so the dev accuracy of each round is kept beside its
+time. Each run is a fresh process; the libraries alternate over `--rounds` rounds
 and the median is kept.
 
 Requires the bench extra (`pip install -e ".[bench]"`: setfit). Results go to
