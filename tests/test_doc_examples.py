@@ -165,6 +165,12 @@ def build_home(root: Path) -> Path:
     for name in ("sentences.txt", "lines.txt", "questions.txt", "more-reviews.txt", "texts.txt", "reviews.txt"):
         _write(work / name, "\n".join(texts) + "\n")
     _jsonl(work / "long_reviews.jsonl", [{"text": " ".join(texts * 3)}, {"text": texts[0]}])
+    # multi-label rows: each review's label, and "long" beside it for the longer ones
+    labelled = [line.rsplit(",", 1) for line in (classify / "reviews.csv").read_text().splitlines()[1:]]
+    tagged = [{"text": text.strip('"'), "tags": [label] + (["long"] if len(text.split()) > 6 else [])}
+              for text, label in labelled]
+    _jsonl(work / "tagged.jsonl", tagged)
+    _jsonl(work / "tagged-dev.jsonl", tagged)
     _write(work / "pairs.csv", "anchor,positive\n" + "".join(f'"{a}","{b}"\n' for a, b in zip(texts[:-1], texts[1:], strict=True)))
     shutil.copy(work / "pairs.csv", work / "pairs-dev.csv")
     _write(work / "sts.csv", "sentence1,sentence2,score\n"

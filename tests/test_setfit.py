@@ -82,3 +82,58 @@ def test_large_files_draw_partners(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_one_row_per_label_pairs_each_row_with_itself() -> None:
     pairs = sentence_pairs(["a", "b", "c"], ["x", "y", "z"], 2, 1)
     assert {(p["sentence1"], p["sentence2"]) for p in pairs if p["score"] == 1.0} == {("a", "a"), ("b", "b"), ("c", "c")}
+
+
+def test_multi_label_rows_pair_by_a_shared_label(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two rows that share a label are a positive pair, two that share none a negative one (the setfit
+    package's multi-label pairs); listed for small files, drawn for large ones."""
+    import bertforge.finetune.setfit as setfit
+
+    texts = ["a", "b", "c", "d", "e"]
+    labels = [["x"], ["x", "y"], ["y"], ["z"], []]
+    sets = dict(zip(texts, map(set, labels), strict=True))
+    for listed_up_to in (1000, 2):
+        monkeypatch.setattr(setfit, "MAX_LISTED_ROWS", listed_up_to)
+        pairs = sentence_pairs(texts, labels, iterations=6, seed=2)
+        assert Counter(p["score"] for p in pairs) == {1.0: 30, 0.0: 30}
+        for p in pairs:
+            first, second = p["sentence1"], p["sentence2"]
+            shared = first == second or bool(sets[first] & sets[second])
+            assert shared == (p["score"] == 1.0), p
+    positives = {frozenset((p["sentence1"], p["sentence2"])) for p in pairs if p["score"] == 1.0}
+    assert frozenset(("a", "c")) not in positives and {frozenset(("a", "b")), frozenset(("b", "c"))} <= positives
+    with pytest.raises(ValueError, match="share no label"):
+        sentence_pairs(["a", "b", "c"], [["x", "y"], ["x"], ["y", "x"]], 2, 1)
+
+
+def test_multi_label_setfit_classifier(tmp_path: Path) -> None:
+    """A set of labels per row: one-vs-rest logistic heads, thresholds tuned on dev, label sets out of
+    the pipeline as fine-tuning scored them."""
+    words = GOOD + BAD
+    encoder = save_tiny_encoder(tmp_path, " ".join(["a", "film", "story", "long", "short", *words]), vocab_size=90,
+                                hidden_size=32)
+
+    def rows(prefix: str, picked: list[str]) -> list[dict]:
+        out = []
+        for i, word in enumerate(picked):
+            length = "long" if i % 2 else "short"
+            tone = "good" if word in GOOD else "bad"
+            out.append({"text": f"{prefix} {length} {word} film", "labels": [tone, length] if i % 3 else [tone]})
+        return out
+
+    train, dev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
+    train.write_text("".join(json.dumps(r) + "\n" for r in rows("a", words)), encoding="utf-8")
+    dev_rows = rows("the", GOOD[:4] + BAD[:4])
+    dev.write_text("".join(json.dumps(r) + "\n" for r in dev_rows), encoding="utf-8")
+    results = finetune("classify", None, encoder, None, tmp_path / "run", method="setfit", max_length=16,
+                       task_settings={"train": str(train), "dev": str(dev), "label_column": "labels"},
+                       progress=False, verbose=False)
+    seed = tmp_path / "run" / "seed-1"
+    config = json.loads((seed / "config.json").read_text())
+    assert config["problem_type"] == "multi_label_classification"
+    assert sorted(config["id2label"].values()) == ["bad", "good", "long", "short"]
+    metrics = results["seeds"][0]["metrics"]
+    assert "micro_f1" in metrics and metrics["micro_f1"] >= 0.6, metrics
+    predicted = [sorted(r["labels"]) for r in pipeline(seed)([r["text"] for r in dev_rows])]
+    written = [sorted(json.loads(line)["labels"]) for line in (seed / "predictions-dev.jsonl").read_text().splitlines()]
+    assert predicted == written

@@ -351,7 +351,8 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
         if loop.method == "setfit":  # few labels: pairs -> the encoder -> a logistic head (finetune.setfit)
             model, body_steps = train_setfit(train_examples, label_list or [], model_dir, seed_dir, seed=seed,
                                              max_length=loop.max_length, overwrite=overwrite, progress=progress,
-                                             verbose=verbose, finetune=finetune, **given)
+                                             verbose=verbose, finetune=finetune, config=spec.config_overrides(),
+                                             **given)
             result = types.SimpleNamespace(step=body_steps, stopped_early=False, metrics={})
         else:
             result = train(model, batches, seed_dir / "run", loop_config, optim, evaluate=evaluator, resume=True,

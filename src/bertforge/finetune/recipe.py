@@ -49,8 +49,9 @@ class FinetuneLoop:
                                               "small training set as many as --min-steps optimiser steps take; "
                                               "a number given is obeyed.")
     method: str = setting("finetune", help="finetune (the paper's: every weight, a new output layer) or setfit (few "
-                                            "labels, classify only: pairs from the labels train the encoder, then a "
-                                            "logistic head on its unit-length mean-pooled vectors; Tunstall et al. 2022).")
+                                            "labels, classify only, single- or multi-label: pairs from the labels "
+                                            "train the encoder, then a logistic head on its unit-length mean-pooled "
+                                            "vectors; Tunstall et al. 2022).")
     min_steps: int = setting(300, help="With --epochs left to its default: the fewest optimiser steps a run takes "
                                        "(a small file is passed over more times); 0: 3 epochs whatever the size.")
     batch_size: int | None = setting(None, help="Training batch size (default: the task's: 32, SWAG 16).")

@@ -9,6 +9,11 @@ them (`finetune embed` with the cosine loss, through the one training loop, in
 training rows, scaled to unit length as the encoder's embeddings are. The classifier it writes is the
 trained encoder under a linear head on the unit-length mean of the final token vectors whose weights
 are the regression's, so `predict`, `pipeline()` and `serve` run it like any fine-tuned classifier.
+
+Multi-label rows (a set of labels each) pair as the setfit package pairs them: two rows that share a
+label are a positive pair, two that share none a negative one; the head is then one logistic
+regression per label (one-vs-rest), whose logits the classifier's sigmoid turns into the
+regressions' probabilities, and the labels' thresholds are tuned on dev as for any multi-label model.
 """
 
 from __future__ import annotations
@@ -31,9 +36,12 @@ BODY_LR = 2e-5  # SetFit's default body learning rate
 BODY_DIR = "setfit-body"
 
 
-def sentence_pairs(texts: Sequence[str], labels: Sequence[str], iterations: int, seed: int) -> list[dict[str, Any]]:
+def sentence_pairs(texts: Sequence[str], labels: Sequence[str | Sequence[str]], iterations: int,
+                   seed: int) -> list[dict[str, Any]]:
     """Rows {sentence1, sentence2, score}: `iterations` x len(texts) positive pairs (two rows of one
-    class, score 1) and as many negative ones (two classes, score 0), alternating.
+    class, score 1) and as many negative ones (two classes, score 0), alternating. A row's label is a
+    class name, or a list of names (multi-label: rows that share a name are a positive pair, rows
+    that share none a negative one).
 
     Every unordered pair of rows is listed once, a row with itself among the positives (as the
     setfit package lists them: with dropout on, the two passes over one row differ, SimCSE's
@@ -42,17 +50,21 @@ def sentence_pairs(texts: Sequence[str], labels: Sequence[str], iterations: int,
     positives (fewer in a few-shot file) as evenly. Above MAX_LISTED_ROWS rows each row's partners
     are drawn at random instead."""
     rng = random.Random(seed)
+    label_sets = [_label_set(label) for label in labels]
     by_label: dict[str, list[int]] = defaultdict(list)
-    for i, label in enumerate(labels):
-        by_label[label].append(i)
+    for i, names in enumerate(label_sets):
+        for name in sorted(names):
+            by_label[name].append(i)
     if len(by_label) < 2:
         raise ValueError("setfit needs at least two labels in the training file")
     wanted = iterations * len(texts)
     if len(texts) <= MAX_LISTED_ROWS:
-        positives, negatives = _listed_pairs(labels, rng)
+        positives, negatives = _listed_pairs(label_sets, rng)
+        if not negatives:
+            raise ValueError("setfit needs rows that share no label: every two rows of the training file share one")
         positives, negatives = _cycle(positives, wanted), _cycle(negatives, wanted)
     else:
-        positives, negatives = _drawn_pairs(labels, by_label, wanted, rng)
+        positives, negatives = _drawn_pairs(label_sets, by_label, wanted, rng)
     pairs = []
     for (a, b), (c, d) in zip(positives, negatives, strict=True):
         pairs.append({"sentence1": texts[a], "sentence2": texts[b], "score": 1.0})
@@ -60,15 +72,22 @@ def sentence_pairs(texts: Sequence[str], labels: Sequence[str], iterations: int,
     return pairs
 
 
+def _label_set(label: str | Sequence[str]) -> frozenset[str]:
+    """A row's labels as a set: one class name, or a multi-label row's list of names."""
+    return frozenset([label]) if isinstance(label, str) else frozenset(str(name) for name in label)
+
+
 MAX_LISTED_ROWS = 1000  # 1,000 rows make about half a million pairs to list; above it, partners are drawn
 
 
-def _listed_pairs(labels: Sequence[str], rng: random.Random) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+def _listed_pairs(label_sets: Sequence[frozenset[str]],
+                  rng: random.Random) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """(positives, negatives): every unordered pair of rows once (a row with itself too), in random order."""
     positives, negatives = [], []
-    for i in range(len(labels)):
-        for j in range(i, len(labels)):
-            (positives if labels[i] == labels[j] else negatives).append((i, j))
+    for i in range(len(label_sets)):
+        for j in range(i, len(label_sets)):
+            shared = i == j or not label_sets[i].isdisjoint(label_sets[j])
+            (positives if shared else negatives).append((i, j))
     rng.shuffle(positives)
     rng.shuffle(negatives)
     return positives, negatives
@@ -79,34 +98,56 @@ def _cycle(pairs: list[tuple[int, int]], count: int) -> list[tuple[int, int]]:
     return [pairs[k % len(pairs)] for k in range(count)]
 
 
-def _drawn_pairs(labels: Sequence[str], by_label: dict[str, list[int]], count: int,
+def _drawn_pairs(label_sets: Sequence[frozenset[str]], by_label: dict[str, list[int]], count: int,
                  rng: random.Random) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """`count` positives and negatives, a row and a random partner, row by row in turn (large files)."""
+    """`count` positives and negatives, a row and a random partner, row by row in turn (large files).
+
+    A positive partner shares a label of the row (one of its labels drawn first, then a row of it);
+    a negative one shares none, for each row in turn that has such a partner."""
+    anchors = _rows_with_negatives(label_sets)
+    if not anchors:
+        raise ValueError("setfit needs rows that share no label: every two rows of the training file share one")
     positives, negatives = [], []
     for k in range(count):
-        i = k % len(labels)
-        same = by_label[labels[i]]
-        positives.append((i, same[rng.randrange(len(same))]))  # the row itself as likely as any other
-        other = rng.randrange(len(labels))
-        while labels[other] == labels[i]:
-            other = rng.randrange(len(labels))
-        negatives.append((i, other))
+        i = k % len(label_sets)
+        names = sorted(label_sets[i])
+        if names:
+            same = by_label[names[0] if len(names) == 1 else names[rng.randrange(len(names))]]
+            positives.append((i, same[rng.randrange(len(same))]))  # the row itself as likely as any other
+        else:  # a multi-label row without a label: only the row itself is sure to be like it
+            positives.append((i, i))
+        a = anchors[k % len(anchors)]
+        other = rng.randrange(len(label_sets))
+        while other == a or not label_sets[other].isdisjoint(label_sets[a]):
+            other = rng.randrange(len(label_sets))
+        negatives.append((a, other))
     return positives, negatives
+
+
+def _rows_with_negatives(label_sets: Sequence[frozenset[str]]) -> list[int]:
+    """The rows that share no label with at least one other row (every row, in single-label files)."""
+    distinct = set(label_sets)
+    has_partner = {names: any(names.isdisjoint(other) for other in distinct) if names else len(label_sets) > 1
+                   for names in distinct}
+    return [i for i, names in enumerate(label_sets) if has_partner[names]]
 
 
 def train_setfit(examples: Sequence[Any], label_list: Sequence[str], model_dir: Path, seed_dir: Path, *,
                  seed: int, max_length: int, lr: float | None, batch_size: int | None, overwrite: bool,
-                 progress: bool, verbose: bool, finetune: Callable[..., dict[str, Any]]) -> tuple[torch.nn.Module, int]:
+                 progress: bool, verbose: bool, finetune: Callable[..., dict[str, Any]],
+                 config: dict[str, Any] | None = None) -> tuple[torch.nn.Module, int]:
     """The SetFit classifier for one seed, and the body's optimiser steps. `finetune` is
-    `bertforge.finetune.finetune`, which trains the body as an embedding task."""
+    `bertforge.finetune.finetune`, which trains the body as an embedding task; `config` goes into the
+    classifier's config.json (the task's `problem_type`)."""
     from bertforge.tasks import FAMILIES
 
     # the family that trains sentence encoders: the one whose fine-tuned models answer embeddings
     embedding_family = next(name for name, family in FAMILIES.items() if family.inference_task == "embeddings")
-    if any(getattr(e, "text_pair", True) is not None or not isinstance(getattr(e, "label", None), str)
+    if any(getattr(e, "text_pair", True) is not None or not isinstance(getattr(e, "label", None), str | list)
            for e in examples):
-        raise ValueError("--method setfit is for classify: single-label classification of one text per row")
-    texts, labels = [e.text for e in examples], [str(e.label) for e in examples]
+        raise ValueError("--method setfit is for classify: single- or multi-label classification of one text per row")
+    texts = [e.text for e in examples]
+    labels: list[str | list[str]] = [e.label if isinstance(e.label, list) else str(e.label) for e in examples]
     body_out = seed_dir / BODY_DIR
     body_out.mkdir(parents=True, exist_ok=True)
     pairs = body_out / "pairs.jsonl"
@@ -120,16 +161,19 @@ def train_setfit(examples: Sequence[Any], label_list: Sequence[str], model_dir: 
                     task_settings={"train": str(pairs), "dev": str(dev), "loss": "cosine"})
     body_dir = body_out / "run" / f"seed-{seed}"
     weights, bias = _logistic_head(body_dir, texts, labels, label_list, max_length, seed)
-    return _classifier(body_dir, label_list, weights, bias), int(body["seeds"][0]["steps"])
+    return _classifier(body_dir, label_list, weights, bias, config or {}), int(body["seeds"][0]["steps"])
 
 
-def _logistic_head(body_dir: Path, texts: Sequence[str], labels: Sequence[str], label_list: Sequence[str],
-                   max_length: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def _logistic_head(body_dir: Path, texts: Sequence[str], labels: Sequence[str | list[str]],
+                   label_list: Sequence[str], max_length: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(C, H) weights and (C,) biases of a logistic regression on the body's unit-length mean vectors, as
-    logits of the classes in `label_list` order (a two-class regression's one logit becomes [0, z])."""
+    logits of the classes in `label_list` order (a two-class regression's one logit becomes [0, z]).
+    Multi-label rows (lists): one regression per label, each label's logit its own."""
     from sklearn.linear_model import LogisticRegression
 
     vectors = _mean_vectors(body_dir, texts, max_length)
+    if any(isinstance(label, list) for label in labels):
+        return _one_vs_rest(vectors, [_label_set(label) for label in labels], label_list, seed)
     regression = LogisticRegression(max_iter=1000, random_state=seed).fit(vectors, list(labels))
     order = [list(regression.classes_).index(name) for name in label_list]
     if len(regression.classes_) == 2:
@@ -139,6 +183,25 @@ def _logistic_head(body_dir: Path, texts: Sequence[str], labels: Sequence[str], 
     else:
         rows = np.concatenate([regression.coef_, regression.intercept_[:, None]], axis=1)[order]
     return rows[:, :-1], rows[:, -1]
+
+
+def _one_vs_rest(vectors: np.ndarray, label_sets: Sequence[frozenset[str]], label_list: Sequence[str],
+                 seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(C, H) weights and (C,) biases: a logistic regression per label, whose logit the sigmoid turns into
+    its probability. A label on every training row has nothing to tell apart: it keeps a zero weight
+    and the log-odds of its (smoothed) rate as its bias."""
+    from sklearn.linear_model import LogisticRegression
+
+    weights, biases = np.zeros((len(label_list), vectors.shape[1])), np.zeros(len(label_list))
+    for c, name in enumerate(label_list):
+        target = np.array([name in names for names in label_sets], dtype=int)
+        if target.min() == target.max():
+            rate = (target.sum() + 0.5) / (len(target) + 1.0)
+            biases[c] = np.log(rate / (1.0 - rate))
+            continue
+        regression = LogisticRegression(max_iter=1000, random_state=seed).fit(vectors, target)
+        weights[c], biases[c] = regression.coef_[0], regression.intercept_[0]
+    return weights, biases
 
 
 def _mean_vectors(body_dir: Path, texts: Sequence[str], max_length: int, batch_size: int = 64) -> np.ndarray:
@@ -167,7 +230,8 @@ def _mean_vectors(body_dir: Path, texts: Sequence[str], max_length: int, batch_s
     return np.concatenate(vectors)
 
 
-def _classifier(body_dir: Path, label_list: Sequence[str], weights: np.ndarray, bias: np.ndarray) -> torch.nn.Module:
+def _classifier(body_dir: Path, label_list: Sequence[str], weights: np.ndarray, bias: np.ndarray,
+                config: dict[str, Any]) -> torch.nn.Module:
     """The body under a linear head on the mean of its final token vectors, the regression's weights in it."""
     import torch
 
@@ -176,7 +240,7 @@ def _classifier(body_dir: Path, label_list: Sequence[str], weights: np.ndarray, 
     from bertforge.model.task_heads import TASK_HEAD_KEY, TaskHead
 
     head = TaskHead("sequence-classification", pooling="mean", normalize=True)
-    model = load_for_job(body_dir, "sequence-classification", **label_maps(list(label_list)),
+    model = load_for_job(body_dir, "sequence-classification", **label_maps(list(label_list)), **config,
                          **{TASK_HEAD_KEY: head.to_dict()})
     output = next(module.output for module in model.modules()
                   if hasattr(module, "mean_pooling") and isinstance(getattr(module, "output", None), torch.nn.Linear))
