@@ -217,7 +217,8 @@ def render(payload: dict[str, Any]) -> str:
         f"the same rows for every method), accuracy on {payload['dev_rows']} dev rows (mean ± std over "
         "seeds). `setfit`: 20 positive and 20 negative pairs per sentence, cycling through every pair of "
         "sentences (a sentence with itself among the positives), train the encoder (batch 16, rate 2e-5, "
-        "cosine loss), then a logistic regression on its mean-pooled vectors scaled to unit length. "
+        "cosine loss; each distinct sentence of a batch encoded once, a sentence paired with itself twice), then "
+        "a logistic regression on its mean-pooled vectors scaled to unit length. "
         "`finetune`: the paper's recipe "
         "with bertforge's defaults (rate 4e-5 for this width; 3 epochs raised to at least 300 optimiser steps).",
         "",
