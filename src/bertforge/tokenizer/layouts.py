@@ -184,10 +184,12 @@ def read_sentencepiece(path: Path) -> Any:
 
 
 def _sentencepiece_added_tokens(proto: Any) -> list[AddedToken]:
-    """Control pieces (special) and user-defined pieces (not special), matched in the raw text, as
-    transformers' SentencePieceExtractor adds them."""
-    return [AddedToken(p.piece, normalized=False, special=p.type == 3)
-            for p in proto.pieces if p.type in (3, 4)]
+    """Control pieces (type 3), matched in the raw text as special tokens.
+
+    User-defined pieces (type 4) stay in the Unigram vocabulary and are not added tokens: sentencepiece
+    segments them inside a word (`http://www` -> `▁http`, `://`, `w`), with no `▁` put before what
+    follows them, which an added token's split would do."""
+    return [AddedToken(p.piece, normalized=False, special=True) for p in proto.pieces if p.type == 3]
 
 
 def _words_then_metaspace(prepend_scheme: str) -> Any:
@@ -271,8 +273,9 @@ def _build_albert(directory: Path, options: dict[str, Any], specials: dict[str, 
 
 
 def _build_deberta_v2(directory: Path, options: dict[str, Any], specials: dict[str, Any]) -> Built:
-    """DebertaV2Tokenizer: the pieces as they are; lower case if do_lower_case, whitespace runs and
-    newlines/tabs to one space, NFC, trailing spaces stripped (no precompiled map, as transformers);
+    """DebertaV2Tokenizer: the pieces as they are; lower case if do_lower_case, then the model's
+    precompiled normaliser with trailing spaces stripped and space runs made one (a model without one:
+    whitespace runs and newlines/tabs to one space, NFC, trailing spaces stripped);
     punctuation split off if split_by_punct; `[CLS] A [SEP] B [SEP]`."""
     path = directory / "spm.model"
     proto = read_sentencepiece(path)
@@ -280,8 +283,12 @@ def _build_deberta_v2(directory: Path, options: dict[str, Any], specials: dict[s
     unk = (_text(specials["unk_token"]), 0.0)
     backend = _unigram(path, vocab, vocab.index(unk) if unk in vocab else proto.trainer_spec.unk_id)
     steps = [normalizers.Lowercase()] if options["do_lower_case"] else []
-    steps += [normalizers.Replace(Regex(r"\s{2,}|[\n\r\t]"), " "), normalizers.NFC(),
-              normalizers.Strip(left=False, right=True)]
+    if proto.normalizer_spec.precompiled_charsmap:  # the model's own normaliser, as sentencepiece runs it
+        steps += [normalizers.Precompiled(proto.normalizer_spec.precompiled_charsmap),
+                  normalizers.Strip(left=False, right=True), normalizers.Replace(Regex(r" {2,}"), " ")]
+    else:
+        steps += [normalizers.Replace(Regex(r"\s{2,}|[\n\r\t]"), " "), normalizers.NFC(),
+                  normalizers.Strip(left=False, right=True)]
     backend.normalizer = normalizers.Sequence(steps)
     prepend = "always" if options["add_prefix_space"] else "first"
     splits = [pre_tokenizers.Punctuation(behavior="isolated")] if options["split_by_punct"] else []
