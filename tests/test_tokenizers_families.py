@@ -222,7 +222,7 @@ def _as_albert_normalises(text: str) -> str:
 
 
 # Unigram models, as the released checkpoints have. A BPE-type .model is read as a Unigram model of
-# its pieces, as transformers reads it, and does not cut as sentencepiece's BPE does (docs/families.md).
+# its pieces, as transformers reads it, and does not cut as sentencepiece's BPE does (docs/checkpoints.md).
 SPM_CASES = [(f, k) for f, k in CASES if k == "unigram"]
 CONTROL_PIECES = ("<s>", "</s>", "<pad>", "<unk>", "<mask>", "[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]")
 
