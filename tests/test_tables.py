@@ -74,7 +74,7 @@ def test_jsonl_record_missing_a_key_is_located(tmp_path):
     (b"", "empty file"),
     (b"text,label\n", "empty file"),
     (b"text,label\ngood,a\nbad\xe9,b\n", r":3: not UTF-8"),
-    (b"text,label\ngood,a\nshort\n", r":3: 1 fields where the header has 2"),
+    (b"text,label\ngood,a\nshort\n", r":3: label: missing: 1 fields where the header has 2"),
 ])
 def test_bad_csv_is_one_located_line(tmp_path, content, message):
     path = tmp_path / "r.csv"

@@ -16,8 +16,18 @@ through `iter_rows`, so every format behaves the same:
   format (the header is line 1 of a CSV), the 1-based row in a Parquet file. Errors are `DataFormatError`
   naming the file, that line and the field: a missing column names the columns found; a non-UTF-8 line,
   bad JSON, a CSV row with the wrong number of fields, an empty file each say so in one line.
-- The parsers are the standard library's `csv` and `json` (exact line numbers, nothing hand-written) and
-  pyarrow for Parquet. CSV values are strings; JSONL and Parquet values keep their types.
+- A TSV file is read as its format (IANA text/tab-separated-values) defines it: a line is a row, a tab
+  separates cells, and a `"` is a character like any other, as google-research/bert's GLUE readers
+  and pandas' `read_csv(sep="\t", quoting=csv.QUOTE_NONE)` read it. A CSV file is RFC 4180: a quoted
+  cell may hold the delimiter, doubled quotes and line breaks, so one record may span lines. A TSV
+  whose cells are mostly wrapped in quotes gets a warning naming `--quoting`, which reads TSV files
+  with CSV's quoting instead (`table_reading(tsv_quoting=True)`, or `iter_rows(..., quoting=True)`).
+- Rows in equals rows out: a reader skips only blank lines, and within `table_reading(notify=...)`
+  each file read to its end is reported once as a `TableRead` (rows, records that span lines, blank
+  lines skipped), which every command that reads your files prints.
+- The parsers are the standard library's `csv` and `json` (exact line numbers) and pyarrow for
+  Parquet; a TSV line is cut at its tabs. CSV and TSV values are strings; JSONL and Parquet values keep
+  their types.
 
 `write_rows` is the other direction: predictions to .jsonl or .csv, streamed to a temporary file that
 replaces the target in one rename when complete, so a crash never leaves half a file.
@@ -28,9 +38,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,13 +76,75 @@ def table_format(path: str | Path) -> str:
     return detect_format(path, TABLE_FORMATS)
 
 
+@dataclass(frozen=True)
+class TableRead:
+    """What reading one file to its end gave, for the line a command prints about it."""
+
+    path: Path
+    fmt: str
+    rows: int
+    spanning: int = 0  # records over more than one line: quoted line breaks (CSV, or TSV with quoting)
+    blank_lines: int = 0  # skipped, the one thing a reader leaves out
+    quoting: bool = False  # whether a quote delimits a cell (CSV always, TSV only when asked)
+
+    def describe(self) -> str:
+        """`read reviews.tsv: 300 rows (TSV, a quote is a character)`, with what else the reader did."""
+        notes = {"tsv": "TSV with CSV quoting" if self.quoting else "TSV, a quote is a character",
+                 "csv": "CSV", "jsonl": "JSON lines", "parquet": "Parquet", "lines": "one row per line"}
+        parts = [notes[self.fmt]]
+        if self.spanning:
+            parts.append(f"{self.spanning} {'record spans' if self.spanning == 1 else 'records span'} "
+                         "several lines (line breaks inside quotes)")
+        if self.blank_lines:
+            parts.append(f"{self.blank_lines} blank line{'s' * (self.blank_lines != 1)} skipped")
+        return f"read {self.path}: {self.rows} row{'s' * (self.rows != 1)} ({'; '.join(parts)})"
+
+
+class QuotedTsvWarning(UserWarning):
+    """A TSV file whose cells look wrapped in quotes, read with the quotes as characters."""
+
+
+@dataclass
+class _Reading:
+    tsv_quoting: bool = False
+    notify: Callable[[str], None] | None = None
+    reported: set[tuple[str, str]] = field(default_factory=set)
+
+
+_READING: ContextVar[_Reading | None] = ContextVar("bertforge_table_reading", default=None)
+
+
+def _reading() -> _Reading:
+    return _READING.get() or _Reading()
+
+
+@contextmanager
+def table_reading(*, tsv_quoting: bool = False, notify: Callable[[str], None] | None = None) -> Iterator[None]:
+    """How `iter_rows` reads within the block: TSV files with CSV quoting when `tsv_quoting` (the
+    `--quoting` option); `notify` receives one line per file read to its end (`TableRead.describe`,
+    once per file) and each warning, as `warning: ...` (without `notify` warnings go to `warnings`)."""
+    token = _READING.set(_Reading(tsv_quoting, notify))
+    try:
+        yield
+    finally:
+        _READING.reset(token)
+
+
+@dataclass
+class _Tally:
+    spanning: int = 0
+    blank_lines: int = 0
+
+
 def iter_rows(path: str | Path, columns: Sequence[str] = (), *, fmt: str | None = None,
-              batch_rows: int = 1024) -> Iterator[Row]:
+              batch_rows: int = 1024, quoting: bool | None = None) -> Iterator[Row]:
     """The rows of `path`, streamed, each checked to have every column in `columns`.
 
-    `fmt` overrides the format `table_format` decides. Raises `DataFormatError` (file, line, field) for a
-    missing column, an empty file, bytes that are not UTF-8, bad JSON or a short CSV row; a missing file
-    raises FileNotFoundError before anything is read.
+    `fmt` overrides the format `table_format` decides. `quoting` is for TSV files: True reads quoted
+    cells as CSV does, False reads a quote as a character; None (the default) takes `table_reading`'s
+    setting, off unless asked. Raises `DataFormatError` (file, line, field) for a missing column, an
+    empty file, bytes that are not UTF-8, bad JSON or a row with the wrong number of fields; a missing
+    file raises FileNotFoundError before anything is read.
     """
     path = Path(path)
     if not path.is_file():
@@ -78,23 +152,42 @@ def iter_rows(path: str | Path, columns: Sequence[str] = (), *, fmt: str | None 
     fmt = fmt or table_format(path)
     if fmt not in TABLE_FORMATS:
         raise ValueError(f"unknown table format {fmt!r}; one of {', '.join(TABLE_FORMATS)}")
+    tsv_quoting = _reading().tsv_quoting if quoting is None else quoting
+    tally = _Tally()
     readers: dict[str, Callable[[], Iterator[Row]]] = {
-        "csv": lambda: _delimited_rows(path, ","),
-        "tsv": lambda: _delimited_rows(path, "\t"),
-        "jsonl": lambda: _jsonl_rows(path),
+        "csv": lambda: _delimited_rows(path, ",", tally),
+        "tsv": lambda: _delimited_rows(path, "\t", tally) if tsv_quoting else _tsv_rows(path, tally),
+        "jsonl": lambda: _jsonl_rows(path, tally),
         "parquet": lambda: _parquet_rows(path, batch_rows),
         "lines": lambda: (Row(number, {LINES_COLUMN: text}) for number, text in _text_lines(path)),
     }
-    empty = True
+    rows = 0
     for row in readers[fmt]():
-        if empty:
+        if not rows or fmt == "jsonl":  # a JSON record may lack a key its predecessors had
             _check_columns(path, row, columns, fmt)
-            empty = False
-        elif fmt == "jsonl":  # a JSON record may lack a key its predecessors had
-            _check_columns(path, row, columns, fmt)
+        rows += 1
         yield row
-    if empty:
+    if not rows:
         raise DataFormatError(path, None, None, "empty file: no rows")
+    _report(TableRead(path, fmt, rows, tally.spanning, tally.blank_lines, fmt == "csv" or (fmt == "tsv" and tsv_quoting)))
+
+
+def _report(read: TableRead) -> None:
+    """Tell `table_reading`'s `notify` about a file read to its end, once per file and format."""
+    reading = _reading()
+    key = (str(read.path), read.fmt)
+    if reading.notify is None or key in reading.reported:
+        return
+    reading.reported.add(key)
+    reading.notify(read.describe())
+
+
+def _warn(message: str) -> None:
+    notify = _reading().notify
+    if notify is None:
+        warnings.warn(message, QuotedTsvWarning, stacklevel=4)
+    else:
+        notify(f"warning: {message}")
 
 
 def read_rows(path: str | Path, columns: Sequence[str] = (), *, fmt: str | None = None) -> list[Row]:
@@ -135,13 +228,62 @@ def _text_lines(path: Path) -> Iterator[tuple[int, str]]:
             yield number, text.rstrip("\n").removesuffix("\r")
 
 
+def _tsv_rows(path: Path, tally: _Tally) -> Iterator[Row]:
+    """A TSV file as its format defines it: each line a row, cut at its tabs; a quote is a character."""
+    header: list[str] | None = None
+    looks = _QuoteLook(path)
+    for number, text in _text_lines(path):
+        if not text:  # a blank line, before the header or between rows
+            if header is not None:
+                tally.blank_lines += 1
+            continue
+        fields = text.split("\t")
+        looks.see(fields)
+        if header is None:
+            header = [name.strip() for name in fields]
+            continue
+        if len(fields) != len(header):
+            raise _width_error(path, number, fields, header, "tsv")
+        yield Row(number, dict(zip(header, fields, strict=True)))
+    looks.decide()
+
+
+class _QuoteLook:
+    """Whether a TSV read without quoting looks written with it: most of its first lines hold a cell
+    wrapped in double quotes. Decided once, after `LINES` lines or at the end of the file."""
+
+    LINES = 100
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.seen, self.quoted, self.decided = path, 0, 0, False
+
+    def see(self, fields: Sequence[str]) -> None:
+        if self.decided:
+            return
+        self.seen += 1
+        self.quoted += any(len(cell) >= 2 and cell[0] == cell[-1] == '"' for cell in fields)
+        if self.seen >= self.LINES:
+            self.decide()
+
+    def decide(self) -> None:
+        if self.decided:
+            return
+        self.decided = True
+        if self.seen and self.quoted * 2 > self.seen:
+            _warn(f"{self.path}: {self.quoted} of its first {self.seen} lines have cells wrapped in double quotes; "
+                  "a TSV file has no quoting, so the quotes are read as part of the text. If the file was "
+                  "written with CSV-style quoting, read it with --quoting")
+
+
 # csv's default refuses a cell over 128 KiB ("field larger than field limit"); a long document in one
 # cell is a normal input, which the task then truncates or reads in windows.
 MAX_CELL_CHARS = 2**31 - 1
 csv.field_size_limit(MAX_CELL_CHARS)
 
 
-def _delimited_rows(path: Path, delimiter: str) -> Iterator[Row]:
+def _delimited_rows(path: Path, delimiter: str, tally: _Tally) -> Iterator[Row]:
+    """A CSV file by RFC 4180 (or a TSV file with `--quoting`): a quoted cell may hold the delimiter, doubled
+    quotes and line breaks, so a record may span lines (`Row.number` is the line where it starts)."""
     lines = _text_lines(path)
     numbers: list[int] = []  # the line number of each line handed to the csv reader, in order
 
@@ -150,23 +292,39 @@ def _delimited_rows(path: Path, delimiter: str) -> Iterator[Row]:
             numbers.append(number)
             yield text + "\n"
 
-    reader = csv.reader(feed(), delimiter=delimiter)
-    try:
-        header = next(reader)
-    except StopIteration:
-        return
-    except csv.Error as exc:
-        raise DataFormatError(path, numbers[-1] if numbers else 1, None, f"not a readable header ({exc})") from None
-    header = [name.strip() for name in header]
-    for fields in _located(reader, path, numbers):
-        # reader.line_num counts the lines consumed so far: the record began after the previous one ended
-        start = numbers[-1] - _record_lines(fields) + 1 if numbers else 0
-        if not fields or (len(fields) == 1 and not fields[0] and len(header) > 1):
-            continue  # a blank line between records
+    fmt = "csv" if delimiter == "," else "tsv"
+    records = _located(csv.reader(feed(), delimiter=delimiter), path, numbers)
+    header: list[str] | None = None
+    for fields in records:
+        # the record ended on the last line read, and began as many lines before as it holds line breaks
+        lines_spanned = _record_lines(fields)
+        start = numbers[-1] - lines_spanned + 1
+        if not fields or fields == [""]:  # a blank line, before the header or between records
+            tally.blank_lines += header is not None
+            continue
+        if header is None:
+            header = [name.strip() for name in fields]
+            continue
         if len(fields) != len(header):
-            raise DataFormatError(path, start, None, f"{len(fields)} fields where the header has "
-                                                     f"{len(header)} ({', '.join(header)})")
+            raise _width_error(path, start, fields, header, fmt)
+        tally.spanning += lines_spanned > 1
         yield Row(start, dict(zip(header, fields, strict=True)))
+
+
+def _width_error(path: Path, line: int, fields: Sequence[str], header: Sequence[str], fmt: str) -> DataFormatError:
+    """A row with more or fewer fields than the header, naming the first field missing or extra."""
+    width = f"{len(fields)} fields where the header has {len(header)} ({', '.join(header)})"
+    if len(fields) < len(header):
+        field_name, what = header[len(fields)], f"missing: {width}"
+    else:
+        extra = fields[len(header)]
+        field_name = f"field {len(header) + 1}"
+        what = f"one too many ({extra[:40]!r}{'...' if len(extra) > 40 else ''}): {width}"
+    if fmt == "csv" and len(fields) == 1 and "\t" in fields[0]:
+        what += "; the row holds tabs: a tab-separated file is read as TSV when it is named .tsv"
+    elif fmt == "tsv" and any('"' in cell for cell in fields):
+        what += "; with --quoting a double quote opens a quoted cell (without it, a quote is a character)"
+    return DataFormatError(path, line, field_name, what)
 
 
 def _located(reader: Iterator[list[str]], path: Path, numbers: list[int]) -> Iterator[list[str]]:
@@ -186,9 +344,10 @@ def _record_lines(fields: Sequence[str]) -> int:
     return 1 + sum(field.count("\n") for field in fields)
 
 
-def _jsonl_rows(path: Path) -> Iterator[Row]:
+def _jsonl_rows(path: Path, tally: _Tally) -> Iterator[Row]:
     for number, text in _text_lines(path):
         if not text.strip():
+            tally.blank_lines += 1
             continue
         try:
             record = json.loads(text)
@@ -254,17 +413,35 @@ def _json_row(row: dict[str, Any], path: Path) -> str:
 
 
 def _csv_writer(handle: io.TextIOBase, delimiter: str, always: Sequence[str] = ()) -> Callable[[dict[str, Any]], None]:
-    writer = csv.writer(handle, delimiter=delimiter)
+    """CSV rows by RFC 4180 (quoted where needed); TSV rows without quoting, as TSV is read (`_tsv_rows`)."""
+    name = str(getattr(handle, "name", "<rows>"))
     header: list[str] = []
+    if delimiter == ",":
+        line = csv.writer(handle).writerow
+    else:
+        def line(values: Sequence[Any]) -> None:
+            handle.write("\t".join(_tsv_cell(value, name, header[i] if header else "header")
+                                   for i, value in enumerate(values)) + "\n")
 
     def write(row: dict[str, Any]) -> None:
         if not header:
-            header.extend([*row, *(name for name in always if name not in row)])
-            writer.writerow(header)
-        _json_row(row, Path(getattr(handle, "name", "<rows>")))  # the same check: no NaN in a file
-        writer.writerow([_cell(row.get(name)) for name in header])
+            names = [*row, *(column for column in always if column not in row)]
+            line(names)
+            header.extend(names)
+        _json_row(row, Path(name))  # the same check: no NaN in a file
+        line([_cell(row.get(column)) for column in header])
 
     return write
+
+
+def _tsv_cell(value: Any, name: str, column: str) -> str:
+    """A value as a TSV cell: its text, quotes included. A tab or line break, which no TSV cell can hold
+    (a line is a row, a tab ends a cell), is refused rather than written as another table."""
+    text = "" if value is None else str(value)
+    if "\t" in text or "\n" in text or "\r" in text:
+        raise ValueError(f"{name}: {column}: {text[:40]!r} holds a tab or a line break, which a TSV cell cannot "
+                         "(TSV has no quoting); write the rows as .csv or .jsonl instead")
+    return text
 
 
 def _cell(value: Any) -> Any:
