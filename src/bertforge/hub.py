@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +35,11 @@ PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_mo
 class HubModelError(FileNotFoundError):
     """A model name that does not resolve: no such repository, revision or cached copy, only pickle
     weights, or custom code. One line that says what to do."""
+
+
+class HubNetworkError(HubModelError):
+    """The Hub could not be reached or refused the request (no connection, a failed name lookup, a
+    timeout, an HTTP error status): one line naming what failed and what to do (`network_problem`)."""
 
 
 @dataclass(frozen=True)
@@ -110,11 +117,82 @@ def local_or_hub(spec: str | os.PathLike[str], *, allow_pickle: bool = False) ->
     return resolve_local_or_hub(spec, allow_pickle=allow_pickle).path
 
 
+# What an HTTP error status from the Hub asks the user to do (5xx: see `network_problem`).
+HTTP_ADVICE = {
+    401: "the Hub did not accept the token (none, expired or mistyped): set HF_TOKEN or run `hf auth login`",
+    403: "the token is not allowed to do this (a read-only token, or no write access to that namespace): "
+         "use a token with write access",
+    404: "not found on the Hub: check the name (a private repository needs a token that can see it)",
+    429: "the Hub is limiting the rate of requests: wait a minute and retry",
+}
+# Words of a failed host-name lookup, as the resolver reports it on Linux, macOS and Windows.
+_DNS_WORDS = ("name or service not known", "nodename nor servname", "temporary failure in name resolution",
+              "getaddrinfo failed", "no address associated")
+
+
+def network_problem(exc: BaseException) -> str | None:
+    """What a failed request to the Hub means, in one line that says what to do; None when `exc` (or
+    what it was raised from) is no network failure. The endpoint named is huggingface_hub's
+    (HF_ENDPOINT, else https://huggingface.co)."""
+    from huggingface_hub import constants
+    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+
+    for error in _chain(exc):
+        if isinstance(error, HfHubHTTPError) and getattr(error, "response", None) is not None:
+            status = error.response.status_code
+            if status >= 500:
+                return f"the Hub answered HTTP {status}, an error on its side: retry later"
+            return f"the Hub answered HTTP {status}: " + HTTP_ADVICE.get(status, _first_line(error))
+        if isinstance(error, OfflineModeIsEnabled):
+            return "HF_HUB_OFFLINE is set, which forbids asking the Hub: unset it to reach the Hub"
+        if not type(error).__module__.startswith(("httpx", "httpcore")) or not isinstance(error, Exception):
+            continue
+        endpoint, name = constants.ENDPOINT, type(error).__name__
+        text = _first_line(error)
+        if "Timeout" in name:
+            return (f"{endpoint} did not answer in time ({name}): check the network connection, or allow more "
+                    "seconds with HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_TIMEOUT")
+        if any(words in text.lower() for words in _DNS_WORDS):
+            return (f"the host of {endpoint} cannot be looked up (DNS: {text}): check the network connection, "
+                    "and HF_ENDPOINT if you set it")
+        return (f"cannot connect to {endpoint} ({name}: {text}): check the network connection, and HF_ENDPOINT "
+                "if you set it")
+    return None
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """`exc` and the exceptions it was raised from or during, outermost first."""
+    seen: list[BaseException] = []
+    error: BaseException | None = exc
+    while error is not None and error not in seen:
+        seen.append(error)
+        error = error.__cause__ or error.__context__
+    return seen
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+@contextmanager
+def reaching_hub(what: str) -> Iterator[None]:
+    """Inside, a failed request to the Hub is a `HubNetworkError`: "WHAT: what failed, what to do"."""
+    try:
+        yield
+    except HubModelError:
+        raise
+    except Exception as exc:
+        problem = network_problem(exc)
+        if problem is None:
+            raise
+        raise HubNetworkError(f"{what}: {problem}") from exc
+
+
 def _download(repo_id: str, revision: str | None, allow_pickle: bool) -> tuple[Path, str | None]:
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError,
-        HfHubHTTPError,
         LocalEntryNotFoundError,
         OfflineModeIsEnabled,
         RepositoryNotFoundError,
@@ -145,13 +223,14 @@ def _download(repo_id: str, revision: str | None, allow_pickle: bool) -> tuple[P
                             "or no network); download it once with a connection") from exc
     except OfflineModeIsEnabled as exc:
         raise HubModelError(f"{where}: not in the local cache, and HF_HUB_OFFLINE forbids asking the Hub") from exc
-    except (HfHubHTTPError, OSError) as exc:
-        raise HubModelError(f"{where}: the Hub did not answer ({type(exc).__name__}: {exc})") from exc
     except Exception as exc:
-        if not type(exc).__module__.startswith(("httpx", "httpcore")):  # a connection that failed: say so in one line
-            raise
-        raise HubModelError(f"{where}: no such local directory, and the Hub cannot be reached to look for a model of "
-                            f"that name ({type(exc).__name__}: {exc})") from exc
+        problem = network_problem(exc)  # a connection that failed, an error status: say so in one line
+        if problem is not None:
+            raise HubNetworkError(f"{where}: no such local directory, and the Hub cannot be reached to look for a "
+                                  f"model of that name: {problem}") from exc
+        if isinstance(exc, OSError):
+            raise HubModelError(f"{where}: the Hub did not answer ({type(exc).__name__}: {_first_line(exc)})") from exc
+        raise
     commit = path.name if len(path.name) == 40 else None  # snapshots/<commit>
     return path, commit
 
@@ -191,5 +270,5 @@ def _refuse_custom_code(repo_id: str, path: Path) -> None:
                             f"{', '.join(sorted(auto_map))}); bertforge runs only its own model families")
 
 
-__all__ = ["MODEL_FILES", "HubModelError", "ResolvedModel", "is_hub_name", "local_or_hub", "resolve_local_or_hub", "model_path", "resolve_model",
+__all__ = ["MODEL_FILES", "HubModelError", "HubNetworkError", "network_problem", "reaching_hub", "ResolvedModel", "is_hub_name", "local_or_hub", "resolve_local_or_hub", "model_path", "resolve_model",
            "split_revision", "with_revision"]

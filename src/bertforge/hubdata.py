@@ -27,7 +27,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
-from bertforge.hub import HubModelError, is_hub_name
+from bertforge.hub import HubModelError, is_hub_name, network_problem
 
 # a name ending in one of these is a file the user meant, never a data set on the Hub
 DATA_SUFFIXES = frozenset({".csv", ".tsv", ".txt", ".json", ".jsonl", ".ndjson", ".parquet", ".gz", ".bz2",
@@ -204,7 +204,6 @@ def _patterns(config: str | None, split: str) -> list[str]:
 def _snapshot(name: DatasetName, splits: tuple[str, ...]) -> tuple[Path, str | None]:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
-        HfHubHTTPError,
         LocalEntryNotFoundError,
         OfflineModeIsEnabled,
         RepositoryNotFoundError,
@@ -224,13 +223,14 @@ def _snapshot(name: DatasetName, splits: tuple[str, ...]) -> tuple[Path, str | N
     except (LocalEntryNotFoundError, OfflineModeIsEnabled) as exc:
         raise HubDataError(f"{where}: not in the local cache and the Hub cannot be asked (HF_HUB_OFFLINE or no "
                            "network); download it once with a connection") from exc
-    except (HfHubHTTPError, OSError) as exc:
-        raise HubDataError(f"{where}: the Hub did not answer ({type(exc).__name__}: {exc})") from exc
     except Exception as exc:
-        if not type(exc).__module__.startswith(("httpx", "httpcore")):
-            raise
-        raise HubDataError(f"{where}: no such local file, and the Hub cannot be reached to look for a data set "
-                           f"of that name ({type(exc).__name__}: {exc})") from exc
+        problem = network_problem(exc)  # a failed connection or an error status: one line, what to do
+        if problem is not None:
+            raise HubDataError(f"{where}: no such local file, and the Hub cannot be reached to look for a data "
+                               f"set of that name: {problem}") from exc
+        if isinstance(exc, OSError):
+            raise HubDataError(f"{where}: the Hub did not answer ({type(exc).__name__}: {exc})") from exc
+        raise
     return path, (path.name if len(path.name) == 40 else None)
 
 

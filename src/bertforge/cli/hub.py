@@ -23,12 +23,15 @@ def push_command(
 
     Example: `bertforge push runs/reviews/seed-1 my-org/reviews-minilm`
     """
-    from huggingface_hub.errors import HfHubHTTPError
-
+    from bertforge.hub import HubModelError, reaching_hub
     from bertforge.modelcard import push_model
 
     try:
-        url = push_model(directory, repo_id, private=not public, message=message)
-    except (HfHubHTTPError, OSError, ValueError) as exc:
+        # a network failure or an error status is one line saying what failed and what to do
+        with reaching_hub(f"push {directory} to {repo_id}"):
+            url = push_model(directory, repo_id, private=not public, message=message)
+    except HubModelError as exc:
+        raise fail(str(exc)) from exc
+    except (OSError, ValueError) as exc:
         raise fail(f"push {directory} to {repo_id}: {exc}") from exc
     typer.echo(f"{directory} -> {url} ({'public' if public else 'private'})")
