@@ -70,7 +70,9 @@ def query_command(
     query: Annotated[list[str] | None, typer.Option("--query", help="A query text; repeat for several. Prints a "
                                                                     "ranked table per query.")] = None,
     input_file: Annotated[Path | None, typer.Option("--input", help="Queries from a file instead (plain lines, "
-                                                                    ".csv, .tsv, .jsonl, .parquet); needs --out.")] = None,
+                                                                    ".csv, .tsv, .jsonl, .parquet): a ranked table per "
+                                                                    "query, as --query prints, or with --out "
+                                                                    "JSON lines.")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="With --input: results as JSON lines, one "
                                                            "{query, results: [{id, text, score, rank}]} per query.")] = None,
     top_k: Annotated[int, typer.Option("--top-k", help="Results per query.")] = 10,
@@ -86,12 +88,10 @@ def query_command(
     Queries are embedded with the model and settings the index recorded.
 
     Example: `bertforge query --index runs/corpus-index --query "how do vaccines work" --top-k 5`
-    (a file of queries: `--input questions.txt --out results.jsonl`)
+    (a file of queries: `--input questions.txt`, tables on stdout; `--out results.jsonl` writes JSON lines)
     """
     if (not query) == (input_file is None):
         raise fail("give --query TEXT (one or more) or --input FILE, not both")
-    if input_file is not None and out is None:
-        raise fail("--input needs --out, the JSON lines file to write the results to")
     if out is not None and input_file is None:
         raise fail("--out goes with --input; --query prints its results")
     if top_k < 1 or batch_size < 1:
@@ -103,7 +103,7 @@ def query_command(
         if query:
             _print_tables(query, index.search(query, top_k, model=model, batch_size=batch_size))
         else:
-            assert input_file is not None and out is not None
+            assert input_file is not None
             _search_file(index, input_file, out, text_column, top_k, model, batch_size)
     except library_errors() as exc:
         raise fail(str(exc)) from exc
@@ -125,19 +125,30 @@ def _shown(text: str) -> str:
     return flat if len(flat) <= TEXT_WIDTH else flat[:TEXT_WIDTH - 1] + "…"
 
 
-def _search_file(index: Any, input_file: Path, out: Path, text_column: str, top_k: int, model: Path | None,
+def _search_file(index: Any, input_file: Path, out: Path | None, text_column: str, top_k: int, model: Path | None,
                  batch_size: int) -> None:
+    """The queries of `input_file`, a chunk at a time: JSON lines into `out`, or without it a table per
+    query on stdout (the summary line then goes to stderr, so that stdout holds the tables only)."""
+    import contextlib
+
     from bertforge.tables import iter_rows, write_rows
     from bertforge.vectorindex import row_chunks, row_text
 
     began, count = time.perf_counter(), 0
     rows = iter_rows(input_file, [text_column])
-    with write_rows(out) as write:
+    with write_rows(out) if out is not None else contextlib.nullcontext() as write:
         for chunk in row_chunks(rows, QUERY_CHUNK):
             texts = [row_text(input_file, row, text_column) for row in chunk]
-            for text, hits in zip(texts, index.search(texts, top_k, model=model, batch_size=batch_size), strict=True):
-                write({"query": text, "results": [hit.as_dict() for hit in hits]})
+            results = index.search(texts, top_k, model=model, batch_size=batch_size)
+            if write is None:
+                if count:
+                    typer.echo("")
+                _print_tables(texts, results)
+            else:
+                for text, hits in zip(texts, results, strict=True):
+                    write({"query": text, "results": [hit.as_dict() for hit in hits]})
             count += len(texts)
     seconds = time.perf_counter() - began
-    typer.echo(f"{count} queries -> {out} (top {min(top_k, len(index))} of {len(index)} rows; {seconds:.1f}s)")
+    typer.echo(f"{count} queries -> {out or 'stdout'} (top {min(top_k, len(index))} of {len(index)} rows; "
+               f"{seconds:.1f}s)", err=out is None)
 
