@@ -190,9 +190,10 @@ def _warn(message: str) -> None:
         notify(f"warning: {message}")
 
 
-def read_rows(path: str | Path, columns: Sequence[str] = (), *, fmt: str | None = None) -> list[Row]:
+def read_rows(path: str | Path, columns: Sequence[str] = (), *, fmt: str | None = None,
+              quoting: bool | None = None) -> list[Row]:
     """All rows of `path` in a list: for training and dev files, which are read whole anyway."""
-    return list(iter_rows(path, columns, fmt=fmt))
+    return list(iter_rows(path, columns, fmt=fmt, quoting=quoting))
 
 
 def column_names(path: str | Path, *, fmt: str | None = None) -> list[str]:
@@ -240,7 +241,7 @@ def _tsv_rows(path: Path, tally: _Tally) -> Iterator[Row]:
         fields = text.split("\t")
         looks.see(fields)
         if header is None:
-            header = [name.strip() for name in fields]
+            header = _header(path, number, fields)
             continue
         if len(fields) != len(header):
             raise _width_error(path, number, fields, header, "tsv")
@@ -303,12 +304,22 @@ def _delimited_rows(path: Path, delimiter: str, tally: _Tally) -> Iterator[Row]:
             tally.blank_lines += header is not None
             continue
         if header is None:
-            header = [name.strip() for name in fields]
+            header = _header(path, start, fields)
             continue
         if len(fields) != len(header):
             raise _width_error(path, start, fields, header, fmt)
         tally.spanning += lines_spanned > 1
         yield Row(start, dict(zip(header, fields, strict=True)))
+
+
+def _header(path: Path, line: int, fields: Sequence[str]) -> list[str]:
+    """The column names of a header line; one named twice is refused (a row could hold only one of its values)."""
+    header = [name.strip() for name in fields]
+    for position, name in enumerate(header):
+        if name in header[:position]:
+            raise DataFormatError(path, line, name, f"a column named twice in the header (columns "
+                                                    f"{header.index(name) + 1} and {position + 1}); rename one")
+    return header
 
 
 def _width_error(path: Path, line: int, fields: Sequence[str], header: Sequence[str], fmt: str) -> DataFormatError:

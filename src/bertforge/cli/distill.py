@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from bertforge.cli.common import App, fail, flag, library_errors
-from bertforge.cli.options import recipe_command
+from bertforge.cli.options import QUOTING_PARAMETER, reading_tables, recipe_command
 from bertforge.distill.recipe import DistillRecipe
 
 _OUT = pyinspect.Parameter(
@@ -37,13 +37,14 @@ _NOT_SENTENCES = ("family", "task", "unlabelled", "student_layers_from_teacher",
 
 def _body(mode: str) -> Any:
     def body(*, given: dict[str, Any], config: Path | None, assignments: list[str], out: Path,
-             overwrite: bool = False, quiet: bool = False) -> None:
+             overwrite: bool = False, quiet: bool = False, quoting: bool = False) -> None:
         from bertforge.distill import build_recipe, distill
         from bertforge.train import NonFiniteLossError
 
         try:
             recipe = build_recipe(mode, config, {**given, **({"progress": False} if quiet else {})}, assignments)
-            results = distill(recipe, out, verbose=not quiet, overwrite=overwrite)
+            with reading_tables(quoting):  # sentences: each own file read is reported, rows in
+                results = distill(recipe, out, verbose=not quiet, overwrite=overwrite)
         except library_errors() as exc:
             raise fail(" ".join(str(exc).split())) from exc
         except NonFiniteLossError as exc:
@@ -104,7 +105,7 @@ general_command = recipe_command(
 
 sentences_command = recipe_command(
     "distill-sentences", DistillRecipe, _body("sentences"),
-    skip=("mode", "task_settings", "progress", *_NOT_SENTENCES), leading=[_OUT, _OVERWRITE, _QUIET],
+    skip=("mode", "task_settings", "progress", *_NOT_SENTENCES), leading=[_OUT, _OVERWRITE, _QUIET, QUOTING_PARAMETER],
     doc="""Teach a small student a sentence encoder's vectors on your unlabelled text.
 
     The teacher (all-MiniLM-L6-v2, say) encodes every text of --data once; the student (a preset with

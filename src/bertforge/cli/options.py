@@ -11,7 +11,8 @@ from __future__ import annotations
 import inspect as pyinspect
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -128,3 +129,27 @@ EngineOption = Annotated[str, typer.Option("--engine", help=ENGINE_HELP)]
 EngineCalibrateOption = Annotated[bool, typer.Option(
     "--engine-calibrate", help="With --engine auto: time both engines on this machine at load instead of "
                                "reading the table (remembered per model and machine).")]
+
+
+# --quoting: how the commands that read your own files read a .tsv (`bertforge.tables`)
+QUOTING_HELP = ("Read .tsv files with CSV-style quoting: a cell in double quotes may hold tabs, doubled quotes "
+                "and line breaks. Off by default, as TSV defines it: a line is a row and a quote is a character "
+                "(as BERT's GLUE readers and pandas with quoting=QUOTE_NONE read it). .csv files are always "
+                "read by RFC 4180.")
+QuotingOption = Annotated[bool, typer.Option("--quoting", help=QUOTING_HELP)]
+QUOTING_PARAMETER = pyinspect.Parameter("quoting", pyinspect.Parameter.KEYWORD_ONLY, default=False,
+                                        annotation=QuotingOption)
+
+
+@contextmanager
+def reading_tables(quoting: bool) -> Iterator[None]:
+    """The block of a command that reads your files: TSV quoting as --quoting says, and a line on stderr
+    for each file read to its end (`read FILE: N rows (...)`) and each warning about one."""
+    from bertforge.tables import table_reading
+
+    def notify(line: str) -> None:
+        warning = line.startswith("warning:")
+        typer.secho(line, err=True, fg=typer.colors.YELLOW if warning else None)
+
+    with table_reading(tsv_quoting=quoting, notify=notify):
+        yield

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from bertforge.cli.common import MODEL_NAME_HELP, PRECISION_HELP, RevisionOption, fail, hub_model, text_lines
-from bertforge.cli.options import EngineCalibrateOption, EngineOption
+from bertforge.cli.options import EngineCalibrateOption, EngineOption, QuotingOption, reading_tables
 
 
 def predict_command(
@@ -84,6 +84,7 @@ def predict_command(
     engine: EngineOption = "torch",
     engine_calibrate: EngineCalibrateOption = False,
     revision: RevisionOption = None,
+    quoting: QuotingOption = False,
 ) -> None:
     """Predict with a model: your own file with `--input` (any fine-tuned model, streamed in chunks, rows in
     input order), or a task's prediction files with `FAMILY --data`: GLUE leaderboard .tsv files, SQuAD
@@ -108,7 +109,8 @@ def predict_command(
                       batch_size=batch_size, max_length=max_length, chunk_rows=chunk_rows, device=device,
                       precision=precision, progress=progress, pooling=pooling, normalize=normalize, top_k=top_k,
                       all_scores=all_scores, long_text=long_text, window_stride=window_stride, engine=engine,
-                      engine_calibrate=engine_calibrate, on_error=on_error, keep_input=keep_input)
+                      engine_calibrate=engine_calibrate, on_error=on_error, keep_input=keep_input,
+                      quoting=quoting)
         return
     if family is None:
         raise fail("--data needs the task family first: bertforge predict glue|ner|squad|swag|tag|qa --data ...")
@@ -121,7 +123,7 @@ def _predict_file(model: Path, input_file: Path, out: Path, *, task: str | None,
                   normalize: bool | None,
                   top_k: int, all_scores: bool = False, long_text: str = "truncate",
                   window_stride: int | None = None, engine: str = "torch", engine_calibrate: bool = False,
-                  **file_options: Any) -> None:
+                  quoting: bool = False, **file_options: Any) -> None:
     from bertforge.checkpoint import CheckpointError
     from bertforge.pipeline import pipeline, predict_file
     from bertforge.tables import WRITE_FORMATS
@@ -138,7 +140,8 @@ def _predict_file(model: Path, input_file: Path, out: Path, *, task: str | None,
                         all_scores=all_scores, long_text=long_text, window_stride=window_stride, engine=engine,
                         engine_calibrate=engine_calibrate)
         _say_engine(pipe.engine_choice, engine)
-        done = predict_file(pipe, input_file, out, **file_options)
+        with reading_tables(quoting):
+            done = predict_file(pipe, input_file, out, **file_options)
     except (CheckpointError, DataFormatError, OSError, ValueError) as exc:
         raise fail(str(exc)) from exc
     on = f", {pipe.engine_name}" if pipe.engine is not None else ""  # torch, the default, goes unsaid

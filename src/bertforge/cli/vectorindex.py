@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from bertforge.cli.common import MODEL_NAME_HELP, RevisionOption, fail, library_errors, with_revision
+from bertforge.cli.options import QuotingOption, reading_tables
 
 QUERY_CHUNK = 256  # queries embedded and searched per step of --input: bounds memory on a large file
 TEXT_WIDTH = 100  # characters of a row's text shown in the --query table
@@ -33,6 +34,7 @@ def index_command(
     device: Annotated[str | None, typer.Option(help="torch device (default: where the model loads, cpu).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
     revision: RevisionOption = None,
+    quoting: QuotingOption = False,
 ) -> None:
     """Embed every row's text of a file with a model and store the vectors for `bertforge query`.
 
@@ -51,7 +53,7 @@ def index_command(
     began = time.perf_counter()
     try:
         # shown after a second: a bad input fails before it, without a bar
-        with tqdm(unit="row", disable=quiet, desc="embedding", delay=1) as bar:
+        with reading_tables(quoting), tqdm(unit="row", disable=quiet, desc="embedding", delay=1) as bar:
             info = build_file(spec, input_file, out, text_column=text_column, id_column=id_column,
                               batch_size=batch_size, device=device, progress=bar)
     except library_errors() as exc:
