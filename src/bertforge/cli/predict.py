@@ -229,13 +229,19 @@ def serve_command(
     engine: EngineOption = "torch",
     engine_calibrate: EngineCalibrateOption = False,
     revision: RevisionOption = None,
+    model_name: Annotated[str | None, typer.Option(
+        "--model-name", help="The model's id in the OpenAI-compatible API (/v1/models); default: the Hub name "
+                             "given to --model, or the directory's name.")] = None,
 ) -> None:
     """Serve a checkpoint over HTTP: JSON API (/fill-mask /classify /qa /ner /embed /attention) and a demo page at /.
 
     Example: `bertforge serve --model runs/squad/seed-1 --port 8000`, then open http://127.0.0.1:8000/
     (API schema at /docs).
     """
+    given = model
     model = hub_model(model, revision)  # a Hub name (org/name[@revision]): its cached snapshot
+    if model_name is None:  # a snapshot directory's name is a commit hash: the Hub name says more
+        model_name = given.as_posix() if model != given else model.name
     from bertforge.checkpoint import CheckpointError
 
     if not 0 < port < 65536:
@@ -254,7 +260,8 @@ def serve_command(
     try:
         api = create_app(model, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, device=device,
                          precision=precision, long_text=long_text, max_body_bytes=max_body_bytes,
-                         body_timeout_s=body_timeout, engine=engine, engine_calibrate=engine_calibrate)
+                         body_timeout_s=body_timeout, engine=engine, engine_calibrate=engine_calibrate,
+                         model_name=model_name)
     except (CheckpointError, OSError, ValueError) as exc:
         raise fail(str(exc)) from exc
     _say_engine(api.state.service.engine_choice, engine)

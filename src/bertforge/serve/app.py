@@ -1,7 +1,7 @@
 """The HTTP API and demo page for one BERT checkpoint: `create_app(model_dir)` returns a FastAPI app.
 
     POST /fill-mask  /classify  /qa  /ner  /embed  /attention  /v1/embeddings (OpenAI's)
-    GET /health  /  /docs  /openapi.json
+    GET /health  /  /docs  /openapi.json  /v1/models  /v1/models/{id} (OpenAI's)
 
 Each task endpoint takes one input (`text`, or `question` + `context`) or a list of them (`texts`,
 or `questions` + `contexts`, at most `MAX_ITEMS`), and answers with one result or `{"results": [...]}`.
@@ -19,11 +19,14 @@ Three layers, in order of a request:
    predict`: the model's label names, SQuAD's answer search and tuned null threshold, entity grouping,
    top-k, pooling).
 
-Every error is JSON: `{"error": "<code>", "message": "<what to fix>"}` (+ `details` for 422).
+Every error is JSON: `{"error": "<code>", "message": "<what to fix>"}` (+ `details` for 422); under /v1
+(OpenAI's API: /v1/embeddings, /v1/models) it is OpenAI's `{"error": {"message", "type", "param", "code"}}`,
+with 400 where the other routes answer 422, so that OpenAI's clients raise their own exceptions.
 """
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -50,6 +53,7 @@ from bertforge.serve.schemas import (
     MAX_CONTEXT_CHARS,
     MAX_ITEMS,
     MAX_MASKS,
+    MAX_OPENAI_ITEMS,
     MAX_TEXT_CHARS,
     MAX_TOP_K,
     REQUEST_MODELS,
@@ -73,14 +77,17 @@ from bertforge.serve.schemas import (
     MaskResult,
     NerRequest,
     NerResult,
-    OpenAIEmbedding,
     OpenAIEmbeddingsRequest,
     OpenAIEmbeddingsResult,
+    OpenAIErrorBody,
+    OpenAIModel,
+    OpenAIModelList,
     QARequest,
     QAResult,
     RowError,
     TokenLabel,
 )
+from bertforge.tasks.base import Feature
 
 log = logging.getLogger(__name__)
 
@@ -348,6 +355,61 @@ class ModelService:
         return [EmbedResult(embedding=r["embedding"], dim=len(r["embedding"]), pooling=r["pooling"],
                             tokens=r["tokens"], truncated=r["truncated"]) for r in self._run("embed", items)]
 
+    @property
+    def embedding_dim(self) -> int:
+        """How many numbers /embed's vectors have (every pooling gives the encoder's width)."""
+        return int(self.config.hidden_size)
+
+    def prepare_openai(self, req: OpenAIEmbeddingsRequest) -> list[_Item]:
+        """Each input of a /v1/embeddings request as an /embed item, with the model's own pooling: texts
+        through the embeddings pipeline, token ids framed by the model's specials. Input longer than the
+        model reads (/embed's max_length) is refused, as OpenAI refuses it, unless the request says `truncate`."""
+        pipe = self.pipelines["embed"]
+        texts = req.texts()
+        try:
+            prepared = pipe.prepare(texts) if texts is not None else self._prepare_token_ids(req.token_ids())
+        except InputError as exc:
+            raise ApiError(400, exc.code, f"input: item {exc.index}: {exc.detail}", param="input") from exc
+        except ValueError as exc:  # text the tokenizer refuses (a lone surrogate, say)
+            raise ApiError(400, "bad_text", f"input: {exc}", param="input") from exc
+        if not req.truncate:
+            for index, info in enumerate(prepared.info):
+                if info["truncated"]:
+                    length = self._length_of(texts[index]) if texts is not None else len(prepared.examples[index])
+                    raise ApiError(400, "context_length_exceeded", f"input: item {index} is {length} tokens (special tokens "
+                                   f"included); this model reads at most {pipe.max_length}. Shorten it, or send "
+                                   f'"truncate": true (the openai client\'s extra_body) to embed its first '
+                                   f"{pipe.max_length} tokens", param="input")
+        return [_Item(Prepared([example], [feature], [info]), {})
+                for example, feature, info in zip(prepared.examples, prepared.features, prepared.info, strict=True)]
+
+    def _length_of(self, text: str) -> int:
+        """A text's tokens, special tokens included, as the embeddings pipeline counts them."""
+        cased = text.lower() if self.pipelines["embed"].lowercase_inputs else text
+        return len(self.tokenizer.encode(cased, max_length=10**9))
+
+    def _prepare_token_ids(self, inputs: list[list[int]]) -> Prepared:
+        """Token ids as the model's tokenizer gives them for a text, without special tokens (a list that
+        already starts with [CLS] and ends with [SEP] is taken as it is); cut to /embed's length, keeping [SEP]."""
+        frame = self.tokenizer.encode("").input_ids  # the specials around any text: [CLS] [SEP], <s> </s>, ...
+        if len(frame) != 2:
+            raise ApiError(400, "token_ids_unsupported", f"this model's tokenizer puts {len(frame)} special tokens "
+                           "around a text, so token ids cannot be framed as a text would be; send text", param="input")
+        vocab, limit = self.config.vocab_size, self.pipelines["embed"].max_length
+        features, info = [], []
+        for index, ids in enumerate(inputs):
+            bad = next((i for i in ids if i >= vocab), None)
+            if bad is not None:
+                raise ApiError(400, "bad_token_id", f"input: item {index} holds token id {bad}; this model's token ids "
+                               f"are 0..{vocab - 1}", param="input")
+            framed = list(ids) if len(ids) >= 2 and [ids[0], ids[-1]] == frame else [frame[0], *ids, frame[1]]
+            truncated = len(framed) > limit
+            if truncated:
+                framed = framed[:limit - 1] + [frame[1]]
+            features.append(Feature({"input_ids": framed, "token_type_ids": [0] * len(framed)}, index))
+            info.append({"truncated": truncated, "tokens": len(framed)})
+        return Prepared([list(ids) for ids in inputs], features, info)
+
     def prepare_qa(self, question: str, context: str, allow_no_answer: bool | None,
                    max_answer_tokens: int) -> _Item:
         return self.prepare("qa", {"question": question, "context": context}, allow_no_answer=allow_no_answer,
@@ -429,9 +491,10 @@ class BodyGuard:
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers") or []).get(b"content-length", b"")
+        path = scope.get("path", "")
         if declared.isdigit() and int(declared) > self.max_bytes:
             await self._refuse(send, 413, "too_large", f"the request body is {int(declared):,} bytes; "
-                               f"at most {self.max_bytes:,}")
+                               f"at most {self.max_bytes:,}", path)
             return
         body, more = bytearray(), True
         while more:
@@ -439,14 +502,14 @@ class BodyGuard:
                 message = await asyncio.wait_for(receive(), self.timeout_s)
             except TimeoutError:
                 await self._refuse(send, 408, "body_timeout", f"the request body stopped arriving for "
-                                   f"{self.timeout_s:g} s; send it whole")
+                                   f"{self.timeout_s:g} s; send it whole", path)
                 return
             if message["type"] == "http.disconnect":
                 return
             body += message.get("body", b"")
             more = message.get("more_body", False)
             if len(body) > self.max_bytes:
-                await self._refuse(send, 413, "too_large", f"the request body is over {self.max_bytes:,} bytes")
+                await self._refuse(send, 413, "too_large", f"the request body is over {self.max_bytes:,} bytes", path)
                 return
         delivered = False
 
@@ -460,8 +523,8 @@ class BodyGuard:
         await self.app(scope, replay, send)
 
     @staticmethod
-    async def _refuse(send: Any, status: int, code: str, message: str) -> None:
-        response = _error(status, code, message)
+    async def _refuse(send: Any, status: int, code: str, message: str, path: str) -> None:
+        response = _openai_error(status, code, message) if is_openai_route(path) else _error(status, code, message)
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"connection", b"close"),
                                 (b"content-length", str(len(response.body)).encode())]})
@@ -477,6 +540,40 @@ def _encode_vector(vector: list[float], encoding_format: str) -> list[float] | s
     import numpy as np
 
     return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+
+
+def _openai_embeddings(results: list[EmbedResult], req: OpenAIEmbeddingsRequest, model: str) -> JSONResponse:
+    """OpenAI's answer: each vector (shortened to `dimensions` and back at unit length) as floats or
+    base64, and the tokens read. Sent as it is: checking 2,048 vectors against the response model would
+    take longer than running them."""
+    data = []
+    for index, result in enumerate(results):
+        vector = result.embedding if req.dimensions is None else _shortened(result.embedding, req.dimensions)
+        data.append({"object": "embedding", "embedding": _encode_vector(vector, req.encoding_format), "index": index})
+    tokens = sum(r.tokens for r in results)
+    return JSONResponse({"object": "list", "data": data, "model": req.model or model,
+                         "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+
+def _shortened(vector: list[float], dimensions: int) -> list[float]:
+    """The first `dimensions` numbers at unit length: what a Matryoshka-trained model's short vector is."""
+    import numpy as np
+
+    head = np.asarray(vector[:dimensions], dtype=np.float64)
+    norm = float(np.linalg.norm(head))
+    return (head / norm if norm > 0 else head).tolist()
+
+
+def is_openai_route(path: str) -> bool:
+    """The routes under /v1 answer errors in OpenAI's shape; the others in bertforge's own."""
+    return path == "/v1" or path.startswith("/v1/")
+
+
+def _openai_error(status: int, code: str | None, message: str, param: str | None = None) -> JSONResponse:
+    """OpenAI's error body: its client reads it into BadRequestError (400), NotFoundError (404), ..."""
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind, "param": param,
+                                                               "code": code}})
 
 
 def _error(status: int, code: str, message: str, details: list[dict[str, Any]] | None = None) -> JSONResponse:
@@ -508,6 +605,8 @@ def _validation_details(exc: RequestValidationError, accepted: Sequence[str] = (
     return details
 
 
+OPENAI_ROUTES = "POST /v1/embeddings, GET /v1/models and GET /v1/models/{model}"
+
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "this model has no head for the task"},
     408: {"model": ErrorBody, "description": "the request body stopped arriving"},
@@ -529,6 +628,7 @@ def create_app(
     engine_calibrate: bool = False,
     max_body_bytes: int = MAX_BODY_BYTES,
     body_timeout_s: float = BODY_TIMEOUT_S,
+    model_name: str | None = None,
 ) -> FastAPI:
     """The API and demo page for the checkpoint in `model_dir` (any bertforge / Hugging Face BERT dir).
 
@@ -538,7 +638,8 @@ def create_app(
     ran and why). `long_text="windows"` classifies texts longer than the model's length by
     overlapping windows (`bertforge.pipeline`). `service` replaces `model_dir` when the caller has
     already loaded a model. A request body is read whole before the app sees it, at most
-    `max_body_bytes` (413 beyond) with no pause longer than `body_timeout_s` (408).
+    `max_body_bytes` (413 beyond) with no pause longer than `body_timeout_s` (408). `model_name` is the
+    id /v1/models lists (default: the directory's name).
 
     Example:
         uvicorn.run(create_app("runs/squad/seed-1"), host="127.0.0.1", port=8000)
@@ -564,12 +665,17 @@ def create_app(
         responses=ERRORS,
     )
     app.state.service = service
-    model_name = Path(model_dir).name if model_dir is not None else service.kind  # what /v1/embeddings echoes
+    if model_name is None:  # what /v1/models lists and /v1/embeddings answers when a request names none
+        model_name = Path(model_dir).name if model_dir is not None else service.kind
+    loaded_at = int(time.time())
 
     app.add_middleware(BodyGuard, max_bytes=max_body_bytes, timeout_s=body_timeout_s)
 
+    # OpenAI's clients read a 400 for any request they sent wrong (bertforge's own routes answer 422)
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        if is_openai_route(request.url.path):
+            return _openai_error(400 if exc.status == 422 else exc.status, exc.code, exc.message, exc.param)
         return _error(exc.status, exc.code, exc.message)
 
     @app.exception_handler(RequestValidationError)
@@ -578,22 +684,43 @@ def create_app(
         accepted = list(model.model_fields) if model is not None else []
         details = _validation_details(exc, accepted, request.headers.get("content-type", ""))
         message = "; ".join(f"{d['field']}: {d['message']}" for d in details) or "invalid request"
+        if is_openai_route(request.url.path):
+            param = details[0]["field"] if details and details[0]["field"] != "body" else None
+            return _openai_error(400, "invalid_request", message, param)
         return _error(422, "invalid_request", message, details)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        if is_openai_route(request.url.path):
+            return _openai_error(exc.status_code, code, f"{exc.detail}: {request.method} {request.url.path}; under "
+                                 f"/v1 this server answers {OPENAI_ROUTES}")
         return _error(exc.status_code, code, str(exc.detail))
 
     @app.exception_handler(Exception)
     async def crashed(request: Request, exc: Exception) -> JSONResponse:  # a bug, not bad input
         log.exception("%s %s failed", request.method, request.url.path)
-        return _error(500, "internal_error", f"the server failed on this request ({type(exc).__name__}); "
-                      "see its log")
+        message = f"the server failed on this request ({type(exc).__name__}); see its log"
+        if is_openai_route(request.url.path):
+            return _openai_error(500, "internal_error", message)
+        return _error(500, "internal_error", message)
 
     async def gather(task: str, items: list[Any]) -> list[Any]:
         batcher = service.require(task)
         return list(await asyncio.gather(*(batcher.submit(item) for item in items)))
+
+    async def gather_windowed(task: str, items: list[Any]) -> list[Any]:
+        """`gather`, with at most two batches of this request queued at a time: the model always has its
+        next batch waiting, and other requests' items queue between this request's batches rather than
+        behind all 2,048 of them."""
+        batcher = service.require(task)
+        window = asyncio.Semaphore(2 * batcher.max_batch_size)
+
+        async def one(item: Any) -> Any:
+            async with window:
+                return await batcher.submit(item)
+
+        return list(await asyncio.gather(*(one(item) for item in items)))
 
     def answer(results: list[Any], batched: bool) -> Any:
         return {"results": results} if batched else results[0]
@@ -638,8 +765,8 @@ def create_app(
             "max_length": {task: pipe.max_length for task, pipe in service.pipelines.items()},
             "mask_token": service.tokenizer.mask_token,
             "limits": {"max_text_chars": MAX_TEXT_CHARS, "max_context_chars": MAX_CONTEXT_CHARS,
-                       "max_items": MAX_ITEMS, "max_masks": MAX_MASKS, "max_top_k": MAX_TOP_K,
-                       "max_attention_tokens": MAX_ATTENTION_TOKENS, "max_body_bytes": max_body_bytes,
+                       "max_items": MAX_ITEMS, "max_openai_items": MAX_OPENAI_ITEMS, "max_masks": MAX_MASKS,
+                       "max_top_k": MAX_TOP_K, "max_attention_tokens": MAX_ATTENTION_TOKENS, "max_body_bytes": max_body_bytes,
                        "body_timeout_s": body_timeout_s},
             "batching": {"max_batch_size": max_batch_size, "max_wait_ms": max_wait_ms,
                          "model_calls": service.model_calls,
@@ -682,16 +809,39 @@ def create_app(
         return await answer_each("embed", req, [lambda t=text: service.prepare_embed(t, req.pooling, req.normalize)
                                                 for text in req.inputs()])
 
-    @app.post("/v1/embeddings", response_model=OpenAIEmbeddingsResult)
+    openai_errors: dict[int | str, dict[str, Any]] = {
+        400: {"model": OpenAIErrorBody, "description": "invalid input: types, limits, too many tokens, ..."},
+        404: {"model": OpenAIErrorBody, "description": "no such model or route"},
+        413: {"model": OpenAIErrorBody, "description": "request body too large"},
+    }
+
+    @app.post("/v1/embeddings", response_model=OpenAIEmbeddingsResult, responses=openai_errors)
     async def openai_embeddings(req: OpenAIEmbeddingsRequest) -> Any:
         """OpenAI's embeddings API over /embed's vectors (the model's own pooling and normalisation), so an
-        OpenAI client pointed at this server (base_url .../v1) works unchanged."""
-        results = await gather("embed", [service.prepare_embed(text) for text in req.inputs()])
-        data = [OpenAIEmbedding(embedding=_encode_vector(r.embedding, req.encoding_format), index=i)
-                for i, r in enumerate(results)]
-        tokens = sum(r.tokens for r in results)
-        return OpenAIEmbeddingsResult(data=data, model=req.model or model_name,
-                                      usage={"prompt_tokens": tokens, "total_tokens": tokens})
+        OpenAI client pointed at this server (base_url .../v1) works unchanged: up to 2,048 texts or
+        token-id lists, `dimensions`, `encoding_format` float or base64; errors in OpenAI's shape."""
+        if req.dimensions is not None and req.dimensions > service.embedding_dim:
+            raise ApiError(400, "bad_dimensions", f"dimensions {req.dimensions} is more than this model's "
+                           f"{service.embedding_dim}", param="dimensions")
+        # tokenising 2,048 texts takes a while: off the event loop, which keeps serving meanwhile
+        items = await asyncio.to_thread(service.prepare_openai, req)
+        return _openai_embeddings(await gather_windowed("embed", items), req, model_name)
+
+    def model_card() -> OpenAIModel:
+        return OpenAIModel(id=model_name, created=loaded_at)
+
+    @app.get("/v1/models", response_model=OpenAIModelList, responses=openai_errors)
+    async def openai_models() -> Any:
+        """OpenAI's model list: the one model this server runs."""
+        return OpenAIModelList(data=[model_card()])
+
+    @app.get("/v1/models/{model_id:path}", response_model=OpenAIModel, responses=openai_errors)
+    async def openai_model(model_id: str) -> Any:
+        """The model, if `model_id` is this server's; else 404 in OpenAI's shape."""
+        if model_id != model_name:
+            raise ApiError(404, "model_not_found", f"the model {model_id!r} is not on this server; it serves "
+                           f"{model_name!r}", param="model")
+        return model_card()
 
     @app.post("/attention", response_model=AttentionResult)
     async def attention(req: AttentionRequest) -> Any:

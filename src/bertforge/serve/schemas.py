@@ -5,7 +5,8 @@ well-formed but unusable."""
 
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
+from pydantic_core import PydanticCustomError
 
 # --------------------------------------------------------------------------------------------------
 # Limits. Characters are counted before tokenisation (a cheap bound on work per request); token
@@ -14,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 MAX_TEXT_CHARS = 5_000  # one text (fill-mask, classify, ner, embed, attention, a QA question)
 MAX_CONTEXT_CHARS = 20_000  # one QA passage: long passages are read in overlapping windows
 MAX_ITEMS = 32  # inputs in one request
+# inputs in one /v1/embeddings request, as OpenAI allows; run at most 2 x max_batch_size at a time, so a
+# large request holds little more than its own body and answer, and other requests' items run between its batches
+MAX_OPENAI_ITEMS = 2_048
 MAX_MASKS = 10  # [MASK] tokens in one fill-mask text
 MAX_TOP_K = 50
 MAX_ATTENTION_TOKENS = 128  # the attention map is T x T numbers in JSON
@@ -35,9 +39,10 @@ TASK_HEADS = {"fill-mask": "masked-LM", "classify": "sequence-classification", "
 class ApiError(Exception):
     """A request the server understood but cannot serve: becomes `{"error": code, "message": ...}`."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
+        self.param = param  # the request field at fault, for OpenAI's error body (/v1)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -120,17 +125,66 @@ class EmbedRequest(_TextsRequest):
     normalize: bool | None = None  # default: the model's modules.json, else true
 
 
-class OpenAIEmbeddingsRequest(_Request):
-    """OpenAI's embeddings request: `input`, one text or a list; `model` is echoed (this server runs one
-    model); vectors come as floats or, with `encoding_format` base64, as little-endian float32 bytes."""
+TokenIds = list[Annotated[int, Field(ge=0)]]
+OpenAIInput = str | list[str] | TokenIds | list[TokenIds]
 
-    input: Text | list[Text] = Field(max_length=MAX_ITEMS)  # type: ignore[assignment]
+
+def _describe_input(value: Any) -> Any:
+    """`input` checked by hand before pydantic sees it, so that a wrong one gets one sentence that says what
+    is accepted (a union's errors would list every branch it failed). Messages follow "input: "."""
+    accepted = ("give a string, a list of strings, a list of token ids or a list of lists of token ids (at "
+                f"most {MAX_OPENAI_ITEMS:,} items; token ids are integers from 0)")
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise PydanticCustomError("invalid_input", f"a {type(value).__name__}; {accepted}")
+    if not value:
+        raise PydanticCustomError("invalid_input", "an empty list; give at least one text")
+    if all(_is_token_id(v) for v in value):  # one input given as token ids: its length is checked in tokens
+        return value
+    if len(value) > MAX_OPENAI_ITEMS:
+        raise PydanticCustomError("too_many_items", f"{len(value):,} items; at most {MAX_OPENAI_ITEMS:,} in one "
+                                  "request (send the rest in another)")
+    if all(isinstance(v, str) for v in value):
+        return value
+    for index, item in enumerate(value):
+        if not isinstance(item, list) or not all(_is_token_id(v) for v in item):
+            raise PydanticCustomError("invalid_input", f"item {index} is a {type(item).__name__}; {accepted}")
+        if not item:
+            raise PydanticCustomError("invalid_input", f"item {index} is an empty list of token ids")
+    return value
+
+
+def _is_token_id(value: Any) -> bool:
+    return type(value) is int and value >= 0  # not a bool (JSON true)
+
+
+class OpenAIEmbeddingsRequest(_Request):
+    """OpenAI's embeddings request: `input` is one text, a list of texts, one list of token ids or a list of
+    them (the model's own tokenizer's ids, [CLS] and [SEP] added as for text); `model` is echoed (this
+    server runs one model); `dimensions` keeps the first that many numbers of each vector and scales them
+    back to unit length (Matryoshka); vectors come as floats or, with `encoding_format` base64, as
+    little-endian float32 bytes. Input longer than the model reads is refused, as OpenAI refuses it,
+    unless `truncate` (not OpenAI's; send it with the openai client's `extra_body`) asks to cut it."""
+
+    input: Annotated[OpenAIInput, BeforeValidator(_describe_input)]
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(default=None, ge=1)
     user: str | None = None  # accepted, as OpenAI's clients may send it; not used
+    truncate: bool = False
 
-    def inputs(self) -> list[str]:
-        return [self.input] if isinstance(self.input, str) else list(self.input)
+    def texts(self) -> list[str] | None:
+        """The texts, or None when the input is token ids."""
+        if isinstance(self.input, str):
+            return [self.input]
+        return self.input if all(isinstance(item, str) for item in self.input) else None  # type: ignore[return-value]
+
+    def token_ids(self) -> list[list[int]]:
+        """The inputs given as token ids (one list, or a list of lists)."""
+        if self.input and all(isinstance(item, int) for item in self.input):
+            return [self.input]  # type: ignore[list-item]
+        return list(self.input)  # type: ignore[arg-type]
 
 
 class QARequest(_Request):
@@ -299,5 +353,30 @@ class ErrorBody(_Response):
     details: list[dict[str, Any]] | None = None
 
 
+class OpenAIErrorDetail(_Response):
+    message: str
+    type: str  # invalid_request_error (4xx) or server_error (5xx), as OpenAI's
+    param: str | None  # the request field at fault
+    code: str | None  # the short name /embed's errors carry too (too_long, not_found, ...)
 
-__all__ = ["REQUEST_MODELS", "ApiError", "AttentionRequest", "AttentionResult", "BODY_TIMEOUT_S", "Batch", "ClassifyRequest", "ClassifyResult", "EmbedRequest", "EmbedResult", "Entity", "ErrorBody", "FillMaskRequest", "FillMaskResult", "LabelScore", "MAX_ATTENTION_TOKENS", "MAX_BODY_BYTES", "MAX_CONTEXT_CHARS", "MAX_ITEMS", "MAX_MASKS", "MAX_TEXT_CHARS", "MAX_TOP_K", "MaskPrediction", "MaskResult", "NerRequest", "NerResult", "OpenAIEmbedding", "OpenAIEmbeddingsRequest", "OpenAIEmbeddingsResult", "QARequest", "QAResult", "TASKS", "TASK_HEADS", "TASK_MODELS", "TokenLabel"]
+
+class OpenAIErrorBody(_Response):
+    """Every error of a /v1 route, in OpenAI's shape, so that its client raises BadRequestError & co."""
+
+    error: OpenAIErrorDetail
+
+
+class OpenAIModel(_Response):
+    id: str
+    object: Literal["model"] = "model"
+    created: int  # when the server loaded it (Unix seconds)
+    owned_by: str = "bertforge"
+
+
+class OpenAIModelList(_Response):
+    object: Literal["list"] = "list"
+    data: list[OpenAIModel]
+
+
+
+__all__ = ["REQUEST_MODELS", "ApiError", "AttentionRequest", "AttentionResult", "BODY_TIMEOUT_S", "Batch", "ClassifyRequest", "ClassifyResult", "EmbedRequest", "EmbedResult", "Entity", "ErrorBody", "FillMaskRequest", "FillMaskResult", "LabelScore", "MAX_ATTENTION_TOKENS", "MAX_BODY_BYTES", "MAX_CONTEXT_CHARS", "MAX_ITEMS", "MAX_MASKS", "MAX_OPENAI_ITEMS", "MAX_TEXT_CHARS", "MAX_TOP_K", "MaskPrediction", "MaskResult", "NerRequest", "NerResult", "OpenAIEmbedding", "OpenAIEmbeddingsRequest", "OpenAIEmbeddingsResult", "OpenAIErrorBody", "OpenAIErrorDetail", "OpenAIModel", "OpenAIModelList", "QARequest", "QAResult", "TASKS", "TASK_HEADS", "TASK_MODELS", "TokenLabel"]
