@@ -236,3 +236,29 @@ def test_finetune_and_predict_report_the_rows_of_a_tsv_with_quotes(encoder_dir: 
     assert result.exit_code == 0, result.output
     assert f"read {dev}: 2 rows (TSV with CSV quoting; 1 record spans" in _said(result)
     assert len(preds.read_text().splitlines()) == 2
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "own-data.md"
+
+
+@pytest.mark.parametrize(("name", "data"), [
+    ("reviews.tsv", b"text\tlabel\na\tpos\nb\tneg\nc\tpos\nd\n"),
+    ("reviews.tsv", b"text\tlabel\na\tpos\nb\tneg\nc\tpos\nd\tpos\t5 stars\n"),
+    ("reviews.csv", b"text,label,text\na,b,c\n"),
+])
+def test_the_errors_docs_own_data_shows_are_the_errors_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            name: str, data: bytes) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path(name).write_bytes(data)
+    with pytest.raises(DataFormatError) as caught:
+        read_rows(name)
+    assert f"| `error: {caught.value}` |" in DOCS.read_text(encoding="utf-8")
+
+
+def test_the_warning_docs_own_data_shows_is_the_warning_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("reviews.tsv").write_bytes(b'"text"\t"label"\n"a fine film"\t"pos"\n"dull"\t"neg"\n"fine"\t"pos"\n')
+    said: list[str] = []
+    with table_reading(notify=said.append):
+        read_rows("reviews.tsv")
+    assert said[0] in DOCS.read_text(encoding="utf-8").splitlines()
