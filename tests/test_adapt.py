@@ -159,8 +159,12 @@ def test_a_time_budget_ends_the_run_and_its_schedule(bert: Path, text_file: Path
 def test_resume_lock_and_refusals(bert: Path, text_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     first = adapt(bert, text_file, out, max_steps=2, save_every=1, **QUIET)
-    with pytest.raises(FileExistsError, match="--resume"):
-        adapt(bert, text_file, out, max_steps=2, save_every=1, **QUIET)
+    said: list[str] = []
+    rerun = adapt(bert, text_file, out, max_steps=2, save_every=1, echo=said.append, **QUIET)
+    assert rerun.after == first.after and rerun.steps == 2  # the same command again: reused, not an error
+    assert any("already adapted with these settings" in line for line in said), said
+    with pytest.raises(FileExistsError, match="--resume"):  # other settings, not resumed: refused
+        adapt(bert, text_file, out, max_steps=3, save_every=1, **QUIET)
     again = adapt(bert, text_file, out, max_steps=2, save_every=1, resume=True, **QUIET)
     assert again.after == first.after and again.steps == 2  # a finished run is reused, not retrained
     with pytest.raises(Exception, match="other options"):  # other text settings: the data differs
@@ -349,3 +353,65 @@ def test_finetune_adapt_on_a_named_file_from_the_command_line(bert: Path, text_f
     assert adapted["settings"]["inputs"] == [str(text_file)] and adapted["steps"] >= 1
     assert "adapt_on" in (tmp_path / "out" / "run_config.yaml").read_text()
     assert f"model: {bert}" in (tmp_path / "out" / "run_config.yaml").read_text()  # the model it started from
+
+
+def test_a_refused_run_leaves_nothing_behind_and_the_fixed_rerun_starts_clean(bert: Path, tmp_path: Path) -> None:
+    """A row that is not UTF-8 in a table stops the run naming its file and line; what the run had
+    made in --out (its config, half-prepared data) is removed, so the same command after the fix
+    trains instead of meeting data "prepared with other inputs"."""
+    from bertforge.data.records import RecordError
+
+    lines = numbered_lines(200)
+    table = tmp_path / "reviews.csv"
+    table.write_bytes(("text\n" + "".join(line + "\n" for line in lines[:5])).encode() + b"caf\xe9 au lait\n"
+                      + "".join(line + "\n" for line in lines[5:]).encode())
+    out = tmp_path / "run"
+    with pytest.raises(RecordError, match=r"reviews\.csv:7: not UTF-8"):
+        adapt(bert, table, out, max_steps=1, **QUIET)
+    assert not out.exists()
+    table.write_text("text\n" + "".join(line + "\n" for line in lines), encoding="utf-8")
+    assert adapt(bert, table, out, max_steps=1, **QUIET).steps == 1
+    kept = tmp_path / "kept"  # an --out that held something before: only what the run made goes
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine", encoding="utf-8")
+    with pytest.raises(ValueError, match="no such file"):
+        adapt(bert, tmp_path / "missing.txt", kept, max_steps=1, **QUIET)
+    assert [p.name for p in kept.iterdir()] == ["notes.txt"]
+
+
+def test_a_line_that_is_not_utf8_in_a_text_file_is_skipped_and_said(bert: Path, tmp_path: Path) -> None:
+    lines = numbered_lines(200)
+    text = tmp_path / "notes.txt"
+    text.write_bytes(("\n".join(lines[:5]) + "\n").encode() + b"caf\xe9 au lait\n" + ("\n".join(lines[5:]) + "\n").encode())
+    said: list[str] = []
+    result = adapt(bert, text, tmp_path / "run", max_steps=1, echo=said.append, **QUIET)
+    assert result.steps == 1
+    assert any("skipped 1 line(s) with bytes that are not UTF-8" in line and "notes.txt:6" in line
+               for line in said), said
+
+
+def test_adapting_a_sentence_transformers_model_keeps_its_modules_length_and_prompts(tmp_path: Path,
+                                                                                       text_file: Path) -> None:
+    """final/ of an adapted sentence-transformers model is one still: sentence-transformers itself
+    (the oracle) loads it with the source's pooling, normalisation, length and prompts."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+
+    from tests.tiny_models import save_tiny_encoder
+
+    encoder = save_tiny_encoder(tmp_path, " ".join(numbered_lines(60)), vocab_size=120)
+    body = Transformer(str(encoder), max_seq_length=24)
+    source = SentenceTransformer(modules=[body, Pooling(body.get_embedding_dimension(), pooling_mode="cls"), Normalize()],
+                                 prompts={"query": "query: ", "passage": "passage: "}, default_prompt_name="query",
+                                 device="cpu")
+    source.save(str(tmp_path / "st"))
+    said: list[str] = []
+    result = adapt(tmp_path / "st", text_file, tmp_path / "run", max_steps=1, echo=said.append, **QUIET)
+    assert (result.final / "modules.json").is_file() and any("modules.json" in line for line in said)
+    adapted = SentenceTransformer(str(result.final), device="cpu")
+    assert adapted.max_seq_length == 24 and adapted.prompts == source.prompts
+    assert adapted.default_prompt_name == "query"
+    assert [type(m).__name__ for m in adapted] == ["Transformer", "Pooling", "Normalize"]
+    assert adapted[1].get_config_dict()["pooling_mode"] == "cls"
+    vector = adapted.encode(["line alpha bravo says the charlie went home ."])
+    assert np.allclose(np.linalg.norm(vector, axis=1), 1.0, atol=1e-5)

@@ -36,17 +36,20 @@ checkpoint, and a resume with other text or settings is refused, naming the diff
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import os
-from collections.abc import Callable, Sequence
+import shutil
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertforge.fileio import run_lock, write_text_atomic
+from bertforge.fileio import LOCK_FILE, run_lock, write_text_atomic
 from bertforge.hub import ResolvedModel, resolve_local_or_hub
+from bertforge.model.sentence_files import carry_sentence_files
 from bertforge.recipe import resolve, setting
 from bertforge.recipe import save as save_recipe
 from bertforge.train.config import OptimConfig, TrainConfig
@@ -175,15 +178,18 @@ def adapt(
     objective = adaptation_objective(checkpoint)
     out = Path(out_dir)
     say = echo or (lambda message: None)
-    with run_lock(out, what="adaptation run"):
+    with run_lock(out, what="adaptation run"), _removed_if_refused(out):
         if overwrite or not (out / CONFIG_FILE).is_file():  # a resume refused for other settings keeps the old
             _save_config(recipe, out)
-        stats = _prepare_text(recipe, checkpoint, out / DATA_DIR, overwrite=overwrite)
+        stats = _prepare_text(recipe, checkpoint, out / DATA_DIR, overwrite=overwrite, said=echo is not None)
         say(f"{stats['tokens']:,} tokens -> {stats['instances']:,} sequences for training, "
             f"{stats['validation_instances']:,} held out")
-        finished = _finished(out, recipe) if resume else None
-        if finished is not None:  # a finished run resumed: nothing left to train
-            say(f"{out}: already adapted ({finished.steps} steps); after: {_describe(finished.after)}")
+        for warning in stats.get("warnings", []):  # skipped lines (not UTF-8) and records, with file:line
+            say(f"note: {warning}")
+        finished = None if overwrite else _finished(out, recipe)
+        if finished is not None:  # the same run finished before (same text and settings): nothing to train
+            say(f"{out}: already adapted with these settings ({finished.steps} steps), reusing {finished.final}; "
+                f"after: {_describe(finished.after)} (--overwrite trains it again)")
             return finished
         pretrain_recipe = _pretrain_recipe(recipe, checkpoint, objective, stats)
         before, new_heads = _baseline(pretrain_recipe, checkpoint, out, objective, overwrite=overwrite)
@@ -224,9 +230,13 @@ def _train(recipe: AdaptRecipe, pretrain_recipe: Any, checkpoint: Path, out: Pat
         "head_warmup_steps": head_steps, "tokens": stats["tokens"], "train_sequences": stats["instances"],
         "held_out_sequences": stats["validation_instances"], "settings": _flat_settings(recipe),
     }
+    final = result.final if result.final is not None else out / "final"
+    kept = carry_sentence_files(checkpoint, final)  # a sentence-transformers model stays one, prompts and all
+    if kept:
+        report["sentence_transformers_files"] = kept
+        say(f"kept the model's sentence-transformers files in {final}: {', '.join(kept)}")
     write_text_atomic(out / RESULTS_FILE, json.dumps(report, indent=1, default=str) + "\n")
     _save_config(recipe, out)
-    final = result.final if result.final is not None else out / "final"
     return AdaptResult(final=final, before=before, after=after, steps=result.train.step, objective=objective,
                        new_heads=new_heads, head_steps=head_steps)
 
@@ -269,6 +279,27 @@ def _finished(out: Path, recipe: AdaptRecipe) -> AdaptResult | None:
                        head_steps=saved.get("head_warmup_steps", 0))
 
 
+@contextlib.contextmanager
+def _removed_if_refused(out: Path) -> Iterator[None]:
+    """Remove what the run made in `out` when it fails before its first checkpoint: a refused run (text
+    that cannot be read, too little of it, a model that does not load) leaves --out as it found it, so
+    the same command after the fix starts clean instead of meeting half-prepared data. A run stopped
+    after a checkpoint keeps everything, for --resume."""
+    found = {path.name for path in out.iterdir()}
+    try:
+        yield
+    except BaseException:
+        if not any(next((out / where / "checkpoints").glob("step-*"), None) for where in (".", HEAD_DIR)):
+            for path in out.iterdir():
+                if path.name in found or path.name == LOCK_FILE:
+                    continue
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+        raise
+
+
 def _checkpoint(model: str | None) -> ResolvedModel:
     if model is None:
         raise ValueError("no checkpoint: give --model DIR (or model in the recipe)")
@@ -278,8 +309,10 @@ def _checkpoint(model: str | None) -> ResolvedModel:
     return source
 
 
-def _prepare_text(recipe: AdaptRecipe, checkpoint: Path, data_dir: Path, *, overwrite: bool) -> dict[str, Any]:
-    """The text as shards of the checkpoint's tokenizer, masked dynamically; some of it held out."""
+def _prepare_text(recipe: AdaptRecipe, checkpoint: Path, data_dir: Path, *, overwrite: bool,
+                  said: bool = False) -> dict[str, Any]:
+    """The text as shards of the checkpoint's tokenizer, masked dynamically; some of it held out. `said`:
+    the caller reports the data's warnings (stats["warnings"]) itself, so they are not raised as well."""
     import warnings
 
     from bertforge.data.prepare import DataWarning, prepare
@@ -288,6 +321,8 @@ def _prepare_text(recipe: AdaptRecipe, checkpoint: Path, data_dir: Path, *, over
     with warnings.catch_warnings():
         # one-sentence documents matter to a sentence objective only; adaptation packs lines
         warnings.filterwarnings("ignore", message=".*one-sentence documents.*", category=DataWarning)
+        if said:
+            warnings.filterwarnings("ignore", category=DataWarning)
         stats = prepare(text.inputs, checkpoint, data_dir, overwrite=overwrite, progress=recipe.train.progress,
                         objective="none", masking="dynamic", masked_lm_prob=text.mask_prob,
                         whole_word=text.whole_word, line_by_line=text.line_by_line,
