@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("adapt",),  # continued pre-training of a checkpoint on the user's text: prepare + pretrain
     ("finetune", "analysis", "export", "ablation"),  # ablation: frozen features + tasks.ner; finetune may adapt first
     ("engine",),  # the engine behind the pipeline: the model itself, or its ONNX graph in ONNX Runtime
+    ("caches",),  # what bertforge keeps outside run directories (the engine's ONNX cache, derived data sets), measured and cleared
     ("pipeline", "search"),  # inference for any model: the tasks' featurize/postprocess with the saved settings; search: a grid of fine-tuning runs
     ("vectorindex",),  # semantic search over a file's rows, embedded by the pipeline
     ("distill",),  # teacher -> student through the one loop, on the tasks of finetune, the shards of pretrain, or a sentence encoder's vectors of a file

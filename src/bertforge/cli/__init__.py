@@ -11,7 +11,7 @@ commands, so that `bertforge --help` stays instant.
 
 from __future__ import annotations
 
-from bertforge.cli import distill, finetune, hub, inspect, predict, search, train, vectorindex
+from bertforge.cli import cache, distill, finetune, hub, inspect, predict, search, train, vectorindex
 from bertforge.cli.common import App
 
 app = App(
@@ -72,5 +72,6 @@ finetune_app = App(cls=finetune.FamilyGroup, help=finetune.HELP, no_args_is_help
 app.add_typer(finetune_app, name="finetune")
 app.add_typer(distill.app, name="distill")
 app.add_typer(App(cls=search.SearchGroup, help=search.HELP, no_args_is_help=True), name="search")
+app.add_typer(cache.app, name="cache")
 
 __all__ = ["app"]
