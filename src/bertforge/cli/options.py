@@ -143,13 +143,20 @@ QUOTING_PARAMETER = pyinspect.Parameter("quoting", pyinspect.Parameter.KEYWORD_O
 
 @contextmanager
 def reading_tables(quoting: bool) -> Iterator[None]:
-    """The block of a command that reads your files: TSV quoting as --quoting says, and a line on stderr
-    for each file read to its end (`read FILE: N rows (...)`) and each warning about one."""
+    """The block of a command that reads your files: TSV quoting as --quoting says. A warning about a file
+    is printed on stderr at once; the line for each file read to its end (`read FILE: N rows (...)`) when
+    the block ends well, so that a refused input stays one line."""
     from bertforge.tables import table_reading
 
+    reads: list[str] = []
+
     def notify(line: str) -> None:
-        warning = line.startswith("warning:")
-        typer.secho(line, err=True, fg=typer.colors.YELLOW if warning else None)
+        if line.startswith("warning:"):
+            typer.secho(line, err=True, fg=typer.colors.YELLOW)
+        else:
+            reads.append(line)
 
     with table_reading(tsv_quoting=quoting, notify=notify):
         yield
+    for line in reads:
+        typer.echo(line, err=True)
