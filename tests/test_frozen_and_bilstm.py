@@ -288,8 +288,9 @@ def test_finetuned_directory_predicts_through_the_pipeline(bert_encoder: Path, f
 
 
 def test_transformers_loads_the_encoder_of_a_bilstm_directory(bert_encoder: Path, tmp_path: Path) -> None:
-    """transformers cannot know the BiLSTM: it builds the family's class named in `architectures`, loads
-    the encoder and starts its own classifier afresh; the encoder's weights are the ones trained here."""
+    """transformers cannot know the BiLSTM: `architectures` names bertforge's class, which transformers does
+    not have (no loader takes the directory for the family's own classifier); its AutoModel loads the
+    encoder, whose weights are the ones trained here."""
     transformers = pytest.importorskip("transformers")
 
     out = tmp_path / "run"
@@ -297,7 +298,8 @@ def test_transformers_loads_the_encoder_of_a_bilstm_directory(bert_encoder: Path
              task_settings=_files("classify", tmp_path), **QUIET)
     seed = out / "seed-1"
     config = json.loads((seed / "config.json").read_text())
-    assert config["architectures"] == ["BertForSequenceClassification"]
+    assert config["architectures"] == ["BertForSequenceClassificationWithTaskHead"]
+    assert not hasattr(transformers, config["architectures"][0])
     assert "transformers loads this directory's encoder but not this head" in config[TASK_HEAD_KEY]["note"]
     theirs = transformers.BertModel.from_pretrained(seed, add_pooling_layer=False)
     ours = _encoder_tensors(seed)

@@ -26,7 +26,9 @@ from typing import Any
 from bertforge.fileio import write_text_atomic
 from bertforge.finetuned import TaskRecord
 from bertforge.hub import MODEL_FILES, is_hub_name, split_revision
+from bertforge.sentence_config import SETFIT_HEAD_FILE
 from bertforge.tasks import FAMILIES, inference_task_of
+from bertforge.tasks.base import task_title
 
 CARD_FILE = "README.md"
 # bertforge's pipeline tasks -> the Hub's pipeline_tag
@@ -104,12 +106,13 @@ def model_card(directory: str | os.PathLike[str], *, base_model: str | os.PathLi
     record = TaskRecord.read(directory)
     task = inference_task_of(record.family) if record is not None else None
     base = Base.of(base_model, base_revision)
-    meta = _metadata(config, record, task, base)
+    loader = _loader(directory, config)
+    meta = _metadata(config, record, task, base, loader)
     scores, before = _shown_scores(metrics), _shown_scores(baseline)
     index = (_task_index(directory.name, record, task)
              or _held_out_index(directory.name, meta.get("pipeline_tag"), scores, data))
     lines = ["---", *_yaml(meta), *index, "---", ""]
-    lines += _intro(config, kind, base, teacher, start)
+    lines += _intro(config, kind, base, teacher, start, loader)
     lines += _record_lines(record, kind) + _score_lines(scores, before, data)
     lines += _settings_lines(settings) + (["", "Made by:", "", "```bash", command, "```"] if command else [])
     return "\n".join(lines) + "\n"
@@ -139,9 +142,24 @@ def _is_masked_lm(config: dict[str, Any]) -> bool:
     return any(name.endswith(("ForMaskedLM", "ForPreTraining")) for name in config.get("architectures") or [])
 
 
-def _metadata(config: dict[str, Any], record: TaskRecord | None, task: str | None, base: Base) -> dict[str, Any]:
+# what runs a directory as trained (`_loader`): transformers; the setfit package (a generic head on the
+# mean token vector, saved with setfit's files); bertforge alone (any other generic head)
+LOADERS = ("transformers", "setfit", "bertforge")
+
+
+def _loader(directory: Path, config: dict[str, Any]) -> str:
+    """The library a directory's card names as the one that runs it as trained. A generic head (config.json's
+    `task_head`) is no transformers class: transformers would run the family's own head, untrained, in its place."""
+    if not config.get("task_head"):
+        return "transformers"
+    return "setfit" if (directory / SETFIT_HEAD_FILE).is_file() else "bertforge"
+
+
+def _metadata(config: dict[str, Any], record: TaskRecord | None, task: str | None, base: Base,
+              loader: str = "transformers") -> dict[str, Any]:
     family = str(config.get("model_type") or "encoder")  # config.json's own name of the family
-    meta: dict[str, Any] = {"library_name": "transformers", "tags": ["bertforge", family]}
+    extra = ["setfit", "sentence-transformers"] if loader == "setfit" else []
+    meta: dict[str, Any] = {"library_name": loader, "tags": ["bertforge", family, *extra]}
     if task in PIPELINE_TAGS or (task is None and _is_masked_lm(config)):
         meta["pipeline_tag"] = PIPELINE_TAGS.get(task or "fill-mask")
     if base.repo_id:  # the Hub checks base_model against its repositories: a local folder has no place here
@@ -178,8 +196,8 @@ def _task_index(name: str, record: TaskRecord | None, task: str | None) -> list[
     """The dev scores of a fine-tuned (or task-distilled) model, when it was scored."""
     if record is None or not record.metrics or task not in PIPELINE_TAGS:
         return []
-    return _index(name, PIPELINE_TAGS[task], f"{record.family} {record.task}", _hub_dataset(record) or "own data",
-                  "dev", record.metrics)
+    return _index(name, PIPELINE_TAGS[task], task_title(record.family or "", record.task or record.family or ""),
+                  _hub_dataset(record) or "own data", "dev", record.metrics)
 
 
 def _held_out_index(name: str, pipeline_tag: str | None, scores: dict[str, float], data: str | None) -> list[str]:
@@ -201,13 +219,25 @@ def _shown_scores(metrics: dict[str, float] | None) -> dict[str, float]:
 
 
 def _intro(config: dict[str, Any], kind: str | None, base: Base, teacher: str | os.PathLike[str] | None,
-           start: str | None) -> list[str]:
+           start: str | None, loader: str = "transformers") -> list[str]:
     shape = (f"{config.get('model_type') or 'transformer'} encoder, {config.get('num_hidden_layers')} layers, hidden size "
              f"{config.get('hidden_size')}, {config.get('num_attention_heads')} attention heads")
-    lines = ["# Model card", "", f"A {shape}, made with bertforge and loadable by `transformers` "
-             "(`AutoModel.from_pretrained`) and by every bertforge command."]
+    lines = ["# Model card", "", f"A {shape}, made with bertforge and {_loads_with(loader)}"]
     origin = _origin(kind, base, teacher, start)
     return lines + (["", origin] if origin else [])
+
+
+def _loads_with(loader: str) -> str:
+    """The sentence that says which libraries run the directory as trained, and what the others see."""
+    if loader == "setfit":
+        return ("loadable as trained by `setfit` (`SetFitModel.from_pretrained`) and by every bertforge command; "
+                "`sentence-transformers` loads its encoder with the mean pooling the classifier reads. Its head "
+                "is no transformers class: `transformers` loads the encoder alone (`AutoModel.from_pretrained`).")
+    if loader == "bertforge":
+        return ("loadable as trained by every bertforge command (`pipeline`, `predict`, `serve`). Its head "
+                "(config.json's `task_head`) is no transformers class: `transformers` loads the encoder alone "
+                "(`AutoModel.from_pretrained`).")
+    return "loadable by `transformers` (`AutoModel.from_pretrained`) and by every bertforge command."
 
 
 def _origin(kind: str | None, base: Base, teacher: str | os.PathLike[str] | None, start: str | None) -> str | None:
@@ -230,18 +260,26 @@ def _record_lines(record: TaskRecord | None, kind: str | None) -> list[str]:
     if record is None:
         return []
     verb = "Distilled on" if kind == "distilled" else "Fine-tuned on"
+    settings = record.hyperparameters or {}
+    setfit = settings.get("method") == "setfit"
     # a best-evaluation directory knows the step that chose it rather than the run's length
     length = (f"{record.steps} steps" if record.steps is not None else
               f"chosen at step {record.step}" if record.step is not None else None)
+    if setfit and length:  # its steps are the encoder's, on pairs made from the labels
+        length += f" of the encoder on label pairs (batch {settings.get('batch_size')}, lr {settings.get('lr')})"
     facts = [f"seed {record.seed}", length, f"max length {record.max_length}"]
-    lines = ["", f"{verb} {record.family} {record.task} ({', '.join(fact for fact in facts if fact)})."]
+    command = f"bertforge finetune {record.family}" + (" --method setfit" if setfit else "")
+    # an own-data family's one task is the family itself: "classify", not "classify classify"
+    made_by = "" if kind == "distilled" else f", `{command}`"
+    what = (f"{record.family} (own data{made_by})" if record.task in (None, record.family) else
+            f"{record.family} {record.task}" + (" with SetFit" if setfit else ""))
+    lines = ["", f"{verb} {what}: {', '.join(fact for fact in facts if fact)}."]
     if record.labels:
         lines.append(f"Labels: {', '.join(map(str, record.labels))}.")
     if record.metrics:
         lines += ["", "| dev metric | value |", "|---|---|",
                   *(f"| {metric} | {float(value):.4f} |" for metric, value in record.metrics.items())]
-    return lines + _settings_lines({k: v for k, v in (record.hyperparameters or {}).items()
-                                    if k not in ("model", "data")})
+    return lines + _settings_lines({k: v for k, v in settings.items() if k not in ("model", "data")})
 
 
 def _score_lines(scores: dict[str, float], before: dict[str, float], data: str | None) -> list[str]:
@@ -305,5 +343,5 @@ def push_model(directory: str | os.PathLike[str], repo_id: str, *, private: bool
     return str(url)
 
 
-__all__ = ["CARD_FILE", "KINDS", "PUSH_IGNORE", "Base", "command_line", "hub_snapshot", "local_name", "model_card",
-           "push_model", "write_model_card"]
+__all__ = ["CARD_FILE", "KINDS", "LOADERS", "PUSH_IGNORE", "Base", "command_line", "hub_snapshot", "local_name",
+           "model_card", "push_model", "write_model_card"]

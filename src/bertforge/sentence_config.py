@@ -26,6 +26,11 @@ SUPPORTED_POOLING = ("cls", "mean", "max")
 # version 6's `pooling_mode` names -> the names above (the same where they agree)
 _POOLING_NAMES = {"mean_tokens": "mean", "cls_token": "cls", "max_tokens": "max"}
 UNSET_LENGTH = 1_000_000  # a tokenizer's model_max_length at or above this means "no limit set"
+# a classifier on the mean token vector is also saved as the setfit package reads it
+# (`bertforge.model.sentence.save_setfit_files`): its head, a pickled scikit-learn estimator that
+# bertforge writes for setfit and never reads, and the labels
+SETFIT_HEAD_FILE = "model_head.pkl"
+SETFIT_CONFIG_FILE = "config_setfit.json"
 
 
 class SentenceConfigError(ValueError):
@@ -112,4 +117,4 @@ def _read_json(path: Path) -> object:
         raise SentenceConfigError(f"{path}: not readable JSON ({exc})") from exc
 
 
-__all__ = ["SUPPORTED_POOLING", "SentenceConfigError", "SentenceEmbedding", "read_sentence_embedding"]
+__all__ = ["SETFIT_CONFIG_FILE", "SETFIT_HEAD_FILE", "SUPPORTED_POOLING", "SentenceConfigError", "SentenceEmbedding", "read_sentence_embedding"]

@@ -87,7 +87,7 @@ from bertforge.finetune.recipe import (
     summarize,
 )
 from bertforge.finetune.runrecord import examples_digest, link_same_weights, run_inputs, save_run_config
-from bertforge.finetune.setfit import train_setfit
+from bertforge.finetune.setfit import body_steps_per_epoch, pair_count, train_setfit
 from bertforge.finetuned import (
     TASK_FILE,
     TaskRecord,
@@ -250,7 +250,6 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
     resolved = resolve_local_or_hub(recipe.model)  # a Hub name: its snapshot, repository and commit
     source = resolved.provenance()
     model_dir = adapted if adapted is not None else resolved.path
-    given = {"lr": recipe.optim.lr, "batch_size": recipe.train.batch_size}  # setfit's body keeps its own defaults
     recipe = recipe.resolved(spec, model_hidden_size(model_dir))
     loop, optim = recipe.train, recipe.optim
     data_dir = None if recipe.data is None else Path(recipe.data)
@@ -330,7 +329,9 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
         model = spec.wrap_model(model, loop.max_length)
         batches = TaskBatches(train_features, loop.batch_size, seed=seed, pad_id=tokenizer.pad_token_id,
                               bucket_batches=LENGTH_GROUP_BATCHES if loop.group_by_length else 1)
-        steps_per_epoch = len(batches)
+        # setfit's steps are its encoder's, on the pairs it makes of the rows
+        steps_per_epoch = body_steps_per_epoch(len(train_examples), loop.batch_size) if loop.method == "setfit" \
+            else len(batches)
         max_steps = max(1, math.ceil(steps_per_epoch * loop.epochs_for(steps_per_epoch)))
         evaluator = _Evaluator(spec, eval_sets, label_list, loop.eval_batch_size, tokenizer.pad_token_id)
         eval_every = loop.eval_every_steps or (steps_per_epoch if loop.eval_every_epoch else 0)
@@ -347,12 +348,14 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
         selection = ModelSelection(selection_metric, patience=loop.patience,
                                    on_improvement=best.save if loop.save_best else best.remember)
         _say(f"seed {seed}: {max_steps} steps ({steps_per_epoch} per epoch) -> {seed_dir}"
-             + (f"; head: {model.spec.describe()}" if head is not None else ""), verbose)
+             + (f"; head: {model.spec.describe()}" if head is not None else "")
+             + (f"; setfit: the encoder on {pair_count(len(train_examples))} pairs, batch {loop.batch_size}, "
+                f"lr {optim.lr:g}" if loop.method == "setfit" else ""), verbose)
         if loop.method == "setfit":  # few labels: pairs -> the encoder -> a logistic head (finetune.setfit)
             model, body_steps = train_setfit(train_examples, label_list or [], model_dir, seed_dir, seed=seed,
                                              max_length=loop.max_length, overwrite=overwrite, progress=progress,
                                              verbose=verbose, finetune=finetune, config=spec.config_overrides(),
-                                             **given)
+                                             settings={**hyper, "device": loop.device})
             result = types.SimpleNamespace(step=body_steps, stopped_early=False, metrics={})
         else:
             result = train(model, batches, seed_dir / "run", loop_config, optim, evaluate=evaluator, resume=True,

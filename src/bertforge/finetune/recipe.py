@@ -198,13 +198,20 @@ class FinetuneRecipe:
 
     def resolved(self, task: Task, hidden_size: int | None = None) -> FinetuneRecipe:
         """The recipe with every empty default filled in from `task`'s declaration; the learning rate
-        for a model of width `hidden_size` (`Task.learning_rate_for`)."""
-        lr = task.learning_rate_for(hidden_size) if self.optim.lr is None else self.optim.lr
+        for a model of width `hidden_size` (`Task.learning_rate_for`). With `method` setfit the rate,
+        batch and passes are those the encoder trains on its pairs with (the setfit package's
+        defaults, `bertforge.finetune.setfit`), so that the records say what ran."""
+        from bertforge.finetune.setfit import BODY_BATCH_SIZE, BODY_EPOCHS, BODY_LR
+
+        setfit = self.train.method == "setfit"
+        lr = self.optim.lr if self.optim.lr is not None else BODY_LR if setfit else task.learning_rate_for(hidden_size)
         optim = dataclasses.replace(self.optim, lr=lr)
         loop = dataclasses.replace(
-            self.train, batch_size=self.train.batch_size or task.default_batch_size,
+            self.train, batch_size=self.train.batch_size or (BODY_BATCH_SIZE if setfit else task.default_batch_size),
             max_length=self.train.max_length or task.default_max_length,
             dev_fraction=resolve_dev_fraction(task, self.train.dev_fraction))
+        if setfit:
+            loop = dataclasses.replace(loop, epochs=loop.epochs or BODY_EPOCHS, min_steps=0)
         return dataclasses.replace(self, task=self.task or task.name, task_settings=dict(task.settings),
                                    optim=optim, train=loop)
 

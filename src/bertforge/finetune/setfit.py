@@ -19,6 +19,7 @@ regressions' probabilities, and the labels' thresholds are tuned on dev as for a
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -31,9 +32,27 @@ if TYPE_CHECKING:
     import torch
 
 PAIR_ITERATIONS = 20  # SetFit's num_iterations: rounds of one positive and one negative pair per row
-BODY_BATCH_SIZE = 16  # SetFit's default batch of pairs
-BODY_LR = 2e-5  # SetFit's default body learning rate
+# the setfit package's defaults for the encoder's training on the pairs; a run's own --lr, --batch-size
+# and --epochs replace them, and its records (run_config.yaml, results.json, task.json, the card) say
+# which ran (`FinetuneRecipe.resolved`)
+BODY_BATCH_SIZE = 16  # pairs per batch
+BODY_LR = 2e-5
+BODY_EPOCHS = 1.0  # passes over the pairs
 BODY_DIR = "setfit-body"
+# the run's settings the encoder's training on the pairs takes (the rest are the head's or the run's)
+BODY_SETTINGS = ("optimizer", "lr", "weight_decay", "beta1", "beta2", "adam_eps", "warmup_steps", "warmup_ratio",
+                 "schedule", "min_lr_ratio", "epochs", "batch_size", "precision", "max_grad_norm", "device",
+                 "group_by_length")
+
+
+def pair_count(rows: int) -> int:
+    """The pairs `sentence_pairs` makes of `rows` training rows: a positive and a negative per row and round."""
+    return 2 * PAIR_ITERATIONS * rows
+
+
+def body_steps_per_epoch(rows: int, batch_size: int) -> int:
+    """The encoder's optimiser steps per pass over the pairs of `rows` training rows."""
+    return max(1, math.ceil(pair_count(rows) / batch_size))
 
 
 def sentence_pairs(texts: Sequence[str], labels: Sequence[str | Sequence[str]], iterations: int,
@@ -133,12 +152,13 @@ def _rows_with_negatives(label_sets: Sequence[frozenset[str]]) -> list[int]:
 
 
 def train_setfit(examples: Sequence[Any], label_list: Sequence[str], model_dir: Path, seed_dir: Path, *,
-                 seed: int, max_length: int, lr: float | None, batch_size: int | None, overwrite: bool,
+                 seed: int, max_length: int, settings: dict[str, Any], overwrite: bool,
                  progress: bool, verbose: bool, finetune: Callable[..., dict[str, Any]],
                  config: dict[str, Any] | None = None) -> tuple[torch.nn.Module, int]:
     """The SetFit classifier for one seed, and the body's optimiser steps. `finetune` is
-    `bertforge.finetune.finetune`, which trains the body as an embedding task; `config` goes into the
-    classifier's config.json (the task's `problem_type`)."""
+    `bertforge.finetune.finetune`, which trains the body as an embedding task with the run's resolved
+    `settings` (by name; those of BODY_SETTINGS are used); `config` goes into the classifier's
+    config.json (the task's `problem_type`)."""
     from bertforge.tasks import FAMILIES
 
     # the family that trains sentence encoders: the one whose fine-tuned models answer embeddings
@@ -155,13 +175,14 @@ def train_setfit(examples: Sequence[Any], label_list: Sequence[str], model_dir: 
     pairs.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     dev = body_out / "pairs-dev.jsonl"  # the body is judged by the classifier's dev score, not its own
     dev.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows[:BODY_BATCH_SIZE]), encoding="utf-8")
-    body = finetune(embedding_family, None, model_dir, None, body_out / "run", seeds=[seed], epochs=1.0,
-                    batch_size=batch_size or BODY_BATCH_SIZE, lr=lr or BODY_LR, max_length=max_length,
-                    eval_every_epoch=False, save_best=False, overwrite=overwrite, progress=progress, verbose=verbose,
+    body_settings = {name: settings[name] for name in BODY_SETTINGS if settings.get(name) is not None}
+    body = finetune(embedding_family, None, model_dir, None, body_out / "run", seeds=[seed], **body_settings,
+                    max_length=max_length, eval_every_epoch=False, save_best=False, overwrite=overwrite,
+                    progress=progress, verbose=verbose,
                     task_settings={"train": str(pairs), "dev": str(dev), "loss": "cosine"})
     body_dir = body_out / "run" / f"seed-{seed}"
     weights, bias = _logistic_head(body_dir, texts, labels, label_list, max_length, seed)
-    return _classifier(body_dir, label_list, weights, bias, config or {}), int(body["seeds"][0]["steps"])
+    return _classifier(body_dir, label_list, weights, bias, config or {}, max_length), int(body["seeds"][0]["steps"])
 
 
 def _logistic_head(body_dir: Path, texts: Sequence[str], labels: Sequence[str | list[str]],
@@ -231,7 +252,7 @@ def _mean_vectors(body_dir: Path, texts: Sequence[str], max_length: int, batch_s
 
 
 def _classifier(body_dir: Path, label_list: Sequence[str], weights: np.ndarray, bias: np.ndarray,
-                config: dict[str, Any]) -> torch.nn.Module:
+                config: dict[str, Any], max_length: int) -> torch.nn.Module:
     """The body under a linear head on the mean of its final token vectors, the regression's weights in it."""
     import torch
 
@@ -247,7 +268,9 @@ def _classifier(body_dir: Path, label_list: Sequence[str], weights: np.ndarray, 
     with torch.no_grad():
         output.weight.copy_(torch.as_tensor(weights, dtype=output.weight.dtype))
         output.bias.copy_(torch.as_tensor(bias, dtype=output.bias.dtype))
+    model.max_length = max_length  # the setfit files' max_seq_length: what the head was fitted on
     return model.eval()
 
 
-__all__ = ["BODY_DIR", "PAIR_ITERATIONS", "sentence_pairs", "train_setfit"]
+__all__ = ["BODY_BATCH_SIZE", "BODY_DIR", "BODY_EPOCHS", "BODY_LR", "BODY_SETTINGS", "PAIR_ITERATIONS",
+           "body_steps_per_epoch", "pair_count", "sentence_pairs", "train_setfit"]

@@ -11,6 +11,8 @@ from bertforge.checkpoint import LoadReport, read_architectures, read_config_dat
 from bertforge.config import ModelConfig
 from bertforge.model import registry
 
+TASK_HEAD_CLASS_SUFFIX = "WithTaskHead"  # `bertforge.model.base.task_head_class` names its classes so
+
 
 def read_config(directory: str | os.PathLike[str], **config_overrides: Any) -> ModelConfig:
     """A checkpoint directory's config.json, read by its family's config class (overrides on top)."""
@@ -27,7 +29,9 @@ def model_class(directory: str | os.PathLike[str]) -> type:
     architectures = read_architectures(directory)  # first: its error names a missing config.json
     config = read_config(directory)
     for name in architectures:
-        named = registry.class_for_architecture(name)
+        # a generic head's class (BertForSequenceClassificationWithTaskHead): the family's class for
+        # the job, which builds the head config.json's task_head describes
+        named = registry.class_for_architecture(name.removesuffix(TASK_HEAD_CLASS_SUFFIX))
         if named is not None:
             return named.for_config(config)  # type: ignore[attr-defined]
     return registry.model_class(config.model_type, "embeddings")

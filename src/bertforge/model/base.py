@@ -504,16 +504,18 @@ class TaskHeadModel(WeightedClassifier, PreTrainedModel):
     vectors). The encoder's weights are saved where the family's own heads keep them, so transformers
     and any bertforge class load the encoder from such a directory; the head's weights sit under
     `task_head.` (`task_head.bilstm.*`, `task_head.layer_mix.*`, `task_head.output.*`), which only
-    this class reads. config.json's `architectures` names the family's class for the job.
+    this class reads. config.json's `architectures` names this class, which transformers does not have.
 
     With `frozen` the encoder's parameters do not train (requires_grad False) and it always runs in
     eval mode without gradients: no dropout, the vectors the features of `bertforge extract` are.
     """
 
     # The family's own class for this job (set by `task_head_class`): what a directory without a
-    # task_head record loads as, and what config.json's `architectures` names.
+    # task_head record loads as.
     family_class: ClassVar[type[PreTrainedModel]]
     head_prefixes: ClassVar[tuple[str, ...]] = (TASK_HEAD_PREFIX,)
+    # the pieces inputs were cut to in training (set by fine-tuning): a setfit body's max_seq_length
+    max_length: int | None = None
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
@@ -561,10 +563,21 @@ class TaskHeadModel(WeightedClassifier, PreTrainedModel):
         return self
 
     def save_pretrained(self, directory: str | os.PathLike[str], tokenizer: BertTokenizer | None = None) -> None:
-        """As every model saves, with config.json's `architectures` naming the family's class for the job
-        (what transformers builds from the directory: the encoder, under a fresh output layer)."""
+        """As every model saves, config.json's `architectures` naming this class
+        (BertForSequenceClassificationWithTaskHead), which transformers does not have: no loader can take
+        the directory for the family's own head (which would run a fresh output layer on [CLS]).
+        A head the setfit package computes (`setfit_can_run`: linear on the mean token vector) also gets
+        setfit's files, so that `SetFitModel.from_pretrained` runs the classifier as trained."""
+        from bertforge.model.sentence import save_setfit_files, setfit_can_run
+
         hf_checkpoint.save_pretrained(self, directory, tokenizer=tokenizer)
-        self.config.to_json_file(os.path.join(directory, "config.json"), architectures=[self.family_class.__name__])
+        spec = self.spec
+        problem = self.problem_type or ("regression" if self.num_labels == 1 else None)
+        if setfit_can_run(spec.job, spec.head, spec.layers, spec.pooling, problem):
+            save_setfit_files(directory, weight=self.task_head.output.weight, bias=self.task_head.output.bias,
+                              labels=label_names(self.config), multi_label=problem == "multi_label_classification",
+                              normalize=spec.normalize, hidden_size=self.config.hidden_size,
+                              max_length=self.max_length, tokenizer=tokenizer)
 
     def forward(
         self,

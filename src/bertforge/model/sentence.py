@@ -1,6 +1,7 @@
 """A sentence encoder under training: any family's encoder, pooled, with a contrastive loss
 (`bertforge finetune embed`, `bertforge.tasks.embed`); saved as the encoder plus sentence-transformers'
-module files."""
+module files. Also the setfit package's files of a classifier that reads the mean token vector
+(`finetune classify --method setfit` or `--pooling mean`): `SetFitModel.from_pretrained` runs it as trained."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from bertforge.fileio import write_text_atomic
+from bertforge.sentence_config import SETFIT_CONFIG_FILE, SETFIT_HEAD_FILE
 
 
 @dataclass
@@ -93,23 +95,105 @@ class SentenceEmbedder(torch.nn.Module):
         """The encoder in the Hugging Face layout, then the module files that make it a sentence-transformers model."""
         directory = Path(directory)
         self.encoder.save_pretrained(directory, tokenizer=tokenizer, **options)  # type: ignore[operator]
-        hidden = int(self.encoder.config.hidden_size)  # type: ignore[union-attr]
-        modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-                   {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
-        if self.normalize:
-            modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
-            (directory / "2_Normalize").mkdir(exist_ok=True)
-        pooling = {"word_embedding_dimension": hidden, "pooling_mode_cls_token": self.pooling == "cls",
-                   "pooling_mode_mean_tokens": self.pooling == "mean", "pooling_mode_max_tokens": self.pooling == "max",
-                   "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
-                   "pooling_mode_lasttoken": False, "include_prompt": True}
-        (directory / "1_Pooling").mkdir(exist_ok=True)
-        write_text_atomic(directory / "1_Pooling" / "config.json", json.dumps(pooling, indent=2) + "\n")
-        write_text_atomic(directory / "modules.json", json.dumps(modules, indent=2) + "\n")
-        lowercase = bool(getattr(tokenizer, "do_lower_case", False)) if tokenizer is not None else False
-        write_text_atomic(directory / "sentence_bert_config.json",
-                          json.dumps({"max_seq_length": self.max_length, "do_lower_case": lowercase}, indent=2) + "\n")
+        write_sentence_modules(directory, hidden_size=int(self.encoder.config.hidden_size),  # type: ignore[union-attr]
+                               pooling=self.pooling, normalize=self.normalize, max_length=self.max_length,
+                               lowercase=_lowercases(tokenizer))
 
+
+def write_sentence_modules(directory: Path, *, hidden_size: int, pooling: str, normalize: bool,
+                           max_length: int | None, lowercase: bool) -> None:
+    """sentence-transformers' module files beside an encoder saved in `directory`: modules.json
+    (Transformer, Pooling, and Normalize when `normalize`), the pooling's config and
+    sentence_bert_config.json (the pieces an input is cut to; left out when None: the model's limit)."""
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+        (directory / "2_Normalize").mkdir(exist_ok=True)
+    flags = {"word_embedding_dimension": hidden_size, "pooling_mode_cls_token": pooling == "cls",
+             "pooling_mode_mean_tokens": pooling == "mean", "pooling_mode_max_tokens": pooling == "max",
+             "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
+             "pooling_mode_lasttoken": False, "include_prompt": True}
+    (directory / "1_Pooling").mkdir(exist_ok=True)
+    write_text_atomic(directory / "1_Pooling" / "config.json", json.dumps(flags, indent=2) + "\n")
+    write_text_atomic(directory / "modules.json", json.dumps(modules, indent=2) + "\n")
+    settings: dict[str, Any] = {"do_lower_case": lowercase}
+    if max_length:
+        settings = {"max_seq_length": int(max_length), **settings}
+    write_text_atomic(directory / "sentence_bert_config.json", json.dumps(settings, indent=2) + "\n")
+
+
+def _lowercases(tokenizer: Any) -> bool:
+    return bool(getattr(tokenizer, "do_lower_case", False)) if tokenizer is not None else False
+
+
+# ------------------------------------------------------------------------------------------------
+# A mean-pooled classifier in the setfit package's layout
+# ------------------------------------------------------------------------------------------------
+SETFIT_PROBLEMS = ("single_label_classification", "multi_label_classification")
+
+
+def setfit_can_run(job: str, head: str, layers: str, pooling: str, problem_type: str | None) -> bool:
+    """Whether the setfit package computes what a generic head computes: one linear layer (softmax or,
+    multi-label, a sigmoid per label) on the mean of the final token vectors, which a
+    sentence-transformers body gives (Transformer, mean Pooling, Normalize when the head normalises)."""
+    return (job == "sequence-classification" and head == "linear" and layers == "last" and pooling == "mean"
+            and (problem_type or "single_label_classification") in SETFIT_PROBLEMS)
+
+
+def save_setfit_files(directory: str | Path, *, weight: torch.Tensor, bias: torch.Tensor, labels: list[str],
+                      multi_label: bool, normalize: bool, hidden_size: int, max_length: int | None,
+                      tokenizer: Any = None) -> None:
+    """Make the classifier saved in `directory` (an encoder under a linear head on its mean token vector)
+    a setfit model: sentence-transformers' module files for the body, and as the head the estimator
+    setfit itself fits, a scikit-learn logistic regression (one per label, one-vs-rest, multi-label)
+    holding the head's weights, so that `SetFitModel.from_pretrained` gives the probabilities
+    bertforge gives.
+
+    setfit reads its head from a pickle (`model_head.pkl`, joblib). bertforge writes it for setfit and
+    never reads it: its own loaders read the head from model.safetensors (`task_head.output.*`)."""
+    import joblib
+
+    directory = Path(directory)
+    write_sentence_modules(directory, hidden_size=hidden_size, pooling="mean", normalize=normalize,
+                           max_length=max_length, lowercase=_lowercases(tokenizer))
+    weights, biases = weight.detach().double().cpu().numpy(), bias.detach().double().cpu().numpy()
+    head = _one_vs_rest(weights, biases) if multi_label else _logistic_regression(weights, biases)
+    joblib.dump(head, directory / SETFIT_HEAD_FILE)
+    # the labels in the head's class order (0, 1, ...): SetFitModel.predict answers their names
+    write_text_atomic(directory / SETFIT_CONFIG_FILE,
+                      json.dumps({"normalize_embeddings": False, "labels": list(labels)}, indent=2) + "\n")
+
+
+def _logistic_regression(weights: Any, biases: Any) -> Any:
+    """A fitted-looking LogisticRegression whose probabilities are softmax(weights x + biases): two
+    classes as one row of differences (sigmoid(z1 - z0) is that softmax), more as the rows themselves."""
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+
+    regression = LogisticRegression()
+    if len(weights) == 2:
+        weights, biases = weights[1:] - weights[:1], biases[1:] - biases[:1]
+    regression.coef_, regression.intercept_ = np.ascontiguousarray(weights), np.ascontiguousarray(biases)
+    regression.classes_ = np.arange(max(2, len(biases)))
+    regression.n_features_in_ = weights.shape[1]
+    regression.n_iter_ = np.zeros(1, dtype=np.int32)
+    return regression
+
+
+def _one_vs_rest(weights: Any, biases: Any) -> Any:
+    """setfit's multi-label head (`multi_target_strategy="one-vs-rest"`): a logistic regression per label,
+    whose sigmoid is the label's probability."""
+    import numpy as np
+    from sklearn.multiclass import OneVsRestClassifier
+    from sklearn.preprocessing import LabelBinarizer
+
+    classifier = OneVsRestClassifier(_logistic_regression(weights[:1], biases[:1]))
+    classifier.estimators_ = [_logistic_regression(weights[c:c + 1], biases[c:c + 1]) for c in range(len(biases))]
+    binarizer = LabelBinarizer(sparse_output=True).fit(np.eye(len(biases), dtype=int))  # a label-indicator target
+    classifier.label_binarizer_, classifier.classes_ = binarizer, binarizer.classes_
+    classifier.n_features_in_ = weights.shape[1]
+    return classifier
 
 
 def _distinct_texts(input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -143,4 +227,5 @@ def _distinct_texts(input_ids: torch.Tensor, attention_mask: torch.Tensor,
     return slot_text, column_rows
 
 
-__all__ = ["EmbedderOutput", "SentenceEmbedder"]
+__all__ = ["SETFIT_CONFIG_FILE", "SETFIT_HEAD_FILE", "EmbedderOutput", "SentenceEmbedder", "save_setfit_files",
+           "setfit_can_run", "write_sentence_modules"]

@@ -20,10 +20,13 @@ themselves (`TaskHeadModel`, the layer mix, the BiLSTM) are in `bertforge.model.
 class every family's models derive from, because its `from_pretrained` builds them when a
 directory's config.json names such a head.
 
-transformers has no class for such a head: it loads the encoder of such a directory (under the
-family's class named in `architectures`) and starts that class's own output layer afresh, leaving
-the `task_head.*` weights unused. bertforge's loaders (`load_any`, `pipeline`, `predict`, `serve`)
-read `task_head` and build the head that was trained.
+transformers has no class for such a head, and config.json's `architectures` names bertforge's
+(`BertForSequenceClassificationWithTaskHead`), which transformers does not have: its `AutoModel`
+loads the encoder of such a directory, and nothing names a transformers head it would run untrained
+in this one's place. bertforge's loaders (`load_any`, `pipeline`, `predict`, `serve`) read
+`task_head` and build the head that was trained; a linear head on the mean token vector is also
+saved in the setfit package's layout, which `SetFitModel.from_pretrained` runs as trained
+(`bertforge.model.sentence.save_setfit_files`).
 """
 
 from __future__ import annotations
@@ -51,7 +54,8 @@ POOLINGS = ("cls", "mean")
 SENTENCE_JOBS = ("sequence-classification", "multiple-choice")
 
 _NOTE = ("bertforge task head: transformers loads this directory's encoder but not this head "
-         "(its task_head.* weights); load it with bertforge (pipeline, predict, serve, load_any)")
+         "(its task_head.* weights); load it with bertforge (pipeline, predict, serve, load_any), or with "
+         "setfit (SetFitModel.from_pretrained) where the directory has model_head.pkl")
 
 
 def check_head(head: str) -> str:

@@ -396,6 +396,8 @@ class Task(ABC):
     def wrap_model(self, model: torch.nn.Module, max_length: int) -> torch.nn.Module:
         """The module fine-tuning trains and saves around the loaded model: the model itself, or one that
         adds what the task needs and the job's class lacks (embed: pooling and a contrastive loss)."""
+        if hasattr(model, "max_length"):  # a generic head writes it into the setfit body it saves
+            model.max_length = max_length
         return model
 
     def configure_model(self, model: torch.nn.Module, train_examples: Sequence[Any],
