@@ -104,8 +104,10 @@ class FinetuneLoop:
                                             "continues a seed from its newest checkpoint.")
     save_every_minutes: float = setting(10.0, help="Also write one when this many minutes of training passed "
                                                    "since the last (0: off).")
-    keep_last: int = setting(2, help="Checkpoints kept per seed while it trains (older ones are deleted; "
-                                     "0: all).")
+    keep_last: int = setting(2, help="Resumable checkpoints kept per seed while it trains, at most (older ones are "
+                                     "deleted; 0: all; transformers' save_total_limit). Each holds the weights "
+                                     "and the optimizer's state, 3x the model; the best evaluation's model is "
+                                     "kept in best/ whatever the limit.", aliases=("--save-total-limit",))
     keep_checkpoints: bool = setting(False, help="Keep the loop's resumable checkpoints after each seed.")
 
     def __post_init__(self) -> None:

@@ -61,7 +61,8 @@ class TrainConfig:
     save_every: int = setting(0, help="Steps between checkpoints (0: only at the end).")
     save_every_minutes: float = setting(0.0, help="Also write a checkpoint when this many minutes of training "
                                                   "passed since the last one (0: by steps only).")
-    keep_last: int = setting(3, help="Checkpoints kept (older ones are deleted).")
+    keep_last: int = setting(3, help="Checkpoints kept, at most (older ones are deleted; 0: all; transformers' "
+                                     "save_total_limit).", aliases=("--save-total-limit",))
     log_every: int = setting(10, help="Steps between metrics.jsonl records (0: only at the end).")
     max_nonfinite: int = setting(5, help="Stop after this many skipped (non-finite) steps in a row.")
     device: str | None = setting(None, help="torch device (default: cuda:LOCAL_RANK if a GPU is visible, else cpu).")

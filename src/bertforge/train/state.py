@@ -240,6 +240,8 @@ def save_checkpoint(
     selection: dict[str, Any] | None = None,
 ) -> Path:
     """Write checkpoint `step` (every rank calls this) and prune to the newest `keep_last`. Returns its path.
+    With `keep_last` 2 or more the oldest are deleted before the new one is written, so that no more than
+    `keep_last` are ever on disk (the newest of them whole should this write fail); with 1, after it.
 
     `model` is the bare module (not DDP / compiled; sharded in place by FSDP is fine). Rank 0 writes
     the shared files, every rank its own RNG and data position; the rename that publishes the
@@ -254,6 +256,8 @@ def save_checkpoint(
         root.mkdir(parents=True, exist_ok=True)
         for stale in root.glob(".tmp-step-*"):  # left by a crash mid-save
             shutil.rmtree(stale, ignore_errors=True)
+        if keep_last and keep_last > 1:  # room first, so the disk never holds more than keep_last; with
+            prune_checkpoints(run_dir, keep_last - 1)  # one, the old stays until the new is whole
         tmp.mkdir()
     distributed.barrier("creating the checkpoint directory")
 
