@@ -101,11 +101,20 @@ def _report(results: dict[str, Any], out: Path) -> None:
 
     typer.echo(f"{task_title(results['family'], results['task'])}: {len(results['seeds'])} seed(s), "
                f"{results['train_examples']} training examples, {results['wall_s']:.0f} s")
+    splits = results.get("metric_splits", {})
+    typer.echo("final models:")
     for name, row in results["summary"].items():
-        typer.echo(f"  {name:>24}: mean {row['mean']:.4f}  std {row['std']:.4f}  median {row['median']:.4f}")
+        named = f"{splits[name]} {name}" if name in splits and not name.startswith(f"{splits[name]}_") else name
+        typer.echo(f"  {named:>24}: mean {row['mean']:.4f}  std {row['std']:.4f}  median {row['median']:.4f}")
     for split, summary in results.get("test_summary", {}).items():
         for name, row in summary.items():
             typer.echo(f"  {split + ' ' + name:>24}: mean {row['mean']:.4f}  std {row['std']:.4f}")
+    if best := results.get("best_model"):  # the model to use: the best evaluation, not the last
+        metric = best["metric"].removeprefix(f"{best['split']}_")
+        typer.echo(f"best by {best['split']} {metric} ({best['score']:.4f}, seed {best['seed']}, step "
+                   f"{best['step']}): {out / best['dir']}")
+    for warning in results.get("warnings", []):
+        typer.echo(f"warning: {warning}")
     typer.echo(f"wrote {out / 'results.json'}, {out / 'run_config.yaml'}")
 
 

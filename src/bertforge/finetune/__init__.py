@@ -86,7 +86,14 @@ from bertforge.finetune.recipe import (
     resolve_dev_fraction,
     summarize,
 )
-from bertforge.finetune.runrecord import examples_digest, link_same_weights, run_inputs, save_run_config
+from bertforge.finetune.runrecord import (
+    TRAIN_SCORES,
+    eval_split_report,
+    examples_digest,
+    link_same_weights,
+    run_inputs,
+    save_run_config,
+)
 from bertforge.finetune.setfit import body_steps_per_epoch, pair_count, train_setfit
 from bertforge.finetuned import (
     TASK_FILE,
@@ -141,6 +148,7 @@ class _Evaluator:
         self.task, self.splits, self.label_names = task, splits, label_names
         self.batch_size, self.pad_id = batch_size, pad_id
         self.outputs: dict[str, list[dict[str, np.ndarray]]] = {}
+        self.label = ""  # the name the loop prints before the scores: "dev", or "train" for training rows
 
     def __call__(self, model: Any) -> dict[str, float]:
         for split, (_, features) in self.splits.items():
@@ -250,6 +258,7 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
     resolved = resolve_local_or_hub(recipe.model)  # a Hub name: its snapshot, repository and commit
     source = resolved.provenance()
     model_dir = adapted if adapted is not None else resolved.path
+    recipe, length_from = _with_model_settings(recipe, spec, model_dir)
     recipe = recipe.resolved(spec, model_hidden_size(model_dir))
     loop, optim = recipe.train, recipe.optim
     data_dir = None if recipe.data is None else Path(recipe.data)
@@ -278,6 +287,10 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
         final_sets[split] = (examples, spec.featurize(examples, tokenizer, loop.max_length, label_names=label_list))
     check_max_length(model_dir, loop.max_length)  # after the data's own checks, before any training
     _check_task_head(loop, spec.job, model_dir)
+    _say(f"max_length {loop.max_length} pieces per input: {length_from}", verbose)
+    split_report = eval_split_report(train_examples, {split: e for split, (e, _) in eval_sets.items()})
+    for line in _overlap_notes(split_report):
+        _say(line, verbose)
     _say(f"{task_title(spec.family, spec.name)}: {len(train_examples)} training examples -> {len(train_features)} features; "
          + ", ".join(f"{s}: {len(e)} examples" for s, (e, _) in {**eval_sets, **final_sets}.items()), verbose)
     if dev_split is not None:
@@ -334,6 +347,8 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
             else len(batches)
         max_steps = max(1, math.ceil(steps_per_epoch * loop.epochs_for(steps_per_epoch)))
         evaluator = _Evaluator(spec, eval_sets, label_list, loop.eval_batch_size, tokenizer.pad_token_id)
+        own_splits = [split for split in eval_sets if split != HOLDOUT_SPLIT]
+        evaluator.label = split_report[own_splits[0]]["reported_as"] if len(eval_sets) == 1 else ""
         eval_every = loop.eval_every_steps or (steps_per_epoch if loop.eval_every_epoch else 0)
         loop_config = TrainConfig(max_steps=max_steps, seed=seed, precision=loop.precision, device=loop.device,
                                   max_grad_norm=loop.max_grad_norm, eval_every=eval_every,
@@ -387,10 +402,16 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
                          base_revision=source.get("commit"), command=command_line())
         if not loop.keep_checkpoints:
             shutil.rmtree(seed_dir / "run" / "checkpoints", ignore_errors=True)
-        _say(f"seed {seed}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()) + f"  ({wall:.0f} s)", verbose)
+        _say(f"seed {seed}, final model: {_named_scores(metrics, split_report)}  ({wall:.0f} s)"
+             + _best_line(record.best, seed_dir, split_report), verbose)
+        seed_warnings = _one_class_warnings(spec, evaluator, label_list, seed, result.step, len(train_examples),
+                                            split_report, best)
+        for warning in seed_warnings:
+            _say(f"warning: {warning}", verbose)
         runs.append({"seed": seed, "metrics": metrics, "steps": result.step, "wall_s": round(wall, 1),
                      "dir": seed_dir.name, "best": record.best,
-                     **({"test_metrics": test_metrics} if test_metrics else {})})
+                     **({"test_metrics": test_metrics} if test_metrics else {}),
+                     **({"warnings": seed_warnings} if seed_warnings else {})})
         del model
 
     results = {
@@ -400,13 +421,137 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
         **({"data_source": data_source} if data_source else {}),
         "hyperparameters": hyper, "train_examples": len(train_examples), "train_features": len(train_features),
         "eval_examples": {split: len(e) for split, (e, _) in eval_sets.items()},
+        "eval_splits": split_report, "metric_splits": _metric_splits([r["metrics"] for r in runs], split_report),
         "seeds": runs, "summary": summarize([r["metrics"] for r in runs]), "selection_metric": selection_metric,
         "best_summary": summarize([r["best"]["metrics"] for r in runs if r.get("best")]),
         **_test_summary(runs),
+        **_best_model(runs, split_report, selection_metric),
+        **({"warnings": found} if (found := [w for r in runs for w in r.get("warnings", [])]) else {}),
         "wall_s": round(time.perf_counter() - started, 1),
     }
     _write_json(out_dir / RESULTS_FILE, results)
     return results
+
+
+def _with_model_settings(recipe: FinetuneRecipe, spec: Task, model_dir: Path) -> tuple[FinetuneRecipe, str]:
+    """The recipe with the settings the model brings where it leaves them empty (a sentence-transformers
+    model's max_seq_length for embed), and where its max_length comes from, in words."""
+    brought = spec.model_settings(model_dir)
+    if recipe.train.max_length:
+        return recipe, "as given"
+    if brought.get("max_length"):
+        loop = dataclasses.replace(recipe.train, max_length=int(brought["max_length"]))
+        return dataclasses.replace(recipe, train=loop), "the model's own (its sentence_bert_config.json); " \
+                                                        "--max-length sets another"
+    return recipe, f"{task_title(spec.family, spec.name)}'s default; --max-length sets another"
+
+
+def _split_of(key: str, splits: Sequence[str]) -> str:
+    """The eval split a metric key is from: its prefix (holdout_accuracy, dev_matched_accuracy), else the
+    one split scored without a prefix."""
+    for split in sorted(splits, key=len, reverse=True):
+        if key.startswith(f"{split}_"):
+            return split
+    return next((split for split in splits if split != HOLDOUT_SPLIT), splits[0] if splits else "dev")
+
+
+def _metric_splits(per_seed: Sequence[dict[str, float]], split_report: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """results.json's `metric_splits`: for each metric of seeds[].metrics, summary and best_summary, the split
+    it is scored on, as reported: "train" for a split whose rows are all training rows."""
+    keys = dict.fromkeys(key for metrics in per_seed for key in metrics)
+    return {key: split_report.get(split := _split_of(key, list(split_report)), {}).get("reported_as", split)
+            for key in keys}
+
+
+def _named_scores(metrics: dict[str, float], split_report: dict[str, dict[str, Any]]) -> str:
+    """"dev accuracy 0.8125  holdout accuracy 0.7900": each score with the split it is from."""
+    shown = []
+    for key, value in metrics.items():
+        split = _split_of(key, list(split_report))
+        name = key.removeprefix(f"{split}_")
+        shown.append(f"{split_report.get(split, {}).get('reported_as', split)} {name} {value:.4f}")
+    return "  ".join(shown)
+
+
+def _overlap_notes(split_report: dict[str, dict[str, Any]]) -> list[str]:
+    """What the console says of eval splits that share rows with the training examples."""
+    notes = []
+    for split, found in split_report.items():
+        shared, total = found["training_rows"], found["examples"]
+        if found["reported_as"] == TRAIN_SCORES:
+            notes.append(f"{split}: all {total} rows are training rows, so its scores are reported as {TRAIN_SCORES} "
+                         "scores (how well the training rows are fitted), not as held-out ones")
+        elif shared:
+            notes.append(f"{split}: {shared} of {total} rows are also training rows (repeated rows?); its scores "
+                         "are flattered by them")
+    return notes
+
+
+def _best_line(best: dict[str, Any] | None, seed_dir: Path, split_report: dict[str, dict[str, Any]]) -> str:
+    """"; best by dev accuracy 0.8125 at step 40 (epoch 2): runs/x/seed-1/best" for the console."""
+    if not best or best.get("score") is None:
+        return ""
+    split = _split_of(best["metric"], list(split_report))
+    named = split_report.get(split, {}).get("reported_as", split)
+    where = seed_dir / best["dir"] if best.get("dir") else f"{seed_dir} (best/ not saved)"
+    return (f"; best by {named} {best['metric'].removeprefix(f'{split}_')} {best['score']:.4f} at step "
+            f"{best['step']} (epoch {best['epoch']:g}): {where}")
+
+
+def _best_model(runs: list[dict[str, Any]], split_report: dict[str, dict[str, Any]],
+                selection_metric: str) -> dict[str, Any]:
+    """results.json's `best_model`: the model to use, the best evaluation of all seeds by the selection
+    metric on its split (seed-N/best, or seed-N where best/ was not kept), not a seed's final model."""
+    scored = [r for r in runs if r.get("best") and r["best"].get("score") is not None
+              and math.isfinite(r["best"]["score"])]
+    if not scored:
+        return {}
+    top = max(scored, key=lambda r: r["best"]["score"])
+    best = top["best"]
+    split = _split_of(selection_metric, list(split_report))
+    directory = f"{top['dir']}/{best['dir']}" if best.get("dir") else top["dir"]
+    return {"best_model": {"dir": directory, "seed": top["seed"], "metric": selection_metric,
+                           "split": split_report.get(split, {}).get("reported_as", split), "score": best["score"],
+                           "step": best["step"], "epoch": best["epoch"]}}
+
+
+def _one_class_warnings(task: Task, evaluator: _Evaluator, label_list: list[str] | None, seed: int, steps: int,
+                        train_size: int, split_report: dict[str, dict[str, Any]], best: _BestModel) -> list[str]:
+    """A warning when the final model gives one class to every row of the first labelled split while its
+    gold labels hold several: a collapse to the commonest label, typical of too few steps on a small file."""
+    found = _single_class(task, evaluator, label_list)
+    if found is None:
+        return []
+    split, label, rows = found
+    named = split_report.get(split, {}).get("reported_as", split)
+    warning = (f"seed {seed}: the final model predicts one class, {label!r}, for all {rows} {named} rows: it has "
+               f"not learned to tell the classes apart. {steps} optimiser steps on {train_size} training examples "
+               "may be too few: give more --epochs (or leave --epochs out: a small file then gets at least "
+               "--min-steps steps), or another --lr")
+    if best.judged and best.collapsed is None:
+        warning += f"; the best evaluation's model ({best.directory}) does not, use it rather than the final one"
+    elif best.judged:
+        warning += "; so does the best evaluation's model"
+    return [warning]
+
+
+def _single_class(task: Task, evaluator: _Evaluator,
+                  label_list: list[str] | None) -> tuple[str, str, int] | None:
+    """(split, class, rows) when the latest predictions of the first labelled eval split are all one class
+    and its gold labels are not; None otherwise (and for tasks that predict no single class per row)."""
+    if not label_list or len(label_list) < 2:
+        return None
+    for split, (examples, _) in evaluator.splits.items():
+        if not task.has_labels(examples) or split not in evaluator.outputs or len(examples) < 2:
+            continue
+        predicted = [p.get("label") if isinstance(p, dict) else p for p in evaluator.predictions(split)]
+        gold = [getattr(e, "label", None) for e in examples]
+        if not all(isinstance(v, str | int) for v in predicted + gold):
+            return None  # multi-label sets, spans, tags: not one class per row
+        if len(set(predicted)) == 1 and len(set(gold)) > 1:
+            return split, str(predicted[0]), len(predicted)
+        return None
+    return None
 
 
 def model_hidden_size(model_dir: str | Path) -> int | None:
@@ -475,6 +620,8 @@ class _BestModel:
         self.directory, self.metric, self.task, self.evaluator = directory, metric, task, evaluator
         self.tokenizer, self.steps_per_epoch, self.record = tokenizer, steps_per_epoch, record
         self.metrics: dict[str, float] | None = None  # the best evaluation's metrics
+        self.collapsed: tuple[str, str, int] | None = None  # its predictions all one class (`_single_class`)
+        self.judged = False  # whether `collapsed` was found in this process (not before a resume)
         self.saved = False
         self._staging = directory.with_name(f".{directory.name}.tmp")
         self._previous = directory.with_name(f".{directory.name}.old")
@@ -487,6 +634,7 @@ class _BestModel:
 
     def remember(self, model: Any, step: int, metrics: dict[str, float]) -> None:
         self.metrics = dict(metrics)
+        self.collapsed, self.judged = _single_class(self.task, self.evaluator, self.record.labels), True
 
     def save(self, model: Any, step: int, metrics: dict[str, float]) -> None:
         self.remember(model, step, metrics)

@@ -3,6 +3,7 @@ resume, `bertforge.train.rundir`) and run_config.yaml, the resolved recipe with 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from collections.abc import Iterable, Sequence
@@ -55,6 +56,40 @@ def examples_digest(splits: Iterable[Sequence[Any]]) -> str:
     return digest.hexdigest()
 
 
+# fields that say where an example was read, not what it holds: left out when rows are compared
+_WHERE_FIELDS = frozenset({"row", "source", "guid", "id", "first_line", "doc_index", "article"})
+
+
+def example_content(example: Any) -> Any:
+    """A hashable value of what an example holds (texts, labels, scores), without where it was read
+    (its row, file, id): two rows with the same texts and label compare equal across files."""
+    if dataclasses.is_dataclass(example) and not isinstance(example, type):
+        return tuple((f.name, example_content(getattr(example, f.name))) for f in dataclasses.fields(example)
+                     if f.name not in _WHERE_FIELDS)
+    if isinstance(example, list | tuple):
+        return tuple(example_content(v) for v in example)
+    if isinstance(example, dict):
+        return tuple(sorted((str(k), example_content(v)) for k, v in example.items()))
+    return example
+
+
+def eval_split_report(train_examples: Sequence[Any], eval_sets: dict[str, Sequence[Any]]) -> dict[str, dict[str, Any]]:
+    """For each split scored during training: its examples, how many of them are also training examples,
+    and the name its scores are reported under: its own, or "train" when every row of it is a
+    training row (a dev file that is the training file, or a part of it), since those scores say how
+    well the model fits its training data, not how it does on rows it has not seen."""
+    training = {example_content(e) for e in train_examples}
+    report = {}
+    for split, examples in eval_sets.items():
+        shared = sum(example_content(e) in training for e in examples)
+        named = TRAIN_SCORES if examples and shared == len(examples) else split
+        report[split] = {"examples": len(examples), "training_rows": shared, "reported_as": named}
+    return report
+
+
+TRAIN_SCORES = "train"  # the name of a split's scores when all its rows are training rows
+
+
 def link_same_weights(final: Path, best: Path) -> None:
     """Make best/'s weight files hard links to the final model's when they hold the same bytes (the best
     evaluation was the last): a seed directory then keeps one copy of the weights on disk, and each
@@ -75,4 +110,5 @@ def link_same_weights(final: Path, best: Path) -> None:
             partial.unlink(missing_ok=True)
 
 
-__all__ = ["examples_digest", "link_same_weights", "run_inputs", "save_run_config"]
+__all__ = ["TRAIN_SCORES", "eval_split_report", "example_content", "examples_digest", "link_same_weights", "run_inputs",
+           "save_run_config"]

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from bertforge.fileio import write_text_atomic
+from bertforge.model.sentence_files import SENTENCE_SETTINGS_FILE, carry_sentence_files
 from bertforge.sentence_config import SETFIT_CONFIG_FILE, SETFIT_HEAD_FILE
 
 
@@ -30,11 +31,12 @@ class SentenceEmbedder(torch.nn.Module):
     bare encoder plus sentence-transformers' module files."""
 
     def __init__(self, encoder: torch.nn.Module, *, pooling: str, normalize: bool, loss: str, scale: float,
-                 score_max: float | None, max_length: int) -> None:
+                 score_max: float | None, max_length: int, source: str | Path | None = None) -> None:
         super().__init__()
         self.encoder = encoder
         self.pooling, self.normalize, self.loss_name, self.scale = pooling, normalize, loss, scale
         self.score_max, self.max_length = score_max, max_length
+        self.source = None if source is None else Path(source)  # the model trained: its prompts are kept
 
     def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
               token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -98,6 +100,8 @@ class SentenceEmbedder(torch.nn.Module):
         write_sentence_modules(directory, hidden_size=int(self.encoder.config.hidden_size),  # type: ignore[union-attr]
                                pooling=self.pooling, normalize=self.normalize, max_length=self.max_length,
                                lowercase=_lowercases(tokenizer))
+        if self.source is not None:  # the prompts and similarity function the model came with
+            carry_sentence_files(self.source, directory, files=(SENTENCE_SETTINGS_FILE,))
 
 
 def write_sentence_modules(directory: Path, *, hidden_size: int, pooling: str, normalize: bool,

@@ -393,6 +393,11 @@ class Task(ABC):
         """config.json fields the head needs beside the labels (classify: `problem_type`)."""
         return {}
 
+    def model_settings(self, model_dir: Path) -> dict[str, Any]:
+        """Settings the model in `model_dir` brings for this task, used where the run leaves them empty
+        (embed: the `max_length` of its sentence-transformers files); none by default."""
+        return {}
+
     def wrap_model(self, model: torch.nn.Module, max_length: int) -> torch.nn.Module:
         """The module fine-tuning trains and saves around the loaded model: the model itself, or one that
         adds what the task needs and the job's class lacks (embed: pooling and a contrastive loss)."""

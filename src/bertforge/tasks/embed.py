@@ -68,6 +68,7 @@ class Embed(Task):
 
     name: str = "embed"
     settings: dict[str, Any] = field(default_factory=dict)
+    source_model: Path | None = field(default=None, repr=False, compare=False)  # set by `model_settings`
 
     family: ClassVar[str] = "embed"
     command_help: ClassVar[str] = """Train sentence embeddings on your own pairs, triplets or scored pairs (CSV / TSV / JSONL /
@@ -121,11 +122,16 @@ class Embed(Task):
         if split == self.train_split or not self.settings["anchor_column"]:
             self._settle_columns(path, column_names(path))
         columns = [self.settings[k] for k in ("anchor_column", "positive_column", "negative_column", "score_column")]
-        examples = []
-        for row in iter_rows(path, [c for c in columns if c]):
+        graded = self._ranking_scores_column(path) if self.settings["loss"] == "mnrl" else None
+        examples, grades = [], []
+        for row in iter_rows(path, [c for c in [*columns, graded] if c]):
             texts = [_text(row.values[c], path, row.number, c) for c in columns[:3] if c]
             score = None if not columns[3] else _score(row.values[columns[3]], path, row.number, columns[3])
             examples.append(EmbedExample(texts, score, row.number, str(path)))
+            if graded:
+                grades.append(_score(row.values[graded], path, row.number, graded))
+        if graded:
+            examples = _positive_pairs(examples, grades, path, graded)
         if split == self.train_split and self.settings["loss"] == "cosine" and examples:
             self.settings["score_max"] = max(abs(e.score or 0.0) for e in examples) or 1.0
         return examples
@@ -157,6 +163,14 @@ class Embed(Task):
         self.settings.update(anchor_column=anchor, positive_column=positive, negative_column=negative,
                              score_column=score, loss=loss)
 
+    def _ranking_scores_column(self, path: Path) -> str | None:
+        """With mnrl, the file's score column (score, similarity or label), if it has one: mnrl trains every
+        row as a positive pair, so rows scored as negatives must not reach it (`_positive_pairs`)."""
+        from bertforge.tables import column_names
+
+        taken = [self.settings[k] for k in ("anchor_column", "positive_column", "negative_column")]
+        return next((c for c in SCORE_COLUMNS if c in column_names(path) and c not in taken), None)
+
     def dev_split_keys(self, examples: Sequence[EmbedExample]) -> tuple[list[Any] | None, list[Any] | None]:
         return None, [e.texts[0] for e in examples]  # an anchor's rows stay on one side
 
@@ -164,12 +178,26 @@ class Embed(Task):
         return bool(examples)
 
     # ---- model
+    def model_settings(self, model_dir: Path) -> dict[str, Any]:
+        """A sentence-transformers model's `max_length` (sentence_bert_config.json's max_seq_length: 256 for
+        all-MiniLM-L6-v2), kept unless the run sets one; the model is remembered, so the directory written
+        keeps its prompts (config_sentence_transformers.json)."""
+        from bertforge.sentence_config import SentenceConfigError, read_sentence_embedding
+
+        self.source_model = Path(model_dir)
+        try:
+            found = read_sentence_embedding(model_dir)
+        except SentenceConfigError:  # modules bertforge does not run: the model's length still stands
+            found = None
+        return {"max_length": found.max_length} if found is not None and found.max_length else {}
+
     def wrap_model(self, model: torch.nn.Module, max_length: int) -> torch.nn.Module:
         from bertforge.model.sentence import SentenceEmbedder
 
         s = self.settings
         return SentenceEmbedder(model, pooling=s["pool"], normalize=bool(s["normalize"]), loss=s["loss"],
-                                scale=float(s["scale"]), score_max=s["score_max"], max_length=max_length)
+                                scale=float(s["scale"]), score_max=s["score_max"], max_length=max_length,
+                                source=self.source_model)
 
     # ---- features
     def featurize(self, examples: Sequence[EmbedExample], tokenizer: BertTokenizer, max_length: int, *,
@@ -233,6 +261,31 @@ class Embed(Task):
                             ensure_ascii=False) for e, p in zip(examples, predictions, strict=True)]
         write_text_atomic(path, "".join(line + "\n" for line in lines))
         return [path]
+
+
+def _positive_pairs(examples: list[EmbedExample], grades: Sequence[float], path: Path,
+                    column: str) -> list[EmbedExample]:
+    """The rows mnrl may train on from a file whose `column` scores its pairs. Two values (0/1 labels):
+    the rows with the higher one are the positives, and the others are left out with a warning that
+    counts them. One positive value: every row. Graded scores (more than two values), or one value of
+    0 or less: refused, since which pairs are positives is not the file's to say (cosent trains on
+    the scores themselves)."""
+    import warnings
+
+    values = sorted(set(grades))
+    if len(values) == 1 and values[0] > 0:
+        return examples
+    if len(values) != 2:
+        what = f"only {values[0]:g}" if len(values) == 1 else \
+            f"graded scores ({len(values)} values from {values[0]:g} to {values[-1]:g})"
+        raise DataFormatError(path, 1, column, f"--loss mnrl trains every row as a positive pair, but the column "
+                                               f"holds {what}: use --loss cosent (or cosine) to train on the "
+                                               "scores, or keep only the positive pairs in the file")
+    kept = [e for e, grade in zip(examples, grades, strict=True) if grade == values[1]]
+    warnings.warn(f"{path}: --loss mnrl trains on positive pairs only: kept the {len(kept)} rows with {column} "
+                  f"{values[1]:g}, left out {len(examples) - len(kept)} with {column} {values[0]:g}",
+                  UserWarning, stacklevel=3)
+    return kept
 
 
 def _text(value: Any, path: Path, row: int, column: str) -> str:

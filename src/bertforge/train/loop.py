@@ -172,7 +172,9 @@ def train(
                 result.metrics = _evaluate(evaluate, model, config, ctx)
                 if result.metrics:
                     logger.log(step, "eval", result.metrics)
-                    logger.info(f"step {step}: " + "  ".join(f"{k} {v:.4g}" for k, v in result.metrics.items()))
+                    split = getattr(evaluate, "label", "")  # the split the scores are from (fine-tuning's dev)
+                    logger.info(f"step {step}: {split + ' ' if split else ''}"
+                                + "  ".join(f"{k} {v:.4g}" for k, v in result.metrics.items()))
                     if selection is not None:
                         _select(selection, model, step, result.metrics, logger, ctx)
             if (_due(config.save_every, step, last) or outcome.save_due
