@@ -45,6 +45,10 @@ def test_setfit_classifier(tmp_path: Path) -> None:
     assert config["task_head"]["pooling"] == "mean" and config["task_head"]["normalize"] is True
     assert sorted(config["id2label"].values()) == ["negative", "positive"]
     assert results["seeds"][0]["steps"] == 2 * 20 * 16 // 16  # one epoch of 640 pairs, batch 16
+    # the records give the settings the encoder trained with: the setfit package's defaults
+    used = {name: results["hyperparameters"][name] for name in ("lr", "batch_size", "epochs")}
+    assert used == {"lr": 2e-5, "batch_size": 16, "epochs": 1.0}
+    assert _setfit_agrees(seed, [f"the {w} film" for w in GOOD[:2]] + [f"the {w} story" for w in BAD[:2]])
     assert results["seeds"][0]["metrics"]["accuracy"] >= 0.75, results["seeds"][0]["metrics"]
     predicted = [r["label"] for r in pipeline(seed)([f"the {w} film" for w in GOOD[:4]] + [f"the {w} story" for w in BAD[:4]])]
     written = [json.loads(line)["label"] for line in (seed / "predictions-dev.jsonl").read_text().splitlines()]
@@ -137,3 +141,47 @@ def test_multi_label_setfit_classifier(tmp_path: Path) -> None:
     predicted = [sorted(r["labels"]) for r in pipeline(seed)([r["text"] for r in dev_rows])]
     written = [sorted(json.loads(line)["labels"]) for line in (seed / "predictions-dev.jsonl").read_text().splitlines()]
     assert predicted == written
+
+
+def _setfit_agrees(directory: Path, texts: list[str]) -> bool:
+    """The setfit package runs the directory to bertforge's labels and probabilities (the round-trip
+    matrix, tests/test_roundtrip_matrix.py, holds this for every kind of directory)."""
+    import numpy as np
+
+    setfit = pytest.importorskip("setfit")
+    model = setfit.SetFitModel.from_pretrained(str(directory), device="cpu")
+    ours = pipeline(directory)(texts)
+    top = np.asarray(model.predict_proba(texts, as_numpy=True)).max(axis=1)
+    return model.predict(texts) == [r["label"] for r in ours] and bool(
+        np.abs(top - np.array([r["score"] for r in ours])).max() <= 1e-4)
+
+
+def test_setfit_records_the_settings_its_encoder_trained_with(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A given --lr and --batch-size are what the encoder trains on its pairs with, and what the console,
+    run_config.yaml, results.json, task.json and the model card say; the card names the task once."""
+    import yaml
+
+    encoder = save_tiny_encoder(tmp_path, " ".join(["a", "film", "story", *GOOD, *BAD]), vocab_size=80, hidden_size=32)
+    train = tmp_path / "train.csv"
+    train.write_text("text,label\n" + "\n".join([f"a {w} film,positive" for w in GOOD[:4]]
+                                                 + [f"a {w} story,negative" for w in BAD[:4]]) + "\n", encoding="utf-8")
+    out = tmp_path / "run"
+    results = finetune("classify", None, encoder, None, out, method="setfit", max_length=16, lr=1e-4, batch_size=8,
+                       task_settings={"train": str(train), "dev": str(train)}, progress=False, verbose=True)
+    steps = 2 * 20 * 8 // 8  # one pass over 320 pairs (20 rounds of a positive and a negative per row), 8 a batch
+    console = capsys.readouterr().err
+    assert f"seed 1: {steps} steps ({steps} per epoch)" in console, console
+    assert "setfit: the encoder on 320 pairs, batch 8, lr 0.0001" in console
+    recorded = yaml.safe_load((out / "run_config.yaml").read_text(encoding="utf-8"))
+    assert (recorded["optim"]["lr"], recorded["train"]["batch_size"], recorded["train"]["epochs"]) == (1e-4, 8, 1.0)
+    for hyper in (results["hyperparameters"], json.loads((out / "seed-1" / "task.json").read_text())["hyperparameters"]):
+        assert (hyper["lr"], hyper["batch_size"], hyper["epochs"]) == (1e-4, 8, 1.0)
+    assert results["seeds"][0]["steps"] == steps
+    body = json.loads((out / "seed-1" / "setfit-body" / "run" / "results.json").read_text())  # what ran
+    assert (body["hyperparameters"]["lr"], body["hyperparameters"]["batch_size"]) == (1e-4, 8)
+    assert body["seeds"][0]["steps"] == steps
+    card = (out / "seed-1" / "README.md").read_text(encoding="utf-8")
+    assert f"{steps} steps of the encoder on label pairs (batch 8, lr 0.0001)" in card, card
+    assert "classify classify" not in card and "Fine-tuned on classify (own data, `bertforge finetune classify " \
+                                                "--method setfit`)" in card
+    assert 'library_name: "setfit"' in card
