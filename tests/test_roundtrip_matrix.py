@@ -31,6 +31,7 @@ import torch
 from bertforge.finetune import finetune
 from bertforge.model import load_any, registry
 from bertforge.tokenizer import BertTokenizer
+from tests.hub_server import loopback_hub_fixture  # noqa: F401  (the `loopback_hub` fixture)
 
 transformers = pytest.importorskip("transformers")
 
@@ -90,12 +91,7 @@ def _write_csv(path: Path, header: list[str], rows: list[tuple[str, str]]) -> No
     path.write_text("\n".join([",".join(header), *(",".join(row) for row in rows)]) + "\n", encoding="utf-8")
 
 
-_encoders: dict[str, Path] = {}
-
-
-@pytest.fixture(scope="module")
-def encoders(files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return _encoders
+_encoders: dict[str, Path] = {}  # one random encoder per family, for the whole module
 
 
 def _encoder(family: str, files: dict[str, Path], root: Path) -> Path:
@@ -306,3 +302,21 @@ def test_transformers_sees_no_classifier_in_a_mean_pooled_directory(files: dict[
     _, info = transformers.AutoModelForSequenceClassification.from_pretrained(str(directory),
                                                                               output_loading_info=True)
     assert {"classifier.weight", "classifier.bias"} <= set(info["missing_keys"])
+
+
+def test_a_pushed_setfit_directory_loads_by_name_in_setfit(loopback_hub: Any, files: dict[str, Path], tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """`bertforge push` uploads setfit's head and labels with the rest: setfit, given the repository's
+    name, runs the classifier as trained rather than a random head."""
+    setfit = pytest.importorskip("setfit")
+    from bertforge.modelcard import push_model
+    from tests.hub_server import set_hub_offline
+
+    directory = _make("classify-mean", "bert", files, _encoder("bert", files, files["root"]), tmp_path / "mean")
+    monkeypatch.setenv("HF_TOKEN", loopback_hub.token)
+    set_hub_offline(monkeypatch, False)
+    push_model(directory, "me/mean-pooled")
+    assert {"model_head.pkl", "config_setfit.json", "modules.json"} <= set(loopback_hub.files("me/mean-pooled"))
+    theirs = setfit.SetFitModel.from_pretrained("me/mean-pooled", device="cpu").predict_proba(TEXTS, as_numpy=True)
+    logits = torch.as_tensor(_ours(directory, _batch(directory, TEXTS))["logits"], dtype=torch.float64)
+    assert float(np.abs(np.asarray(theirs) - torch.softmax(logits, -1).numpy()).max()) <= ATOL

@@ -26,7 +26,7 @@ from typing import Any
 from bertforge.fileio import write_text_atomic
 from bertforge.finetuned import TaskRecord
 from bertforge.hub import MODEL_FILES, is_hub_name, split_revision
-from bertforge.sentence_config import SETFIT_HEAD_FILE
+from bertforge.sentence_config import SETFIT_CONFIG_FILE, SETFIT_HEAD_FILE
 from bertforge.tasks import FAMILIES, inference_task_of
 from bertforge.tasks.base import task_title
 
@@ -337,7 +337,9 @@ def push_model(directory: str | os.PathLike[str], repo_id: str, *, private: bool
         write_model_card(directory)
     api = HfApi()
     url = api.create_repo(repo_id, private=private, exist_ok=True)
-    api.upload_folder(folder_path=str(directory), repo_id=repo_id, allow_patterns=[*MODEL_FILES, CARD_FILE],
+    # a classifier saved in setfit's layout too: its head and labels, without which setfit would start a random head
+    setfit = [SETFIT_HEAD_FILE, SETFIT_CONFIG_FILE, "2_Normalize/*"]
+    api.upload_folder(folder_path=str(directory), repo_id=repo_id, allow_patterns=[*MODEL_FILES, CARD_FILE, *setfit],
                       ignore_patterns=list(PUSH_IGNORE),
                       commit_message=message or f"Upload {directory.name} with bertforge")
     return str(url)
