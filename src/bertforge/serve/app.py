@@ -20,7 +20,7 @@ Three layers, in order of a request:
    top-k, pooling).
 
 Every error is JSON: `{"error": "<code>", "message": "<what to fix>"}` (+ `details` for 422); under /v1
-(OpenAI's API: /v1/embeddings, /v1/models) it is OpenAI's `{"error": {"message", "type", "param", "code"}}`,
+(OpenAI's API, `bertforge.serve.openai`: /v1/embeddings, /v1/models) it is OpenAI's `{"error": {"message", "type", "param", "code"}}`,
 with 400 where the other routes answer 422, so that OpenAI's clients raise their own exceptions.
 """
 
@@ -45,6 +45,7 @@ from bertforge.engine import EngineChoice
 from bertforge.finetuned import TaskRecord, label_names_of, load_for_inference
 from bertforge.pipeline import InputError, Pipeline, Prepared, task_for, use_engine
 from bertforge.precision import cpu_description, model_precision
+from bertforge.serve import openai as openai_api
 from bertforge.serve.batcher import DynamicBatcher
 from bertforge.serve.schemas import (
     BODY_TIMEOUT_S,
@@ -78,16 +79,11 @@ from bertforge.serve.schemas import (
     NerRequest,
     NerResult,
     OpenAIEmbeddingsRequest,
-    OpenAIEmbeddingsResult,
-    OpenAIErrorBody,
-    OpenAIModel,
-    OpenAIModelList,
     QARequest,
     QAResult,
     RowError,
     TokenLabel,
 )
-from bertforge.tasks.base import Feature
 
 log = logging.getLogger(__name__)
 
@@ -361,54 +357,8 @@ class ModelService:
         return int(self.config.hidden_size)
 
     def prepare_openai(self, req: OpenAIEmbeddingsRequest) -> list[_Item]:
-        """Each input of a /v1/embeddings request as an /embed item, with the model's own pooling: texts
-        through the embeddings pipeline, token ids framed by the model's specials. Input longer than the
-        model reads (/embed's max_length) is refused, as OpenAI refuses it, unless the request says `truncate`."""
-        pipe = self.pipelines["embed"]
-        texts = req.texts()
-        try:
-            prepared = pipe.prepare(texts) if texts is not None else self._prepare_token_ids(req.token_ids())
-        except InputError as exc:
-            raise ApiError(400, exc.code, f"input: item {exc.index}: {exc.detail}", param="input") from exc
-        except ValueError as exc:  # text the tokenizer refuses (a lone surrogate, say)
-            raise ApiError(400, "bad_text", f"input: {exc}", param="input") from exc
-        if not req.truncate:
-            for index, info in enumerate(prepared.info):
-                if info["truncated"]:
-                    length = self._length_of(texts[index]) if texts is not None else len(prepared.examples[index])
-                    raise ApiError(400, "context_length_exceeded", f"input: item {index} is {length} tokens (special tokens "
-                                   f"included); this model reads at most {pipe.max_length}. Shorten it, or send "
-                                   f'"truncate": true (the openai client\'s extra_body) to embed its first '
-                                   f"{pipe.max_length} tokens", param="input")
-        return [_Item(Prepared([example], [feature], [info]), {})
-                for example, feature, info in zip(prepared.examples, prepared.features, prepared.info, strict=True)]
-
-    def _length_of(self, text: str) -> int:
-        """A text's tokens, special tokens included, as the embeddings pipeline counts them."""
-        cased = text.lower() if self.pipelines["embed"].lowercase_inputs else text
-        return len(self.tokenizer.encode(cased, max_length=10**9))
-
-    def _prepare_token_ids(self, inputs: list[list[int]]) -> Prepared:
-        """Token ids as the model's tokenizer gives them for a text, without special tokens (a list that
-        already starts with [CLS] and ends with [SEP] is taken as it is); cut to /embed's length, keeping [SEP]."""
-        frame = self.tokenizer.encode("").input_ids  # the specials around any text: [CLS] [SEP], <s> </s>, ...
-        if len(frame) != 2:
-            raise ApiError(400, "token_ids_unsupported", f"this model's tokenizer puts {len(frame)} special tokens "
-                           "around a text, so token ids cannot be framed as a text would be; send text", param="input")
-        vocab, limit = self.config.vocab_size, self.pipelines["embed"].max_length
-        features, info = [], []
-        for index, ids in enumerate(inputs):
-            bad = next((i for i in ids if i >= vocab), None)
-            if bad is not None:
-                raise ApiError(400, "bad_token_id", f"input: item {index} holds token id {bad}; this model's token ids "
-                               f"are 0..{vocab - 1}", param="input")
-            framed = list(ids) if len(ids) >= 2 and [ids[0], ids[-1]] == frame else [frame[0], *ids, frame[1]]
-            truncated = len(framed) > limit
-            if truncated:
-                framed = framed[:limit - 1] + [frame[1]]
-            features.append(Feature({"input_ids": framed, "token_type_ids": [0] * len(framed)}, index))
-            info.append({"truncated": truncated, "tokens": len(framed)})
-        return Prepared([list(ids) for ids in inputs], features, info)
+        """Each input of a /v1/embeddings request as one /embed item (`bertforge.serve.openai`)."""
+        return [_Item(prepared, {}) for prepared in openai_api.prepare_inputs(self, req)]
 
     def prepare_qa(self, question: str, context: str, allow_no_answer: bool | None,
                    max_answer_tokens: int) -> _Item:
@@ -524,56 +474,11 @@ class BodyGuard:
 
     @staticmethod
     async def _refuse(send: Any, status: int, code: str, message: str, path: str) -> None:
-        response = _openai_error(status, code, message) if is_openai_route(path) else _error(status, code, message)
+        response = openai_api.error_response(status, code, message) if openai_api.is_openai_route(path) else _error(status, code, message)
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"connection", b"close"),
                                 (b"content-length", str(len(response.body)).encode())]})
         await send({"type": "http.response.body", "body": response.body})
-
-
-def _encode_vector(vector: list[float], encoding_format: str) -> list[float] | str:
-    """A vector as OpenAI's API sends it: floats, or base64 of its little-endian float32 bytes."""
-    if encoding_format == "float":
-        return vector
-    import base64
-
-    import numpy as np
-
-    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
-
-
-def _openai_embeddings(results: list[EmbedResult], req: OpenAIEmbeddingsRequest, model: str) -> JSONResponse:
-    """OpenAI's answer: each vector (shortened to `dimensions` and back at unit length) as floats or
-    base64, and the tokens read. Sent as it is: checking 2,048 vectors against the response model would
-    take longer than running them."""
-    data = []
-    for index, result in enumerate(results):
-        vector = result.embedding if req.dimensions is None else _shortened(result.embedding, req.dimensions)
-        data.append({"object": "embedding", "embedding": _encode_vector(vector, req.encoding_format), "index": index})
-    tokens = sum(r.tokens for r in results)
-    return JSONResponse({"object": "list", "data": data, "model": req.model or model,
-                         "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
-
-
-def _shortened(vector: list[float], dimensions: int) -> list[float]:
-    """The first `dimensions` numbers at unit length: what a Matryoshka-trained model's short vector is."""
-    import numpy as np
-
-    head = np.asarray(vector[:dimensions], dtype=np.float64)
-    norm = float(np.linalg.norm(head))
-    return (head / norm if norm > 0 else head).tolist()
-
-
-def is_openai_route(path: str) -> bool:
-    """The routes under /v1 answer errors in OpenAI's shape; the others in bertforge's own."""
-    return path == "/v1" or path.startswith("/v1/")
-
-
-def _openai_error(status: int, code: str | None, message: str, param: str | None = None) -> JSONResponse:
-    """OpenAI's error body: its client reads it into BadRequestError (400), NotFoundError (404), ..."""
-    kind = "server_error" if status >= 500 else "invalid_request_error"
-    return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind, "param": param,
-                                                               "code": code}})
 
 
 def _error(status: int, code: str, message: str, details: list[dict[str, Any]] | None = None) -> JSONResponse:
@@ -674,8 +579,8 @@ def create_app(
     # OpenAI's clients read a 400 for any request they sent wrong (bertforge's own routes answer 422)
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
-        if is_openai_route(request.url.path):
-            return _openai_error(400 if exc.status == 422 else exc.status, exc.code, exc.message, exc.param)
+        if openai_api.is_openai_route(request.url.path):
+            return openai_api.error_response(400 if exc.status == 422 else exc.status, exc.code, exc.message, exc.param)
         return _error(exc.status, exc.code, exc.message)
 
     @app.exception_handler(RequestValidationError)
@@ -684,16 +589,16 @@ def create_app(
         accepted = list(model.model_fields) if model is not None else []
         details = _validation_details(exc, accepted, request.headers.get("content-type", ""))
         message = "; ".join(f"{d['field']}: {d['message']}" for d in details) or "invalid request"
-        if is_openai_route(request.url.path):
+        if openai_api.is_openai_route(request.url.path):
             param = details[0]["field"] if details and details[0]["field"] != "body" else None
-            return _openai_error(400, "invalid_request", message, param)
+            return openai_api.error_response(400, "invalid_request", message, param)
         return _error(422, "invalid_request", message, details)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        if is_openai_route(request.url.path):
-            return _openai_error(exc.status_code, code, f"{exc.detail}: {request.method} {request.url.path}; under "
+        if openai_api.is_openai_route(request.url.path):
+            return openai_api.error_response(exc.status_code, code, f"{exc.detail}: {request.method} {request.url.path}; under "
                                  f"/v1 this server answers {OPENAI_ROUTES}")
         return _error(exc.status_code, code, str(exc.detail))
 
@@ -701,8 +606,8 @@ def create_app(
     async def crashed(request: Request, exc: Exception) -> JSONResponse:  # a bug, not bad input
         log.exception("%s %s failed", request.method, request.url.path)
         message = f"the server failed on this request ({type(exc).__name__}); see its log"
-        if is_openai_route(request.url.path):
-            return _openai_error(500, "internal_error", message)
+        if openai_api.is_openai_route(request.url.path):
+            return openai_api.error_response(500, "internal_error", message)
         return _error(500, "internal_error", message)
 
     async def gather(task: str, items: list[Any]) -> list[Any]:
@@ -809,39 +714,7 @@ def create_app(
         return await answer_each("embed", req, [lambda t=text: service.prepare_embed(t, req.pooling, req.normalize)
                                                 for text in req.inputs()])
 
-    openai_errors: dict[int | str, dict[str, Any]] = {
-        400: {"model": OpenAIErrorBody, "description": "invalid input: types, limits, too many tokens, ..."},
-        404: {"model": OpenAIErrorBody, "description": "no such model or route"},
-        413: {"model": OpenAIErrorBody, "description": "request body too large"},
-    }
-
-    @app.post("/v1/embeddings", response_model=OpenAIEmbeddingsResult, responses=openai_errors)
-    async def openai_embeddings(req: OpenAIEmbeddingsRequest) -> Any:
-        """OpenAI's embeddings API over /embed's vectors (the model's own pooling and normalisation), so an
-        OpenAI client pointed at this server (base_url .../v1) works unchanged: up to 2,048 texts or
-        token-id lists, `dimensions`, `encoding_format` float or base64; errors in OpenAI's shape."""
-        if req.dimensions is not None and req.dimensions > service.embedding_dim:
-            raise ApiError(400, "bad_dimensions", f"dimensions {req.dimensions} is more than this model's "
-                           f"{service.embedding_dim}", param="dimensions")
-        # tokenising 2,048 texts takes a while: off the event loop, which keeps serving meanwhile
-        items = await asyncio.to_thread(service.prepare_openai, req)
-        return _openai_embeddings(await gather_windowed("embed", items), req, model_name)
-
-    def model_card() -> OpenAIModel:
-        return OpenAIModel(id=model_name, created=loaded_at)
-
-    @app.get("/v1/models", response_model=OpenAIModelList, responses=openai_errors)
-    async def openai_models() -> Any:
-        """OpenAI's model list: the one model this server runs."""
-        return OpenAIModelList(data=[model_card()])
-
-    @app.get("/v1/models/{model_id:path}", response_model=OpenAIModel, responses=openai_errors)
-    async def openai_model(model_id: str) -> Any:
-        """The model, if `model_id` is this server's; else 404 in OpenAI's shape."""
-        if model_id != model_name:
-            raise ApiError(404, "model_not_found", f"the model {model_id!r} is not on this server; it serves "
-                           f"{model_name!r}", param="model")
-        return model_card()
+    openai_api.add_routes(app, service, gather_windowed, model_name, loaded_at)
 
     @app.post("/attention", response_model=AttentionResult)
     async def attention(req: AttentionRequest) -> Any:
