@@ -233,7 +233,8 @@ def serve_command(
         "--model-name", help="The model's id in the OpenAI-compatible API (/v1/models); default: the Hub name "
                              "given to --model, or the directory's name.")] = None,
 ) -> None:
-    """Serve a checkpoint over HTTP: JSON API (/fill-mask /classify /qa /ner /embed /attention) and a demo page at /.
+    """Serve a checkpoint over HTTP: JSON API (/fill-mask /classify /qa /ner /embed /attention), OpenAI's
+    embeddings API (/v1/embeddings, /v1/models) and a demo page at /.
 
     Example: `bertforge serve --model runs/squad/seed-1 --port 8000`, then open http://127.0.0.1:8000/
     (API schema at /docs).
