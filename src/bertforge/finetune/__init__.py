@@ -59,23 +59,19 @@ files, SQuAD predictions.json and null_odds.json, CoNLL word/gold/predicted line
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import shutil
 import sys
 import time
 import types
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    import torch
-
 from bertforge.fileio import run_lock
 from bertforge.finetune.devsplit import DEV_SPLIT_FILE, held_out_dev, split_holdout, write_dev_split
+from bertforge.finetune.prediction import PredictEngine, RowEngine, predict, write_json
 from bertforge.finetune.recipe import (
     RESULTS_FILE,
     FinetuneLoop,
@@ -87,12 +83,21 @@ from bertforge.finetune.recipe import (
     summarize,
 )
 from bertforge.finetune.runrecord import (
-    TRAIN_SCORES,
     eval_split_report,
     examples_digest,
     link_same_weights,
     run_inputs,
     save_run_config,
+)
+from bertforge.finetune.scores import (
+    HOLDOUT_SPLIT,
+    best_line,
+    best_model,
+    metric_splits,
+    named_scores,
+    one_class_warnings,
+    overlap_notes,
+    single_class,
 )
 from bertforge.finetune.setfit import body_steps_per_epoch, pair_count, train_setfit
 from bertforge.finetuned import (
@@ -100,7 +105,6 @@ from bertforge.finetuned import (
     TaskRecord,
     check_max_length,
     check_tokenizer_fits,
-    load_for_inference,
 )
 from bertforge.hub import resolve_local_or_hub
 from bertforge.model.task_heads import (
@@ -111,7 +115,7 @@ from bertforge.modelcard import command_line, write_model_card
 from bertforge.recipe import RUN_CONFIG_FILE
 from bertforge.recipe import override as recipe_override
 from bertforge.tasks import FAMILIES, make_task
-from bertforge.tasks.base import Task, TaskBatches, run_batches, run_model, subsample, task_title
+from bertforge.tasks.base import Task, TaskBatches, run_model, subsample, task_title
 from bertforge.train.config import TrainConfig
 from bertforge.train.rundir import (
     RECORD_FILE,
@@ -128,9 +132,8 @@ from bertforge.train.rundir import (
 BEST_DIR = "best"
 # what --overwrite clears in a run directory before starting again
 _RUN_STATE = ("seed-*", RESULTS_FILE, RUN_CONFIG_FILE, RECORD_FILE)
-# the extra eval split of `holdout`, and the fixed seed that picks it: apart from the run seeds, so
+# the fixed seed that picks the `holdout` eval split (finetune/scores.py): apart from the run seeds, so
 # every configuration of a search holds out the same examples
-HOLDOUT_SPLIT = "holdout"
 # batches per length-sorted group with group_by_length (transformers' LengthGroupedSampler uses 50 too)
 LENGTH_GROUP_BATCHES = 50
 
@@ -289,7 +292,7 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
     _check_task_head(loop, spec.job, model_dir)
     _say(f"max_length {loop.max_length} pieces per input: {length_from}", verbose)
     split_report = eval_split_report(train_examples, {split: e for split, (e, _) in eval_sets.items()})
-    for line in _overlap_notes(split_report):
+    for line in overlap_notes(split_report):
         _say(line, verbose)
     _say(f"{task_title(spec.family, spec.name)}: {len(train_examples)} training examples -> {len(train_features)} features; "
          + ", ".join(f"{s}: {len(e)} examples" for s, (e, _) in {**eval_sets, **final_sets}.items()), verbose)
@@ -402,9 +405,9 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
                          base_revision=source.get("commit"), command=command_line())
         if not loop.keep_checkpoints:
             shutil.rmtree(seed_dir / "run" / "checkpoints", ignore_errors=True)
-        _say(f"seed {seed}, final model: {_named_scores(metrics, split_report)}  ({wall:.0f} s)"
-             + _best_line(record.best, seed_dir, split_report), verbose)
-        seed_warnings = _one_class_warnings(spec, evaluator, label_list, seed, result.step, len(train_examples),
+        _say(f"seed {seed}, final model: {named_scores(metrics, split_report)}  ({wall:.0f} s)"
+             + best_line(record.best, seed_dir, split_report), verbose)
+        seed_warnings = one_class_warnings(spec, evaluator, label_list, seed, result.step, len(train_examples),
                                             split_report, best)
         for warning in seed_warnings:
             _say(f"warning: {warning}", verbose)
@@ -421,15 +424,15 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
         **({"data_source": data_source} if data_source else {}),
         "hyperparameters": hyper, "train_examples": len(train_examples), "train_features": len(train_features),
         "eval_examples": {split: len(e) for split, (e, _) in eval_sets.items()},
-        "eval_splits": split_report, "metric_splits": _metric_splits([r["metrics"] for r in runs], split_report),
+        "eval_splits": split_report, "metric_splits": metric_splits([r["metrics"] for r in runs], split_report),
         "seeds": runs, "summary": summarize([r["metrics"] for r in runs]), "selection_metric": selection_metric,
         "best_summary": summarize([r["best"]["metrics"] for r in runs if r.get("best")]),
         **_test_summary(runs),
-        **_best_model(runs, split_report, selection_metric),
+        **best_model(runs, split_report, selection_metric),
         **({"warnings": found} if (found := [w for r in runs for w in r.get("warnings", [])]) else {}),
         "wall_s": round(time.perf_counter() - started, 1),
     }
-    _write_json(out_dir / RESULTS_FILE, results)
+    write_json(out_dir / RESULTS_FILE, results)
     return results
 
 
@@ -444,114 +447,6 @@ def _with_model_settings(recipe: FinetuneRecipe, spec: Task, model_dir: Path) ->
         return dataclasses.replace(recipe, train=loop), "the model's own (its sentence_bert_config.json); " \
                                                         "--max-length sets another"
     return recipe, f"{task_title(spec.family, spec.name)}'s default; --max-length sets another"
-
-
-def _split_of(key: str, splits: Sequence[str]) -> str:
-    """The eval split a metric key is from: its prefix (holdout_accuracy, dev_matched_accuracy), else the
-    one split scored without a prefix."""
-    for split in sorted(splits, key=len, reverse=True):
-        if key.startswith(f"{split}_"):
-            return split
-    return next((split for split in splits if split != HOLDOUT_SPLIT), splits[0] if splits else "dev")
-
-
-def _metric_splits(per_seed: Sequence[dict[str, float]], split_report: dict[str, dict[str, Any]]) -> dict[str, str]:
-    """results.json's `metric_splits`: for each metric of seeds[].metrics, summary and best_summary, the split
-    it is scored on, as reported: "train" for a split whose rows are all training rows."""
-    keys = dict.fromkeys(key for metrics in per_seed for key in metrics)
-    return {key: split_report.get(split := _split_of(key, list(split_report)), {}).get("reported_as", split)
-            for key in keys}
-
-
-def _named_scores(metrics: dict[str, float], split_report: dict[str, dict[str, Any]]) -> str:
-    """"dev accuracy 0.8125  holdout accuracy 0.7900": each score with the split it is from."""
-    shown = []
-    for key, value in metrics.items():
-        split = _split_of(key, list(split_report))
-        name = key.removeprefix(f"{split}_")
-        shown.append(f"{split_report.get(split, {}).get('reported_as', split)} {name} {value:.4f}")
-    return "  ".join(shown)
-
-
-def _overlap_notes(split_report: dict[str, dict[str, Any]]) -> list[str]:
-    """What the console says of eval splits that share rows with the training examples."""
-    notes = []
-    for split, found in split_report.items():
-        shared, total = found["training_rows"], found["examples"]
-        if found["reported_as"] == TRAIN_SCORES:
-            notes.append(f"{split}: all {total} rows are training rows, so its scores are reported as {TRAIN_SCORES} "
-                         "scores (how well the training rows are fitted), not as held-out ones")
-        elif shared:
-            notes.append(f"{split}: {shared} of {total} rows are also training rows (repeated rows?); its scores "
-                         "are flattered by them")
-    return notes
-
-
-def _best_line(best: dict[str, Any] | None, seed_dir: Path, split_report: dict[str, dict[str, Any]]) -> str:
-    """"; best by dev accuracy 0.8125 at step 40 (epoch 2): runs/x/seed-1/best" for the console."""
-    if not best or best.get("score") is None:
-        return ""
-    split = _split_of(best["metric"], list(split_report))
-    named = split_report.get(split, {}).get("reported_as", split)
-    where = seed_dir / best["dir"] if best.get("dir") else f"{seed_dir} (best/ not saved)"
-    return (f"; best by {named} {best['metric'].removeprefix(f'{split}_')} {best['score']:.4f} at step "
-            f"{best['step']} (epoch {best['epoch']:g}): {where}")
-
-
-def _best_model(runs: list[dict[str, Any]], split_report: dict[str, dict[str, Any]],
-                selection_metric: str) -> dict[str, Any]:
-    """results.json's `best_model`: the model to use, the best evaluation of all seeds by the selection
-    metric on its split (seed-N/best, or seed-N where best/ was not kept), not a seed's final model."""
-    scored = [r for r in runs if r.get("best") and r["best"].get("score") is not None
-              and math.isfinite(r["best"]["score"])]
-    if not scored:
-        return {}
-    top = max(scored, key=lambda r: r["best"]["score"])
-    best = top["best"]
-    split = _split_of(selection_metric, list(split_report))
-    directory = f"{top['dir']}/{best['dir']}" if best.get("dir") else top["dir"]
-    return {"best_model": {"dir": directory, "seed": top["seed"], "metric": selection_metric,
-                           "split": split_report.get(split, {}).get("reported_as", split), "score": best["score"],
-                           "step": best["step"], "epoch": best["epoch"]}}
-
-
-def _one_class_warnings(task: Task, evaluator: _Evaluator, label_list: list[str] | None, seed: int, steps: int,
-                        train_size: int, split_report: dict[str, dict[str, Any]], best: _BestModel) -> list[str]:
-    """A warning when the final model gives one class to every row of the first labelled split while its
-    gold labels hold several: a collapse to the commonest label, typical of too few steps on a small file."""
-    found = _single_class(task, evaluator, label_list)
-    if found is None:
-        return []
-    split, label, rows = found
-    named = split_report.get(split, {}).get("reported_as", split)
-    warning = (f"seed {seed}: the final model predicts one class, {label!r}, for all {rows} {named} rows: it has "
-               f"not learned to tell the classes apart. {steps} optimiser steps on {train_size} training examples "
-               "may be too few: give more --epochs (or leave --epochs out: a small file then gets at least "
-               "--min-steps steps), or another --lr")
-    if best.judged and best.collapsed is None:
-        warning += f"; the best evaluation's model ({best.directory}) does not, use it rather than the final one"
-    elif best.judged:
-        warning += "; so does the best evaluation's model"
-    return [warning]
-
-
-def _single_class(task: Task, evaluator: _Evaluator,
-                  label_list: list[str] | None) -> tuple[str, str, int] | None:
-    """(split, class, rows) when the latest predictions of the first labelled eval split are all one class
-    and its gold labels are not; None otherwise (and for tasks that predict no single class per row)."""
-    if not label_list or len(label_list) < 2:
-        return None
-    for split, (examples, _) in evaluator.splits.items():
-        if not task.has_labels(examples) or split not in evaluator.outputs or len(examples) < 2:
-            continue
-        predicted = [p.get("label") if isinstance(p, dict) else p for p in evaluator.predictions(split)]
-        gold = [getattr(e, "label", None) for e in examples]
-        if not all(isinstance(v, str | int) for v in predicted + gold):
-            return None  # multi-label sets, spans, tags: not one class per row
-        if len(set(predicted)) == 1 and len(set(gold)) > 1:
-            return split, str(predicted[0]), len(predicted)
-        return None
-    return None
 
 
 def model_hidden_size(model_dir: str | Path) -> int | None:
@@ -634,7 +529,7 @@ class _BestModel:
 
     def remember(self, model: Any, step: int, metrics: dict[str, float]) -> None:
         self.metrics = dict(metrics)
-        self.collapsed, self.judged = _single_class(self.task, self.evaluator, self.record.labels), True
+        self.collapsed, self.judged = single_class(self.task, self.evaluator, self.record.labels), True
 
     def save(self, model: Any, step: int, metrics: dict[str, float]) -> None:
         self.remember(model, step, metrics)
@@ -678,126 +573,6 @@ def _first_labelled(task: Task, evaluator: _Evaluator) -> tuple[list[Any], list[
     return [], []
 
 
-class RowEngine(Protocol):
-    """What runs a model's rows in its place (`bertforge.engine.OnnxEngine`): a batch of int64
-    `input_ids`, `attention_mask`, `token_type_ids` to the head's outputs by name."""
-
-    def run(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
-
-
-class ChosenEngine(Protocol):
-    """The engine choice `predict` records (`bertforge.engine.EngineChoice`)."""
-
-    engine: str
-    precision: str
-
-    def as_dict(self) -> dict[str, Any]: ...
-
-
-class PredictEngine(Protocol):
-    """An engine asked for by name, made ready for a model `predict` loaded (`bertforge.engine.EngineRequest`).
-
-    Named here by its shape only: finetune sits below the engine layer (tests/test_layering.py), so the
-    caller that knows the engines hands one in."""
-
-    def prepare(self, model: Any, precision: str, *, model_dir: Path, batch_size: int, max_length: int,
-                device: str) -> tuple[ChosenEngine, RowEngine | None]: ...
-
-
-def predict(
-    task_family: str,
-    task: str,
-    model_dir: str | Path,
-    data_dir: str | Path,
-    out_dir: str | Path,
-    *,
-    splits: Sequence[str] | None = None,
-    batch_size: int = 64,
-    max_length: int | None = None,
-    task_settings: dict[str, Any] | None = None,
-    device: str | None = None,
-    precision: str = "fp32",
-    engine: PredictEngine | None = None,
-) -> dict[str, dict[str, Any]]:
-    """Write a fine-tuned model's predictions for `splits` (default: the task's test splits) to `out_dir`.
-
-    Settings saved in the model's `task.json` (max length, SQuAD's doc_stride and tuned null
-    threshold) are used unless given here. `precision` is fp32, bf16, int8 or auto
-    (`bertforge.precision`). Returns {split: {"files": [...], "metrics": {...}, "precision": ...}},
-    with metrics for splits that have labels, and writes the same as `metrics.json` in `out_dir` with
-    the CPU it ran on. MNLI's AX split is skipped when the data has no AX file.
-
-    `engine` (`bertforge.engine.EngineRequest("onnxruntime")`, or auto, or torch) runs the model rows
-    through the engine it chooses; the task's reader, features, post-processing and metric stay the
-    same, and each split and metrics.json also say which engine ran and why. Without it the model runs
-    itself at `precision`, as fine-tuning scored it.
-    """
-    import torch
-
-    from bertforge.model.base import label_names as config_label_names
-    from bertforge.precision import cpu_description
-
-    model_dir, data_dir, out_dir = Path(model_dir), Path(data_dir), Path(out_dir)
-    saved = TaskRecord.read(model_dir) or TaskRecord()
-    spec = make_task(task_family, task, {**saved.settings, **(task_settings or {})})
-    if saved.family and (saved.family, saved.task) != (spec.family, spec.name):
-        raise ValueError(f"{model_dir} was fine-tuned for {task_title(saved.family, saved.task or '')}, "
-                         f"not {task_title(spec.family, spec.name)}")
-    max_length = max_length or saved.max_length or spec.default_max_length
-    check_max_length(model_dir, max_length)
-    choice: ChosenEngine | None = None
-    runner: RowEngine | None = None
-    if engine is None:
-        loaded = load_for_inference(model_dir, precision, device or ("cuda" if torch.cuda.is_available() else "cpu"),
-                                    job=spec.job)
-        used = loaded.precision
-    else:
-        # ONNX Runtime exports the fp32 weights and runs on the CPU: load those there, and let the
-        # request put the model at the precision its engine runs
-        device = device or "cpu"
-        loaded = load_for_inference(model_dir, "fp32", device, job=spec.job)
-        choice, runner = engine.prepare(loaded.model, precision, model_dir=model_dir, batch_size=batch_size,
-                                        max_length=max_length, device=device)
-        used = choice.precision
-    model, tokenizer = loaded.model, loaded.tokenizer
-    label_names = config_label_names(model.config) or None
-
-    def engine_rows(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        assert runner is not None
-        found = runner.run(batch)
-        return {name: found[name] for name in spec.output_names}
-
-    done: dict[str, dict[str, Any]] = {}
-    for split in splits or spec.test_splits():
-        try:
-            examples = spec.read(data_dir, split)
-        except FileNotFoundError:
-            if split == "ax" and not splits:
-                continue
-            raise
-        features = spec.featurize(examples, tokenizer, max_length, label_names=label_names)
-        if runner is None:
-            outputs = run_model(model, features, spec.output_names, token_outputs=spec.token_outputs,
-                                batch_size=batch_size, pad_id=tokenizer.pad_token_id)
-        else:
-            outputs = run_batches(features, engine_rows, token_outputs=spec.token_outputs, batch_size=batch_size,
-                                  pad_id=tokenizer.pad_token_id)
-        predictions = spec.postprocess(examples, features, outputs, label_names=label_names)
-        files = spec.write_predictions(examples, predictions, out_dir, split)
-        metrics = spec.metric(examples, predictions) if spec.has_labels(examples) else {}
-        done[split] = {"files": [str(f) for f in files], "metrics": metrics, "examples": len(examples),
-                       "precision": used}
-        if choice is not None:
-            done[split]["engine"] = choice.engine
-    out_dir.mkdir(parents=True, exist_ok=True)
-    record: dict[str, Any] = {"model": str(model_dir), "task": f"{spec.family} {spec.name}", "precision": used,
-                              "precision_requested": precision}
-    if choice is not None:
-        record["engine"] = choice.as_dict()
-    _write_json(out_dir / "metrics.json", {**record, **cpu_description(), "splits": done})
-    return done
-
-
 def load_for_task(job: str | type, model_dir: str | Path, **config_overrides: Any) -> Any:
     """A checkpoint under the task head of `job` (a job name, or a model class doing that job), built
     as the class of the checkpoint's own family that does it.
@@ -829,12 +604,6 @@ def reinitialize_top_layers(model: Any, count: int) -> None:
     if backbone.pooler is not None:
         modules.append(backbone.pooler)
     model.init_modules(*modules)
-
-
-def _write_json(path: Path, value: Any) -> None:
-    from bertforge.fileio import write_text_atomic
-
-    write_text_atomic(path, json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
 
 __all__ = ["BEST_DIR", "examples_digest", "FAMILIES", "HOLDOUT_SPLIT", "RESULTS_FILE", "RUN_CONFIG_FILE", "TASK_FILE", "FinetuneLoop", "FinetuneOptim",
