@@ -2,7 +2,7 @@
 
 For each kind of output (a pre-trained model, a classifier with [CLS] or mean pooling, a SetFit
 classifier, regression, multi-label, tagging, QA, multiple choice, a sentence-embedding model, an
-ONNX export) and a few families, the directory is made as a user makes it (`finetune`, the Python
+ONNX export, an adapted model, a distilled sentence encoder) and a few families, the directory is made as a user makes it (`finetune`, the Python
 API behind `bertforge finetune`), then:
 
 - config.json's `architectures` names a transformers class: that class loads the directory and
@@ -54,6 +54,7 @@ KINDS = {
     "pretrained": FAMILIES, "classify-cls": FAMILIES, "classify-mean": FAMILIES, "setfit": ["bert", "roberta"],
     "setfit-multi-label": ["bert"], "regression": FAMILIES, "multi-label": ["bert"], "bilstm": ["bert"],
     "tag": FAMILIES, "qa": FAMILIES, "multiple-choice": ["bert"], "embed": FAMILIES, "onnx": ["bert"],
+    "adapted": FAMILIES, "distilled": ["bert"],
 }
 CASES = [pytest.param(kind, family, id=f"{kind}-{family}") for kind, families in KINDS.items() for family in families]
 
@@ -157,6 +158,25 @@ def _make(kind: str, family: str, files: dict[str, Path], encoder: Path, out: Pa
     if kind == "embed":
         return tune("embed", None, max_length=24, task_settings={"train": str(files["pairs"]),
                                                                  "dev": str(files["pairs"]), "loss": "cosine"})
+    if kind == "adapted":  # `bertforge adapt`: continued masked-LM training of a pre-trained model
+        from bertforge.adapt import adapt
+
+        start = _make("pretrained", family, files, encoder, out / "start")
+        return adapt(start, files["corpus"], out / "run", max_steps=2, lr=1e-3, progress=False,
+                     max_seq_length=24, batch_size=4, validation_fraction=0.1).final
+    if kind == "distilled":  # `bertforge distill sentences`: a smaller student of the encoder's vectors
+        from bertforge.distill import build_recipe, distill
+
+        student = out / "student.json"
+        out.mkdir(parents=True)
+        student.write_text(json.dumps({"model_type": family, "hidden_size": 16, "num_hidden_layers": 1,
+                                       "num_attention_heads": 2, "intermediate_size": 32,
+                                       "max_position_embeddings": 64}), encoding="utf-8")
+        options = {"teacher": str(encoder), "student": str(student), "tokenizer": str(encoder),
+                   "data": str(files["corpus"]), "max_length": 24, "batch_size": 8, "max_steps": 3,
+                   "progress": False, "heldout_texts": 5}
+        distill(build_recipe("sentences", options=options), out / "run", verbose=False)
+        return out / "run" / "final"
     raise AssertionError(kind)
 
 
@@ -230,7 +250,7 @@ def test_the_library_a_directory_claims_reads_what_bertforge_reads(kind: str, fa
     architecture = _config(directory)["architectures"][0]
     if kind == "onnx":
         _check_onnx(directory, tmp_path / kind / "model.onnx")
-    elif kind == "embed":
+    elif kind == "embed" or (directory / "modules.json").is_file() and kind != "setfit" and "task_head" not in _config(directory):
         _check_sentence_transformers(directory)
     if hasattr(transformers, architecture):  # transformers' own class: it must compute what bertforge does
         assert kind not in ("classify-mean", "setfit", "setfit-multi-label", "bilstm"), architecture
