@@ -93,6 +93,21 @@ def test_embed_keeps_the_model_s_length_and_prompts_and_says_so(sentence_model: 
     assert SentenceTransformer(str(tmp_path / "given" / "seed-1"), device="cpu").max_seq_length == 16
 
 
+def test_setfit_keeps_the_model_s_length(sentence_model: Path, root: Path, tmp_path: Path) -> None:
+    """A SetFit classifier's body is the sentence model itself: it reads as many pieces as the model did
+    (24 here, not classify's 128), and the setfit package sees that length in what was written."""
+    from sentence_transformers import SentenceTransformer
+
+    rows = [{"text": f"a {w} film", "label": "positive"} for w in ("warm", "clever", "moving", "fine")]
+    rows += [{"text": f"far too {w}", "label": "negative"} for w in ("dull", "flat", "slow", "long")]
+    data = _csv(root / "setfit.csv", rows)
+    results = finetune("classify", None, sentence_model, None, tmp_path / "setfit", method="setfit", epochs=1,
+                       batch_size=4, progress=False, verbose=False,
+                       task_settings={"train": str(data), "dev": str(data)})
+    assert results["hyperparameters"]["max_length"] == 24
+    assert SentenceTransformer(str(tmp_path / "setfit" / "seed-1"), device="cpu").max_seq_length == 24
+
+
 @pytest.mark.slow
 def test_embed_keeps_all_minilm_s_256(pairs: dict[str, Path], tmp_path: Path) -> None:
     """The real all-MiniLM-L6-v2 (sentence_bert_config.json: max_seq_length 256) stays at 256."""

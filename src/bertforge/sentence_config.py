@@ -76,6 +76,16 @@ def read_sentence_embedding(model_dir: str | os.PathLike[str]) -> SentenceEmbedd
                              **_transformer_settings(directory))
 
 
+def brought_max_length(model_dir: str | os.PathLike[str]) -> int | None:
+    """The max_seq_length a sentence-transformers model brings (256 for all-MiniLM-L6-v2), or None: a
+    job that writes the model again keeps it unless told otherwise."""
+    try:
+        found = read_sentence_embedding(model_dir)
+    except SentenceConfigError:  # modules bertforge does not run
+        return None
+    return found.max_length if found is not None and found.max_length else None
+
+
 def _module_kind(type_name: str) -> str:
     """"Pooling" from "sentence_transformers.models.Pooling" (up to version 5) and from the module paths
     version 6 writes ("sentence_transformers.sentence_transformer.modules.pooling.Pooling"); another

@@ -114,6 +114,7 @@ from bertforge.model.task_heads import (
 from bertforge.modelcard import command_line, write_model_card
 from bertforge.recipe import RUN_CONFIG_FILE
 from bertforge.recipe import override as recipe_override
+from bertforge.sentence_config import brought_max_length
 from bertforge.tasks import FAMILIES, make_task
 from bertforge.tasks.base import Task, TaskBatches, run_model, subsample, task_title
 from bertforge.train.config import TrainConfig
@@ -440,6 +441,8 @@ def _with_model_settings(recipe: FinetuneRecipe, spec: Task, model_dir: Path) ->
     """The recipe with the settings the model brings where it leaves them empty (a sentence-transformers
     model's max_seq_length for embed), and where its max_length comes from, in words."""
     brought = spec.model_settings(model_dir)
+    if recipe.train.method == "setfit" and not brought.get("max_length"):  # its body is the model's encoder
+        brought = {"max_length": brought_max_length(model_dir)}
     if recipe.train.max_length:
         return recipe, "as given"
     if brought.get("max_length"):

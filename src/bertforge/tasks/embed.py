@@ -182,14 +182,11 @@ class Embed(Task):
         """A sentence-transformers model's `max_length` (sentence_bert_config.json's max_seq_length: 256 for
         all-MiniLM-L6-v2), kept unless the run sets one; the model is remembered, so the directory written
         keeps its prompts (config_sentence_transformers.json)."""
-        from bertforge.sentence_config import SentenceConfigError, read_sentence_embedding
+        from bertforge.sentence_config import brought_max_length
 
         self.source_model = Path(model_dir)
-        try:
-            found = read_sentence_embedding(model_dir)
-        except SentenceConfigError:  # modules bertforge does not run: the model's length still stands
-            found = None
-        return {"max_length": found.max_length} if found is not None and found.max_length else {}
+        length = brought_max_length(model_dir)
+        return {"max_length": length} if length else {}
 
     def wrap_model(self, model: torch.nn.Module, max_length: int) -> torch.nn.Module:
         from bertforge.model.sentence import SentenceEmbedder
