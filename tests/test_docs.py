@@ -499,3 +499,17 @@ def test_runnable_blocks_run(path: Path, tmp_path: Path, monkeypatch: pytest.Mon
 
 def test_some_blocks_are_runnable():
     assert sum(len(b) for b in RUNNABLE.values()) >= 3, "the docs have (almost) no runnable blocks left"
+
+
+def test_every_test_named_in_what_other_tools_see_exists() -> None:
+    """docs/guarantees.md's "What other tools see" names the test behind each line: each one is there."""
+    page = (ROOT / "docs" / "guarantees.md").read_text(encoding="utf-8")
+    section = page[page.index("## What other tools see"):page.index("## What is not guaranteed")]
+    named, current = [], None
+    for path, name in re.findall(r"`(tests/[\w/]+\.py)?::(\w+)`", section):
+        current = path or current
+        named.append((current, name))
+    assert len(named) >= 10
+    missing = [f"{path}::{name}" for path, name in named
+               if not re.search(rf"^def {name}\b", (ROOT / path).read_text(encoding="utf-8"), re.MULTILINE)]
+    assert not missing, f"docs/guarantees.md names tests that do not exist: {', '.join(missing)}"
