@@ -22,7 +22,11 @@ model is exported again; it is written to a temporary folder and renamed into pl
   kept only if it agrees; a fusion that fails or disagrees leaves the plain graph, with the reason
   logged.
 - int8 is ONNX Runtime's dynamic quantization of that graph (`export.quantize_onnx_int8`), with 7-bit
-  weights where the CPU lacks VNNI (`export.int8_reduce_range`).
+  weights where the CPU lacks VNNI (`export.int8_reduce_range`). The int8 graph is then measured
+  against the fp32 graph it came from on the model's dev file (or training rows, or fixed sentences):
+  label agreement, largest probability change, the metric before and after
+  (`bertforge.quantization_report`). The report goes into the entry's entry.json and the model
+  directory's quantization_report.json, and is logged: a warning below 99% agreement.
 - The session uses the thread count torch uses (`torch.get_num_threads()`, which the command line's
   thread policy sets); when that count changes, the session is made again with the new one.
 
@@ -59,7 +63,8 @@ GRAPHS = ("head", "embeddings", "fill-mask")
 CACHE_ENV = "BERTFORGE_ONNX_CACHE"
 CACHE_FOLDER = ".bertforge-onnx"  # inside the model directory
 # Bump when the exported graphs change, so that caches made by an older bertforge are not reused.
-GRAPH_VERSION = 3  # 2: attention exported in the form ONNX Runtime fuses; 3: max pooling in the embeddings graph
+# 4: int8 keeps the pooler and head (Gemm) fp32 and carries its report (quantization_report)
+GRAPH_VERSION = 4  # 2: attention exported in the form ONNX Runtime fuses; 3: max pooling in the embeddings graph
 # Fill-mask's graph hands out this many tokens per position (the server's top_k limit is 50).
 FILL_MASK_TOP_K = 50
 # An export whose outputs differ from PyTorch's by more than this is broken, not rounded.
@@ -67,6 +72,7 @@ EXPORT_TOLERANCE = 1e-3
 # A fused graph must give the plain graph's numbers within this (fusion reorders sums, nothing more).
 FUSION_TOLERANCE = 1e-4
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
+ONNX_INT8_PATH = "onnxruntime int8"  # the engine's entry in a model directory's quantization_report.json
 
 # (precision, CPU class, shape class) -> (engine, measured). Shape classes: "single-short" (one
 # sequence of at most 64 pieces: the latency of a request), "single-long" (one longer sequence),
@@ -368,6 +374,7 @@ class OnnxEngine:
                 quantize_onnx_int8(fp32 / "model.onnx", work / "model.onnx", reduce_range=self.reduce_range)
                 source = json.loads((fp32 / "entry.json").read_text(encoding="utf-8"))
                 record = {**source, "key": key, "quantized_from": fp32.name,
+                          **self._int8_record(fp32 / "model.onnx", work / "model.onnx", source),
                           "seconds": round(time.perf_counter() - started, 2)}
                 self._commit(work, entry, key, record)
                 return
@@ -378,6 +385,7 @@ class OnnxEngine:
             final = work / "model.onnx"
             if self.precision == "int8":
                 quantize_onnx_int8(chosen, final, reduce_range=self.reduce_range)
+                fusion.update(self._int8_record(chosen, final, fusion))
             else:
                 os.replace(chosen, final)
             for leftover in (plain, work / "fused.onnx"):
@@ -413,6 +421,30 @@ class OnnxEngine:
             failures.append(f"{exporter}: differs from PyTorch by {diff:.2e}")
         raise EngineError(f"{type(self.model).__name__} ({self.graph} graph) does not export to ONNX "
                           f"({'; '.join(failures)}); use --engine torch")
+
+    def _int8_record(self, fp32_graph: Path, int8_graph: Path, fp32_record: dict[str, Any]) -> dict[str, Any]:
+        """int8 measured against the fp32 graph it was quantized from (`quantization_report`): the report,
+        written to the model directory's quantization_report.json too, and a reason that says it (the
+        fusion's own check compared the fused fp32 graph with the plain one, not int8 with fp32)."""
+        from bertforge import quantization_report as qr
+        from bertforge.export import onnx_int8_report
+
+        report = onnx_int8_report(self.module, fp32_graph, int8_graph, self.model_dir, path=ONNX_INT8_PATH)
+        for line in report.lines():
+            (log.info if report.ok else log.warning)("%s", line)
+        if self.model_dir is not None:
+            try:
+                qr.write_report(report, self.model_dir)
+            except OSError as exc:  # a read-only model directory: the cache entry keeps the report
+                log.info("could not write %s: %s", qr.report_path(self.model_dir), exc)
+        measured = (f"label agreement {report.label_agreement:.2%} ({report.flipped} of {report.decisions} flipped)"
+                    if report.label_agreement is not None else
+                    f"lowest cosine {report.cosine_min:.4f}" if report.cosine_min is not None else "compared")
+        fused = str(fp32_record.get("reason", "")).replace("max diff", "fused vs plain fp32 max diff")
+        return {"quantization": report.as_dict(),
+                "int8_max_abs_diff": report.max_abs_diff,
+                "reason": f"{fused}; int8 vs fp32 on {report.rows} rows: {measured}, max diff "
+                          f"{report.max_abs_diff:.1e}{'' if report.ok else ' (below the 99% floor)'}"}
 
     def _commit(self, work: Path, entry: Path, key: dict[str, Any], record: dict[str, Any]) -> None:
         (work / "entry.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

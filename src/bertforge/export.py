@@ -56,6 +56,8 @@ OUTPUTS: dict[str, tuple[tuple[str, str, bool], ...]] = {
     "sentence-embeddings": (("cls", "cls", False), ("mean", "mean", False), ("max", "max", False),
                             ("pooler", "pooler", False)),
     "fill-mask": (("mask_scores", "mask_scores", True), ("mask_ids", "mask_ids", True)),
+    # a sentence-transformers directory's export (`SentenceEncoder`): its pooled, normalised sentence vector
+    "sentence-embedding": (("sentence_embedding", "sentence_embedding", False),),
 }
 
 
@@ -81,6 +83,7 @@ class _Vectors:
     pooler: torch.Tensor | None = None
     mask_scores: torch.Tensor | None = None
     mask_ids: torch.Tensor | None = None
+    sentence_embedding: torch.Tensor | None = None
 
 
 class PooledEncoder(nn.Module):
@@ -106,6 +109,43 @@ class PooledEncoder(nn.Module):
         mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
         largest = hidden.masked_fill(mask == 0, torch.finfo(hidden.dtype).min).amax(1)  # padding never wins
         return _Vectors(cls=hidden[:, 0], mean=mean, max=largest, pooler=out.pooled_output)
+
+
+class SentenceEncoder(nn.Module):
+    """A sentence encoder as its sentence-transformers files define it (`sentence_config.SentenceEmbedding`):
+    the backbone, the pooling (cls, mean or max over the real tokens, specials included) and, where
+    modules.json lists Normalize, unit length. Its one output, `sentence_embedding` (B, H), is the vector
+    `SentenceTransformer.encode` gives, so an exported embedding model is used without any code around it."""
+
+    job = "sentence-embedding"
+
+    def __init__(self, model: nn.Module, pooling: str = "mean", normalize: bool = True) -> None:
+        super().__init__()
+        if pooling not in ("cls", "mean", "max"):
+            raise ValueError(f"cannot export {pooling} pooling; the exported poolings are cls, mean and max")
+        self.pooled = PooledEncoder(model)
+        self.config = self.pooled.config
+        self.pooling, self.normalize = pooling, normalize
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor) -> _Vectors:
+        vector = getattr(self.pooled(input_ids, attention_mask, token_type_ids), self.pooling)
+        if self.normalize:
+            vector = torch.nn.functional.normalize(vector, p=2.0, dim=-1)
+        return _Vectors(sentence_embedding=vector)
+
+
+def sentence_encoder_for(directory: str | Path, model: nn.Module) -> nn.Module:
+    """`model` wrapped as its directory's sentence encoder where the directory is a sentence-transformers
+    model (modules.json) and the model a bare encoder; else `model` itself."""
+    from bertforge.sentence_config import read_sentence_embedding
+
+    if getattr(model, "job", None) != "embeddings":
+        return model
+    embedding = read_sentence_embedding(directory)
+    if embedding is None:
+        return model
+    return SentenceEncoder(model, embedding.pooling, embedding.normalize)
 
 
 class MaskedTopK(nn.Module):
@@ -151,6 +191,8 @@ class ExportResult:
     max_abs_diff: float | None = None  # ONNX Runtime vs PyTorch on a padded sample; None if not checked
     checked_shapes: list[tuple[int, ...]] = field(default_factory=list)
     int8: bool = False  # quantized by ONNX Runtime's dynamic quantization (the check compares with fp32 PyTorch)
+    quantization: Any = None  # int8: `quantization_report.QuantizationReport` against the fp32 graph
+    report_path: Path | None = None  # where that report was written
 
 
 class _Exportable(nn.Module):
@@ -249,10 +291,13 @@ def export_onnx(
     """
     if exporter not in ("dynamo", "torchscript"):
         raise ValueError(f"unknown exporter {exporter!r}; choose dynamo or torchscript")
+    directory = None
     if not isinstance(model, nn.Module):
         from bertforge.model import load_any
 
+        directory = Path(model)
         model, _ = load_any(model)
+        model = sentence_encoder_for(directory, model)  # a sentence-transformers model: its sentence vector
     kind = type(model).__name__
     rows = outputs_of(model)
     out = Path(out)
@@ -283,17 +328,23 @@ def export_onnx(
         torch.onnx.export(_Exportable(model).eval(), tuple(example[name] for name in INPUTS), str(traced),
                           input_names=list(INPUTS), output_names=output_names, opset_version=opset, verbose=False,
                           **specific)
+    report = None
     if int8:
         try:
             quantize_onnx_int8(traced, out)
+            report = onnx_int8_report(model, traced, out, directory, path="export-onnx --int8")
         finally:
             traced.unlink(missing_ok=True)
             traced.with_name(traced.name + ".data").unlink(missing_ok=True)
     result = ExportResult(
         path=out, model=kind, inputs=list(INPUTS), outputs=output_names,
         dynamic_axes={name: [str(d.__name__) for d in axes.values()] for name in INPUTS},
-        seconds=time.perf_counter() - started, int8=int8,
+        seconds=time.perf_counter() - started, int8=int8, quantization=report,
     )
+    if report is not None:
+        from bertforge.quantization_report import write_report
+
+        result.report_path = write_report(report, out)
     if check:
         shapes = [(1, 3, 7), (2, 2, 23)] if _is_multiple_choice(model) else [(1, 7), (3, 23)]
         diffs = []
@@ -304,6 +355,27 @@ def export_onnx(
             result.checked_shapes.append(tuple(inputs["input_ids"].shape))
         result.max_abs_diff = max(diffs)
     return result
+
+
+# what quantize_onnx_int8 quantizes: ONNX Runtime's default list without Gemm, the op the tracer makes of
+# the pooler and the task head (a few thousand multiply-adds per sequence, and the most sensitive to error)
+ONNX_INT8_OPS = ("MatMul", "Attention", "EmbedLayerNormalization", "Gather")
+ONNX_INT8_RECIPE = ("ONNX Runtime dynamic quantization: MatMul and Attention weights int8 per output channel, "
+                    "activations uint8 per tensor on each call; embeddings int8; pooler and head fp32")
+
+
+def onnx_int8_report(model: nn.Module, fp32_graph: str | Path, int8_graph: str | Path,
+                     directory: str | Path | None, *, path: str, tokenizer: Any = None) -> Any:
+    """The int8 graph measured against the fp32 graph it was quantized from
+    (`bertforge.quantization_report`), on `directory`'s sample (its dev file, training rows or fixed
+    sentences), or on random ids where there is no tokenizer."""
+    from bertforge import quantization_report as qr
+
+    compared = qr.compared_output(model)
+    sample, batches = qr.sample_batches(model, directory, tokenizer)
+    fp32, int8 = onnx_session(fp32_graph, threads=1), onnx_session(int8_graph, threads=1)
+    return qr.measure_model(model, qr.onnx_runner(fp32, compared), qr.onnx_runner(int8, compared), compared,
+                            sample, batches, path=path, recipe=ONNX_INT8_RECIPE)
 
 
 VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
@@ -319,7 +391,8 @@ def int8_reduce_range(flags: set[str] | None = None) -> bool:
 
 
 def quantize_onnx_int8(source: str | Path, out: str | Path, *, reduce_range: bool | None = None) -> None:
-    """ONNX Runtime's dynamic quantization of `source` into `out` (written atomically): int8 weights
+    """ONNX Runtime's dynamic quantization of `source` into `out` (written atomically): the encoder's
+    projections and the embedding table (`ONNX_INT8_OPS`; the pooler and head stay fp32), int8 weights
     per output channel (per channel measured 0.52 against 0.74 per tensor as the largest change of
     all-MiniLM-L6-v2's final hidden states), activations quantized per call; 7-bit weights where this
     CPU lacks VNNI (`int8_reduce_range`; None decides by the CPU)."""
@@ -337,7 +410,9 @@ def quantize_onnx_int8(source: str | Path, out: str | Path, *, reduce_range: boo
         with atomic_path(out) as tmp:
             # a graph fused by ONNX Runtime's optimizer holds contrib ops (Attention, SkipLayerNormalization)
             # that shape inference cannot type: their outputs are float
+            # the pooler and head (Gemm) stay fp32: a fraction of a percent of the compute
             quantize_dynamic(str(source), str(tmp), weight_type=QuantType.QInt8, per_channel=True,
+                             op_types_to_quantize=list(ONNX_INT8_OPS),
                              reduce_range=int8_reduce_range() if reduce_range is None else reduce_range,
                              extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     finally:
