@@ -222,3 +222,26 @@ def test_an_embedding_export_outputs_the_sentence_vector_sentence_transformers_g
     assert report.outputs == "sentence vectors" and report.rows == len(qr.FIXED_SENTENCES)
     assert -1 <= report.cosine_min <= report.cosine_mean <= 1 and report.verdict
     assert _stored(tmp_path / "st8.onnx", "export-onnx --int8")["cosine_min"] == report.cosine_min
+
+
+def test_loading_at_int8_measures_once_per_weights(classifier: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """predict / serve --precision int8 on torch quantize in memory: the first load measures and writes the
+    report, later loads of the same weights reuse it."""
+    import shutil
+
+    import bertforge.precision as precision
+    from bertforge.finetuned import load_for_inference
+
+    directory = Path(shutil.copytree(classifier, tmp_path / "model"))
+    (directory / qr.REPORT_FILE).unlink(missing_ok=True)
+    assert load_for_inference(directory, "int8").precision == "int8"
+    report = _stored(directory, precision.TORCH_INT8_PATH)
+    _consistent(report, 40)
+    assert report["weights"]
+
+    def measured_again(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the stored report should have been reused")
+
+    monkeypatch.setattr(precision, "int8_report", measured_again)
+    load_for_inference(directory, "int8")

@@ -357,9 +357,6 @@ def export_onnx(
     return result
 
 
-# what quantize_onnx_int8 quantizes: ONNX Runtime's default list without Gemm, the op the tracer makes of
-# the pooler and the task head (a few thousand multiply-adds per sequence, and the most sensitive to error)
-ONNX_INT8_OPS = ("MatMul", "Attention", "EmbedLayerNormalization", "Gather")
 ONNX_INT8_RECIPE = ("ONNX Runtime dynamic quantization: MatMul and Attention weights int8 per output channel, "
                     "activations uint8 per tensor on each call; embeddings int8; pooler and head fp32")
 
@@ -392,7 +389,7 @@ def int8_reduce_range(flags: set[str] | None = None) -> bool:
 
 def quantize_onnx_int8(source: str | Path, out: str | Path, *, reduce_range: bool | None = None) -> None:
     """ONNX Runtime's dynamic quantization of `source` into `out` (written atomically): the encoder's
-    projections and the embedding table (`ONNX_INT8_OPS`; the pooler and head stay fp32), int8 weights
+    projections and the embedding table (the pooler and head stay fp32: `_head_nodes`), int8 weights
     per output channel (per channel measured 0.52 against 0.74 per tensor as the largest change of
     all-MiniLM-L6-v2's final hidden states), activations quantized per call; 7-bit weights where this
     CPU lacks VNNI (`int8_reduce_range`; None decides by the CPU)."""
@@ -410,13 +407,22 @@ def quantize_onnx_int8(source: str | Path, out: str | Path, *, reduce_range: boo
         with atomic_path(out) as tmp:
             # a graph fused by ONNX Runtime's optimizer holds contrib ops (Attention, SkipLayerNormalization)
             # that shape inference cannot type: their outputs are float
-            # the pooler and head (Gemm) stay fp32: a fraction of a percent of the compute
             quantize_dynamic(str(source), str(tmp), weight_type=QuantType.QInt8, per_channel=True,
-                             op_types_to_quantize=list(ONNX_INT8_OPS),
+                             nodes_to_exclude=_head_nodes(source),
                              reduce_range=int8_reduce_range() if reduce_range is None else reduce_range,
                              extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     finally:
         root.setLevel(level)
+
+
+def _head_nodes(source: str | Path) -> list[str]:
+    """The nodes int8 leaves fp32: the pooler and the task head, which the tracer makes Gemm nodes (a few
+    thousand multiply-adds per sequence). The quantizer turns a Gemm into a MatMul named NAME_MatMul
+    before it quantizes, so both names are given."""
+    import onnx
+
+    graph = onnx.load(str(source), load_external_data=False).graph
+    return [name for node in graph.node if node.op_type == "Gemm" for name in (node.name, node.name + "_MatMul")]
 
 
 def onnx_session(path: str | Path, threads: int | None = None) -> Any:

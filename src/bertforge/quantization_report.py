@@ -126,6 +126,7 @@ class QuantizationReport:
     ok: bool = True
     verdict: str = ""
     advice: list[str] = field(default_factory=list)
+    weights: str | None = None  # SHA-256 of the fp32 model directory's weights, where a report is reused
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
