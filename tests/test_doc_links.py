@@ -1,4 +1,4 @@
-"""Every relative link in README.md and docs/*.md leads somewhere: the file exists and, when the link
+"""Every relative link in README.md, docs/*.md and docs/research/*.md leads somewhere: the file exists and, when the link
 names a section (`page.md#anchor` or `#anchor`), the page has a heading with that anchor, as GitHub
 makes anchors (lower case, punctuation dropped, spaces to hyphens, `-1`, `-2` for repeats)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "research").glob("*.md"))]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 

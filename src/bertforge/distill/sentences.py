@@ -15,7 +15,7 @@ teacher's sentence vectors into a student with other tokens). The two models nev
 vocabulary, only the same texts, so a tokenizer trained on the user's own text works.
 
 Why: masked LM on a few million tokens does not give a from-scratch encoder features worth more than
-random weights (docs/research-log-2026-11-27.md); a released sentence encoder's vectors on the task's
+random weights (docs/research/research-log-2026-11-27.md); a released sentence encoder's vectors on the task's
 own unlabelled text do, in minutes (docs/results-pretraining.md). What the student learns is the
 teacher's, so its quality is bounded by the teacher's on that text.
 

@@ -17,7 +17,7 @@ and for each seed loads the pre-trained encoder with the task's new output layer
 to zero; 3 epochs), scoring the dev split(s) after every epoch (or every `eval_every_steps` steps).
 Batches are padded to their longest row and drawn at random, as in BERT's own code and transformers'
 Trainer (`group_by_length` draws them from length buckets instead: less padding and faster, at no
-quality difference measured on the full STS-B set over 5 seeds, see docs/research-log.md).
+quality difference measured on the full STS-B set over 5 seeds, see docs/research/research-log.md).
 
 Model selection: every evaluation is scored by the task's main metric (`Task.main_metric`: MRPC F1,
 STS-B Pearson, CoLA Matthews, CoNLL entity F1, SQuAD F1, else accuracy; `selection_metric` picks

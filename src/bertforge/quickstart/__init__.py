@@ -12,7 +12,7 @@ pre-trained checkpoint (all-MiniLM-L6-v2: what pre-training at scale buys), as r
 task-adaptive pre-training buys), drawn as `learning_curve.png` and tabulated and read in words in
 `report.md`.
 
-The full budget's pre-training follows what the CPU studies of docs/research-log.md found leaves the
+The full budget's pre-training follows what the CPU studies of docs/research/research-log.md found leaves the
 unigram / bag-of-words plateau soonest on two cores: 64-token sequences, sentence-order prediction,
 no dropout while pre-training, several pairings of the text (dupe factor), and minutes rather than
 steps (the schedule fitted to them), so that the command takes the same time on every machine.

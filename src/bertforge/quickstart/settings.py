@@ -23,7 +23,7 @@ ADAPT_LR = 1e-4
 ADAPT_HEAD_WARMUP = 0.3
 FINETUNE_BATCH_SIZE = 32
 # Teaching the pre-trained model MiniLM's sentence vectors (`bertforge distill sentences`): a small
-# student takes a large rate; batch 64 of short phrases (docs/research-log-2026-11-29.md).
+# student takes a large rate; batch 64 of short phrases (docs/research/research-log-2026-11-29.md).
 TEACH_LR = 1e-3
 TEACH_BATCH_SIZE = 64
 TEACH_HELDOUT = 500  # of the bundled texts, never trained on: the student's agreement with MiniLM
