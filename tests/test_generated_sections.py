@@ -162,6 +162,7 @@ BENCHMARKS_PAGE: dict[str, Generated] = {
     "adapt-speed": Generated("benchmarks.adapt_speed", B + "adapt_speed.json"),
     "setfit-speed": Generated("benchmarks.setfit_speed", B + "setfit_speed.json"),
     "vector-search": Generated("benchmarks.vector_search", B + "vector_search.json", "section"),
+    "int8-agreement": Generated("benchmarks.int8_agreement", B + "int8_agreement.json"),
 }
 
 # docs/embeddings.md quotes the few-shot curve from both of few_shot's results files
