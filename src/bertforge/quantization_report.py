@@ -39,10 +39,10 @@ DEFAULT_ROWS = 1000  # rows of a dev file measured at most (SST-2 dev's 872 all 
 ADVICE = (
     "per-token activations: bertforge's torch int8 (torchao; --engine torch --precision int8, or bertforge "
     "quantize) scales each token's activations on its own, ONNX Runtime's int8 one scale per tensor; on a "
-    "fine-tuned MiniLM the first flipped 5 of 872 SST-2 dev labels, the second 14",
+    "fine-tuned MiniLM the first flipped 5 of 872 SST-2 dev labels, the second 13",
     "keep the sensitive layers in fp32: the pooler and task head already are; the feed-forward "
-    "output projections (ffn.down, whose inputs have the largest outliers) are next, at about a third of "
-    "int8's speed-up",
+    "output projections (ffn.down, whose inputs have the largest outliers) are next; they are a third of "
+    "the encoder's matrix work, so int8's gain shrinks by about as much",
     "static calibration: activation ranges measured once on a few hundred of your rows "
     "(onnxruntime.quantization.quantize_static), or SmoothQuant, instead of per call",
     "bf16 (--precision bf16) where the CPU has AMX or AVX512-BF16: the weights keep 8 bits of mantissa "
@@ -232,7 +232,7 @@ def judge(report: QuantizationReport) -> QuantizationReport:
     report.ok = not problems
     if problems:
         report.verdict = ("WARNING: " + "; ".join(problems) +
-                          ". Use fp32 where these labels matter, or try what keeps accuracy:")
+                          ". Use fp32 where these answers matter, or try what keeps accuracy:")
         report.advice = list(ADVICE)
     else:
         what = (f"{report.label_agreement:.2%} of labels unchanged" if report.label_agreement is not None
