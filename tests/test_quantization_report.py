@@ -245,3 +245,20 @@ def test_loading_at_int8_measures_once_per_weights(classifier: Path, tmp_path: P
 
     monkeypatch.setattr(precision, "int8_report", measured_again)
     load_for_inference(directory, "int8")
+
+
+def test_the_torch_engine_chosen_at_int8_measures_too(classifier: Path, tmp_path: Path) -> None:
+    """`predict FAMILY --precision int8` and `--engine auto` quantize through the engine choice: that path
+    writes the torchao report as well."""
+    import shutil
+
+    from bertforge.engine import select_engine
+    from bertforge.model import load_any
+    from bertforge.precision import TORCH_INT8_PATH, is_quantized
+
+    directory = Path(shutil.copytree(classifier, tmp_path / "model"))
+    (directory / qr.REPORT_FILE).unlink(missing_ok=True)
+    model, _ = load_any(directory)
+    choice, _ = select_engine(model.eval(), "torch", "int8", model_dir=directory)
+    assert choice.precision == "int8" and is_quantized(model)
+    _consistent(_stored(directory, TORCH_INT8_PATH), 40)

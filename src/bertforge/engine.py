@@ -691,7 +691,13 @@ def select_engine(model: nn.Module, requested: str, precision: str, *, graph: st
         onnx = OnnxEngine(model, graph, choice.precision, model_dir=model_dir, excluded_ids=excluded_ids,
                           optimize=optimize).prepare()
     if (choice.engine == "torch" or calibrating) and not saved_int8:
+        from bertforge.finetuned import fp32_copy_to_measure, report_int8
+
+        # torchao's int8 in memory measures itself once per weights (quantization_report.json)
+        fp32 = fp32_copy_to_measure(model, model_dir, choice.precision, device) if model_dir is not None else None
         apply_precision(model, choice.precision)
+        if fp32 is not None and choice.precision == "int8":
+            report_int8(fp32, model, model_dir)
     if calibrating:
         assert onnx is not None
         choice = calibrate(model, onnx, choice.precision, batch_size=batch_size, max_length=max_length or 128)

@@ -143,37 +143,42 @@ def load_for_inference(directory: str | os.PathLike[str], precision: str = "fp32
     if device:
         model.to(device)
     model.eval()
-    fp32 = _fp32_copy_to_measure(model, directory, precision, device)
+    fp32 = fp32_copy_to_measure(model, directory, precision, device)
     model, used = apply_precision(model, precision)
     if fp32 is not None and used == "int8":
-        _report_int8(fp32, model, directory, tokenizer)
+        report_int8(fp32, model, directory, tokenizer)
     return LoadedModel(model, tokenizer, TaskRecord.read(directory), used, directory)
 
 
-def _fp32_copy_to_measure(model: Any, directory: Path, precision: str, device: str | None) -> Any:
+def fp32_copy_to_measure(model: Any, directory: str | os.PathLike[str], precision: str,
+                         device: str | None = None) -> Any:
     """An fp32 copy of `model` when it is about to be quantized in memory and its directory has no torchao
-    report for these weights yet (`_report_int8`); None otherwise (one report per weights, not per load)."""
+    report for these weights yet (`report_int8`); None otherwise (one report per weights, not per load)."""
     import copy
 
+    from bertforge.engine import EngineError, weights_digest
     from bertforge.precision import TORCH_INT8_PATH, is_quantized
+    from bertforge.quantization_report import read_reports
 
     if precision != "int8" or is_quantized(model) or (device and not str(device).startswith("cpu")):
         return None
-    from bertforge.engine import weights_digest
-    from bertforge.quantization_report import read_reports
 
+    try:
+        digest = weights_digest(directory)
+    except (EngineError, OSError):  # no weights file to tell one model from another: measure anyway
+        digest = None
     stored = read_reports(directory).get(TORCH_INT8_PATH, {})
-    if stored and stored.get("weights") == weights_digest(directory):
+    if digest is not None and stored.get("weights") == digest:
         return None
     return copy.deepcopy(model)
 
 
-def _report_int8(fp32: Any, int8: Any, directory: Path, tokenizer: Any) -> None:
+def report_int8(fp32: Any, int8: Any, directory: str | os.PathLike[str], tokenizer: Any = None) -> None:
     """torchao's int8 measured against fp32 on the directory's sample, written to its
     quantization_report.json and logged (a warning below 99% agreement)."""
     import logging
 
-    from bertforge.engine import weights_digest
+    from bertforge.engine import EngineError, weights_digest
     from bertforge.precision import int8_report
     from bertforge.quantization_report import write_report
 
@@ -181,7 +186,10 @@ def _report_int8(fp32: Any, int8: Any, directory: Path, tokenizer: Any) -> None:
     report = int8_report(fp32, int8, directory, tokenizer)
     for line in report.lines():
         (log.info if report.ok else log.warning)("%s", line)
-    report.weights = weights_digest(directory)
+    try:
+        report.weights = weights_digest(directory)
+    except (EngineError, OSError):
+        report.weights = None
     try:
         write_report(report, directory)
     except OSError as exc:  # a read-only model directory: the log said it
