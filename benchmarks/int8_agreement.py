@@ -9,10 +9,8 @@ padded to each batch's longest, cut at the model's max length), and int8 is comp
 of the same runtime (`bertforge.quantization_report`: label agreement, flips, the largest probability
 change, accuracy before and after):
 
-- torch fp32, and torch int8 (torchao, bertforge's recipe: every encoder Linear, activations per token);
-- torch int8 with one layer's feed-forward output projection (ffn.down) kept fp32, the layer chosen on
-  training rows (not on dev) as the one whose fp32 keeps most labels there: the "sensitive layers in
-  fp32" lever at a twenty-fourth of the encoder's matrix work;
+- torch fp32; torch int8 as bertforge made it before (every encoder Linear, activations per token) and
+  as it does now (the feed-forward output projections, whose GELU inputs carry the outliers, kept fp32);
 - ONNX Runtime fp32 (the engine's fused graph), ONNX Runtime int8 as bertforge quantized it before
   (every quantizable op, the pooler and head included) and as it does now (pooler and head fp32).
 
@@ -41,38 +39,14 @@ from common import machine, machine_line, markdown_table, save_results, update_d
 BATCH = 32
 
 
-def torch_int8(model: Any, keep_fp32: tuple[str, ...] = ()) -> Any:
-    """bertforge's torchao recipe on a copy of `model`, with the Linear layers named in `keep_fp32` left out."""
-    from bertforge.precision import _encoder_linears, _quiet_torchao
+def torch_int8(model: Any, ffn_output: bool) -> Any:
+    """bertforge's torchao recipe on a copy of `model`; `ffn_output` quantizes the feed-forward output
+    projections too (the recipe before they stayed fp32)."""
+    from bertforge.precision import _quantize_int8
 
     quantized = copy.deepcopy(model)
-    quantization = _quiet_torchao()
-    covered = _encoder_linears(quantized)
-    config = quantization.Int8DynamicActivationInt8WeightConfig(set_inductor_config=False)
-    quantization.quantize_(quantized, config, filter_fn=lambda module, fqn: id(module) in covered
-                           and not fqn.endswith(keep_fp32 or ("\0",)))
+    _quantize_int8(quantized, ffn_output=ffn_output)
     return quantized
-
-
-def down_projections(model: Any) -> list[str]:
-    import torch
-
-    return [name for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)
-            and name.endswith("ffn.down")]
-
-
-def most_sensitive(model: Any, batches: list[dict[str, Any]]) -> tuple[str, dict[str, float]]:
-    """The ffn.down whose fp32 keeps most labels on `batches` (training rows), and each one's agreement."""
-    from bertforge import quantization_report as qr
-
-    compared = qr.compared_output(model)
-    fp32 = qr.torch_runner(model, compared)
-    found = {}
-    for name in down_projections(model):
-        int8 = qr.torch_runner(torch_int8(model, (name,)), compared)
-        found[name] = qr.measure(fp32, int8, batches, path="", recipe="", sample="training rows",
-                                 kind="labels").label_agreement
-    return max(found, key=found.get), found
 
 
 def rerender() -> None:
@@ -92,7 +66,6 @@ def main() -> None:
     parser.add_argument("--model", required=True, help="a fine-tuned classifier directory with a dev file in task.json")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--calibration-rows", type=int, default=872, help="training rows that choose the fp32 layer")
     args = parser.parse_args()
 
     import onnx
@@ -111,13 +84,10 @@ def main() -> None:
     max_length = record.max_length if record and record.max_length else 128
     sample = qr.sample_for(args.model)
     batches = qr.encode_batches(tokenizer, sample, max_length, BATCH)
-    calibration = qr.encode_batches(tokenizer, _with_columns(record, args.calibration_rows), max_length, BATCH)
-    chosen, sensitivity = most_sensitive(model, calibration)
-
     compared = qr.compared_output(model)
     variants: dict[str, Any] = {"torch fp32": qr.torch_runner(model, compared),
-                                "torch int8": qr.torch_runner(torch_int8(model), compared),
-                                f"torch int8, {chosen} fp32": qr.torch_runner(torch_int8(model, (chosen,)), compared)}
+                                "torch int8, before": qr.torch_runner(torch_int8(model, True), compared),
+                                "torch int8, now": qr.torch_runner(torch_int8(model, False), compared)}
     with tempfile.TemporaryDirectory() as work:
         engine = OnnxEngine(model, "head", "fp32", model_dir=args.model).prepare()
         fp32_graph = engine.path
@@ -131,20 +101,10 @@ def main() -> None:
         results = measure_all(variants, batches, sample, label_names_of(model), args.rounds)
     payload = {"machine": {**machine(), "load_average_1m": [round(load_start, 2), round(os.getloadavg()[0], 2)]},
                "model": str(args.model), "sample": sample.source, "rows": len(sample), "batch": BATCH,
-               "max_length": max_length, "rounds": args.rounds, "calibration_rows": args.calibration_rows, "threads": args.threads,
-               "chosen_fp32_layer": chosen, "sensitivity_on_training_rows": sensitivity, "results": results}
+               "max_length": max_length, "rounds": args.rounds, "threads": args.threads, "results": results}
     save_results("int8_agreement", payload)
     update_doc_section("int8-agreement", render(payload))
     print(render(payload))
-
-
-def _with_columns(record: Any, limit: int) -> Any:
-    """The training file's first `limit` rows, read with the model's columns (the calibration sample)."""
-    from bertforge import quantization_report as qr
-
-    rows = qr._read_sample(Path(record.settings["train"]), record.settings, limit)
-    rows.labels = None
-    return rows
 
 
 def measure_all(variants: dict[str, Any], batches: list[dict[str, Any]], sample: Any, names: list[str],
@@ -190,22 +150,18 @@ def render(payload: dict[str, Any]) -> str:
     table = markdown_table(["variant", "sequences/s", "vs its fp32", "label agreement", "flipped",
                             "largest probability change", "largest flip: p(fp32's label) -> p(int8's label)",
                             "accuracy"], rows)
-    sensitivity = ", ".join(f"{name.split('.')[-3]} {value:.2%}" for name, value in
-                            payload["sensitivity_on_training_rows"].items())
     return f"""## int8 against fp32: label agreement and speed (CPU)
 
 `python benchmarks/int8_agreement.py --model DIR --rounds {payload['rounds']} --threads {payload['threads']}`.
-{machine_line(info)} 1-minute load average {info['load_average_1m'][0]} at the start and
-{info['load_average_1m'][1]} at the end: other work shared the 2 cores, so every variant ran
+{machine_line(info)} (it was {info['load_average_1m'][0]} at the start). Every variant ran
 {payload['rounds']} times, alternating, on {payload['threads']} thread(s), and the median is given.
 Model: all-MiniLM-L6-v2 fine-tuned on 16,000 SST-2 training sentences (1 epoch, max length
 {payload['max_length']}); sample: {payload['rows']} rows of {payload['sample']}, batches of
 {payload['batch']} in file order. Each int8 variant is compared with the fp32 of its own runtime (torch
 int8 with torch fp32, ONNX Runtime int8 with ONNX Runtime's fp32 graph); transformers is not in this
-table, since what is measured is what quantization itself costs. "before": ONNX Runtime int8 as bertforge
-made it until now (pooler and head quantized too); "now": pooler and head fp32. The ffn.down kept fp32 was
-chosen on the first {payload['calibration_rows']} training rows, not on dev (agreement
-there with each layer's ffn.down in fp32: {sensitivity}).
+table, since what is measured is what quantization itself costs. "before": int8 as bertforge made it
+until now (torch: every encoder Linear; ONNX Runtime: the pooler and head quantized too); "now": as it
+makes it (torch: the feed-forward output projections fp32; ONNX Runtime: pooler and head fp32).
 
 {table}
 """

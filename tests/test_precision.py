@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -163,10 +164,28 @@ def test_bf16_casts_the_weights_once_and_int8_quantizes_only_the_encoder() -> No
     assert {p.dtype for p in bf16.parameters()} == {torch.bfloat16}
     int8, _ = apply_precision(model_of(BertForSequenceClassification), "int8")
     assert is_quantized(int8)
-    layer = int8.bert.encoder.layers[0]
-    quantized = [layer.attention.qkv, layer.attention.out, layer.ffn.up, layer.ffn.down]
-    assert all(type(m.weight).__name__ == "Int8Tensor" for m in quantized)
+    for layer in int8.bert.encoder.layers:
+        quantized = [layer.attention.qkv, layer.attention.out, layer.ffn.up]
+        assert all(type(m.weight).__name__ == "Int8Tensor" for m in quantized)
+        # the feed-forward output projection reads GELU's outliers: it stays fp32
+        assert type(layer.ffn.down.weight) is torch.nn.Parameter and layer.ffn.down.weight.dtype == torch.float32
     assert type(int8.classifier.weight) is torch.nn.Parameter and int8.classifier.weight.dtype == torch.float32
+
+
+def test_an_int8_copy_saved_with_every_encoder_linear_int8_still_loads(tmp_path: Path) -> None:
+    """int8 copies written before the feed-forward output projections stayed fp32 load as they were made."""
+    from bertforge.precision import QUANTIZATION_KEY, _quantize_int8, load_quantized, save_quantized
+
+    model = model_of(BertForSequenceClassification)
+    _quantize_int8(model, ffn_output=True)  # the earlier recipe
+    save_quantized(model, tmp_path / "old")
+    config = json.loads((tmp_path / "old" / "config.json").read_text())
+    del config[QUANTIZATION_KEY]["fp32_modules"]  # as the earlier recipe wrote it
+    (tmp_path / "old" / "config.json").write_text(json.dumps(config))
+    loaded = load_quantized(tmp_path / "old")
+    assert type(loaded.bert.encoder.layers[0].ffn.down.weight).__name__ == "Int8Tensor"
+    batch = inputs((4, 10))
+    assert torch.equal(outputs(loaded, batch)["logits"], outputs(model.eval(), batch)["logits"])
 
 
 def test_classification_agrees_with_fp32_on_the_fixture() -> None:
@@ -225,8 +244,8 @@ def test_a_modernbert_model_runs_at_bf16_and_int8_and_its_int8_copy_reloads(tmp_
         assert used == precision and 0 < error <= atol, (precision, error)
     int8, _ = apply_precision(copy.deepcopy(reference), "int8")
     layer = int8.backbone.layers[1]
-    assert all(type(m.weight).__name__ == "Int8Tensor"
-               for m in (layer.attention.qkv, layer.attention.out, layer.ffn.up, layer.ffn.down))
+    assert all(type(m.weight).__name__ == "Int8Tensor" for m in (layer.attention.qkv, layer.attention.out, layer.ffn.up))
+    assert layer.ffn.down.weight.dtype == torch.float32  # the feed-forward output projection stays fp32
     assert type(int8.classifier.weight) is torch.nn.Parameter
     save_quantized(int8, tmp_path / "int8")
     loaded, used = load_model(tmp_path / "int8")

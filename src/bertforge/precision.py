@@ -8,7 +8,10 @@
   handed back as fp32, so callers (numpy, metrics) see the same dtype at every precision.
 - `int8`: dynamic quantization of the encoder's Linear layers with torchao (int8 weights per output
   channel, activations quantized per token on every call, int8 x int8 matrix products with int32
-  accumulation). Embeddings, LayerNorm, attention and the task head stay fp32. No hand-written kernels.
+  accumulation), but the feed-forward output projections, whose GELU inputs carry the outliers that
+  per-token int8 handles worst (Bondarenko et al., 2021): kept fp32 they cost no measured speed and
+  keep labels int8 would flip (docs/precision.md). Embeddings, LayerNorm, attention and the task head
+  stay fp32. No hand-written kernels.
 - `auto`: bf16 where the CPU has native bf16 matrix instructions (AMX-BF16 or AVX512-BF16), else fp32.
   Without them bf16 is emulated and slower than fp32. On a GPU: bf16 where it is supported.
 
@@ -229,23 +232,27 @@ def _quiet_torchao() -> Any:
     return quantization
 
 
-def _encoder_linears(model: nn.Module) -> set[int]:
+def _encoder_linears(model: nn.Module, *, ffn_output: bool = True) -> set[int]:
     """Which Linear layers int8 covers: those of the Transformer layers (q/k/v, attention output,
     feed-forward), where nearly all the compute is, as each family declares them
     (`transformer_layers`). The task head and pooler are a few thousand multiply-adds per sequence
-    and stay fp32."""
+    and stay fp32. `ffn_output=False` leaves out the feed-forward output projections: in every family
+    the one Linear of a layer with more inputs than outputs (intermediate size -> hidden size)."""
     found: set[int] = set()
     for module in model.modules():
         if isinstance(module, PreTrainedModel) and module.base_model is module:  # each backbone inside
             for layer in module.transformer_layers():
-                found.update(id(linear) for linear in layer.modules() if isinstance(linear, nn.Linear))
+                found.update(id(linear) for linear in layer.modules() if isinstance(linear, nn.Linear)
+                             and (ffn_output or linear.in_features <= linear.out_features))
     return found
 
 
-def _quantize_int8(model: nn.Module) -> None:
+def _quantize_int8(model: nn.Module, *, ffn_output: bool = False) -> None:
+    """torchao's dynamic int8 on the encoder's Linear layers; the feed-forward output projections stay
+    fp32 unless `ffn_output` (how int8 copies saved before they did were made)."""
     quantization = _quiet_torchao()
     config = quantization.Int8DynamicActivationInt8WeightConfig(set_inductor_config=False)
-    covered = _encoder_linears(model)
+    covered = _encoder_linears(model, ffn_output=ffn_output)
     quantization.quantize_(model, config, filter_fn=lambda module, fqn: id(module) in covered)
 
 
@@ -254,8 +261,9 @@ def _is_int8_weight(weight: torch.Tensor) -> bool:
 
 
 TORCH_INT8_PATH = "torch int8 (torchao)"
-TORCH_INT8_RECIPE = ("encoder Linear layers: int8 weights per output channel, int8 activations per token "
-                     "(dynamic); embeddings, LayerNorm, attention, pooler and head fp32")
+TORCH_INT8_RECIPE = ("encoder Linear layers but the feed-forward output projections: int8 weights per output "
+                     "channel, int8 activations per token (dynamic); feed-forward output projections, "
+                     "embeddings, LayerNorm, attention, pooler and head fp32")
 
 
 def int8_report(fp32_model: nn.Module, int8_model: nn.Module, directory: str | os.PathLike[str] | None = None,
@@ -324,8 +332,12 @@ def _recipe() -> dict[str, Any]:
     import torchao
 
     return {"precision": "int8", "method": "dynamic int8 activations per token, int8 weights per channel",
-            "library": "torchao", "library_version": torchao.__version__, "modules": "encoder Linear layers",
-            "weights": QUANTIZED_WEIGHTS}
+            "library": "torchao", "library_version": torchao.__version__,
+            "modules": "encoder Linear layers but the feed-forward output projections",
+            "fp32_modules": FP32_MODULES, "weights": QUANTIZED_WEIGHTS}
+
+
+FP32_MODULES = "feed-forward output projections"  # in the recipe of int8 copies that keep them fp32
 
 
 def is_quantized_checkpoint(directory: str | os.PathLike[str]) -> bool:
@@ -347,9 +359,10 @@ def load_quantized(directory: str | os.PathLike[str]) -> nn.Module:
     if not weights.is_file():
         raise PrecisionError(f"{weights}: missing (config.json says this is an int8 model)")
     config = read_config(directory)
-    config.extra.pop(QUANTIZATION_KEY, None)
+    recipe = config.extra.pop(QUANTIZATION_KEY, None) or {}
     model = model_class(directory)(config)
-    _quantize_int8(model)
+    # a copy saved before the feed-forward output projections stayed fp32 has them int8
+    _quantize_int8(model, ffn_output=recipe.get("fp32_modules") != FP32_MODULES)
     try:
         with safe_open(str(weights), framework="pt") as handle:
             metadata = handle.metadata() or {}
