@@ -340,3 +340,28 @@ def test_a_pushed_setfit_directory_loads_by_name_in_setfit(loopback_hub: Any, fi
     theirs = setfit.SetFitModel.from_pretrained("me/mean-pooled", device="cpu").predict_proba(TEXTS, as_numpy=True)
     logits = torch.as_tensor(_ours(directory, _batch(directory, TEXTS))["logits"], dtype=torch.float64)
     assert float(np.abs(np.asarray(theirs) - torch.softmax(logits, -1).numpy()).max()) <= ATOL
+
+
+@pytest.mark.parametrize("kind", ["setfit", "classify-mean", "embed"])
+def test_an_int8_copy_is_refused_by_the_libraries_that_cannot_run_it(kind: str, files: dict[str, Path],
+                                                                    tmp_path: Path) -> None:
+    """An int8 copy (`bertforge quantize`) keeps its sentence-transformers files for bertforge, but its
+    weights are torchao's int8 layout: sentence-transformers and setfit refuse it rather than run the
+    encoder (or the head) with fresh weights; bertforge runs it."""
+    from typer.testing import CliRunner
+
+    from bertforge.cli import app
+
+    directory = _make(kind, "bert", files, _encoder("bert", files, files["root"]), tmp_path / kind)
+    copy = tmp_path / "int8"
+    result = CliRunner().invoke(app, ["quantize", "--model", str(directory), "--out", str(copy)])
+    assert result.exit_code == 0, result.output
+    st = pytest.importorskip("sentence_transformers")
+    with pytest.raises((OSError, ValueError, RuntimeError)):
+        st.SentenceTransformer(str(copy), device="cpu")
+    if kind != "embed":
+        setfit = pytest.importorskip("setfit")
+        with pytest.raises((OSError, ValueError, RuntimeError)):
+            setfit.SetFitModel.from_pretrained(str(copy), device="cpu")
+    with pytest.raises((OSError, ValueError)):
+        transformers.AutoModel.from_pretrained(str(copy))

@@ -271,6 +271,8 @@ def sample_for(directory: str | os.PathLike[str] | None, *, limit: int = DEFAULT
 def _read_sample(path: Path, settings: dict[str, Any], limit: int) -> Sample:
     from bertforge.tables import column_names, iter_rows
 
+    if settings.get("anchor_column"):  # a sentence encoder trained on pairs: each text of a row alone
+        return _read_embedding_sample(path, settings, limit)
     text_column = settings.get("text_column") or "text"
     pair_column = settings.get("pair_column")
     label_column = settings.get("label_column") or "label"
@@ -289,6 +291,25 @@ def _read_sample(path: Path, settings: dict[str, Any], limit: int) -> Sample:
         labels.append(None if value is None or isinstance(value, list) else str(value))
     has_labels = label_column in found and any(label is not None for label in labels)
     return Sample(texts, str(path), pairs if pair_column else None, labels if has_labels else None)
+
+
+def _read_embedding_sample(path: Path, settings: dict[str, Any], limit: int) -> Sample:
+    """The texts of a pair file (`finetune embed`'s anchor, positive and negative columns), each on its
+    own: an embedding model is measured by the cosine of each text's vector, not on pairs or labels."""
+    from bertforge.tables import column_names, iter_rows
+
+    columns = [settings.get(key) for key in ("anchor_column", "positive_column", "negative_column")]
+    found = column_names(path)
+    present = [column for column in columns if column and column in found]
+    if not present:
+        raise QuantizationReportError(f"{path}: none of the columns {', '.join(c for c in columns if c)} to "
+                                      f"measure int8 on (columns: {', '.join(found)})")
+    texts: list[str] = []
+    for row in iter_rows(path):
+        texts += [str(row.values[column]) for column in present if row.values.get(column) is not None]
+        if len(texts) >= limit:
+            break
+    return Sample(texts[:limit], str(path), None, None)
 
 
 def encode_batches(tokenizer: Any, sample: Sample, max_length: int,
