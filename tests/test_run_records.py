@@ -132,9 +132,14 @@ def test_scores_name_their_split_and_training_rows_are_named_train(encoder: Path
     assert same["best_model"]["split"] == "train"
     assert "all 20 rows are training rows" in err and "final model: train mrr@10" in err
     assert "step 2: train mrr@10" in err  # the loop's line beside each evaluation too
+    for directory in (tmp_path / "same" / "seed-1", tmp_path / "same" / "seed-1" / "best"):
+        assert json.loads((directory / "task.json").read_text())["metric_splits"]["mrr@10"] == "train"
+    card = (tmp_path / "same" / "seed-1" / "README.md").read_text(encoding="utf-8")
+    assert "| mrr@10 | train |" in card and "split: \"train\"" in card and "| dev metric |" not in card
     apart = _embed(encoder, tmp_path / "apart", pairs["train"], pairs["dev"], verbose=True)
     assert apart["eval_splits"]["dev"]["training_rows"] == 0
     assert set(apart["metric_splits"].values()) == {"dev"} and "final model: dev mrr@10" in capsys.readouterr().err
+    assert "| mrr@10 | dev |" in (tmp_path / "apart" / "seed-1" / "README.md").read_text(encoding="utf-8")
 
 
 def test_mnrl_keeps_the_positive_pairs_of_a_labelled_file_and_refuses_graded_scores(

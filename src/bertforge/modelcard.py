@@ -196,8 +196,9 @@ def _task_index(name: str, record: TaskRecord | None, task: str | None) -> list[
     """The dev scores of a fine-tuned (or task-distilled) model, when it was scored."""
     if record is None or not record.metrics or task not in PIPELINE_TAGS:
         return []
+    splits = set((record.extra.get("metric_splits") or {}).values()) or {"dev"}
     return _index(name, PIPELINE_TAGS[task], task_title(record.family or "", record.task or record.family or ""),
-                  _hub_dataset(record) or "own data", "dev", record.metrics)
+                  _hub_dataset(record) or "own data", splits.pop() if len(splits) == 1 else "dev", record.metrics)
 
 
 def _held_out_index(name: str, pipeline_tag: str | None, scores: dict[str, float], data: str | None) -> list[str]:
@@ -276,9 +277,11 @@ def _record_lines(record: TaskRecord | None, kind: str | None) -> list[str]:
     lines = ["", f"{verb} {what}: {', '.join(fact for fact in facts if fact)}."]
     if record.labels:
         lines.append(f"Labels: {', '.join(map(str, record.labels))}.")
-    if record.metrics:
-        lines += ["", "| dev metric | value |", "|---|---|",
-                  *(f"| {metric} | {float(value):.4f} |" for metric, value in record.metrics.items())]
+    if record.metrics:  # each score with the split it is from: "train" where the dev rows were training rows
+        splits = record.extra.get("metric_splits") or {}
+        lines += ["", "| metric | split | value |", "|---|---|---|",
+                  *(f"| {metric} | {splits.get(metric, 'dev')} | {float(value):.4f} |"
+                    for metric, value in record.metrics.items())]
     return lines + _settings_lines({k: v for k, v in settings.items() if k not in ("model", "data")})
 
 

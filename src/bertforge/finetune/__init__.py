@@ -362,6 +362,7 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
         best = _BestModel(seed_dir / BEST_DIR, selection_metric, spec, evaluator, tokenizer, steps_per_epoch,
                           TaskRecord(spec.family, spec.name, seed=seed, max_length=loop.max_length, labels=label_list,
                                      hyperparameters=hyper, source_model=str(model_dir)))
+        best.split_report = split_report
         if latest_checkpoint(seed_dir / "run") is None:
             best.clear()  # a fresh start: a best/ left by an unfinished earlier run is not this run's
         selection = ModelSelection(selection_metric, patience=loop.patience,
@@ -398,7 +399,8 @@ def _run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool, verb
                             settings=dict(spec.settings), labels=label_list, metrics=metrics, steps=result.step,
                             epoch=round(result.step / steps_per_epoch, 3), stopped_early=result.stopped_early,
                             best=best.summary(selection), wall_s=round(wall, 1), hyperparameters=hyper,
-                            source_model=str(model_dir), test_metrics=test_metrics or None)
+                            source_model=str(model_dir), test_metrics=test_metrics or None,
+                            extra={"metric_splits": metric_splits([metrics], split_report)})
         record.write(seed_dir)
         if record.best and record.best.get("dir") and record.best.get("step") == result.step:
             link_same_weights(seed_dir, seed_dir / BEST_DIR)  # the final model is the best: one copy on disk
@@ -517,6 +519,7 @@ class _BestModel:
                  steps_per_epoch: int, record: TaskRecord) -> None:
         self.directory, self.metric, self.task, self.evaluator = directory, metric, task, evaluator
         self.tokenizer, self.steps_per_epoch, self.record = tokenizer, steps_per_epoch, record
+        self.split_report: dict[str, dict[str, Any]] = {}  # which split each score is from (task.json, the card)
         self.metrics: dict[str, float] | None = None  # the best evaluation's metrics
         self.collapsed: tuple[str, str, int] | None = None  # its predictions all one class (`_single_class`)
         self.judged = False  # whether `collapsed` was found in this process (not before a resume)
@@ -540,7 +543,9 @@ class _BestModel:
         settings = {**self.task.settings, **self.task.tune(*_first_labelled(self.task, self.evaluator))}
         record = dataclasses.replace(self.record, settings=settings, metrics=dict(metrics), step=step,
                                      epoch=round(step / self.steps_per_epoch, 3), selection_metric=self.metric,
-                                     score=float(metrics[self.metric]))
+                                     score=float(metrics[self.metric]),
+                                     extra={**self.record.extra, "metric_splits": metric_splits([metrics],
+                                                                                                self.split_report)})
         staging = self._staging
         shutil.rmtree(staging, ignore_errors=True)
         model.save_pretrained(staging, tokenizer=self.tokenizer)
