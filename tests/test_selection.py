@@ -153,10 +153,10 @@ class ScriptedScores:
 
 def test_finetune_keeps_the_best_evaluation_and_stops_early(encoder_dir: Path, tmp_path: Path,  # noqa: F811
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    import bertforge.finetune as ft
+    import bertforge.finetune.evaluation as evaluation
 
     scores = ScriptedScores([0.3, 0.7, 0.5, 0.6, 0.65, 0.2])
-    monkeypatch.setattr(ft._Evaluator, "scores", lambda self: scores(self))
+    monkeypatch.setattr(evaluation.Evaluator, "scores", lambda self: scores(self))
     out = tmp_path / "mrpc"
     # 2 training pairs, batch 1: 2 steps per epoch; 4 epochs = 8 steps, scored every step
     results = finetune("glue", "MRPC", encoder_dir, FIXTURES / "glue", out, epochs=4, batch_size=1,
@@ -191,10 +191,10 @@ def test_finetune_keeps_the_best_evaluation_and_stops_early(encoder_dir: Path, t
 
 def test_finetune_without_early_stopping_runs_to_the_end(encoder_dir: Path, tmp_path: Path,  # noqa: F811
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    import bertforge.finetune as ft
+    import bertforge.finetune.evaluation as evaluation
 
     scores = ScriptedScores([0.3, 0.7, 0.5, 0.9])
-    monkeypatch.setattr(ft._Evaluator, "scores", lambda self: scores(self))
+    monkeypatch.setattr(evaluation.Evaluator, "scores", lambda self: scores(self))
     out = tmp_path / "mrpc"
     # eval_every_epoch: 2 evaluations (steps 2 and 4), best = the second
     finetune("glue", "MRPC", encoder_dir, FIXTURES / "glue", out, epochs=2, batch_size=1, progress=False,
