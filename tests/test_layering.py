@@ -272,8 +272,9 @@ def test_the_family_check_catches_a_leak(tmp_path, monkeypatch) -> None:
 # ------------------------------------------------------------------------------------------------
 # A task family is one file in bertforge/tasks/ (besides base.py, metrics.py and the registry,
 # registry.py, which __init__.py re-exports). Outside tasks/ nothing imports such a file or names
-# its classes, and no code decides by a family's name (a call naming a family, a tuple or dict of family names): the finetune
-# commands, predict, the pipeline and serve ask the registered Task classes instead.
+# its classes, and no code decides by a family's name (a call naming a family, a tuple or dict of
+# family names): the finetune commands, predict, the pipeline and serve ask the registered Task
+# classes instead.
 TASKS_SHARED = {"__init__", "base", "metrics", "registry"}
 # (module, task family file) pairs that use one family on purpose, each with the reason.
 TASK_FAMILY_USERS: dict[tuple[str, str], str] = {
@@ -281,7 +282,7 @@ TASK_FAMILY_USERS: dict[tuple[str, str], str] = {
     ("bertforge.cli.inspect", "bertforge.tasks.squad"): "`bertforge evaluate squad` is the official SQuAD script on a file",
 }
 # Applications that run one benchmark by name (not machinery that should work for any family).
-TASK_FAMILY_APPLICATIONS = {"bertforge.quickstart"}  # the bundled SST-2 demo
+TASK_FAMILY_APPLICATIONS = {"bertforge.quickstart.stages"}  # the bundled SST-2 demo
 TASK_CALLS = {"make_task", "finetune", "predict", "FinetuneRecipe"}
 
 

@@ -132,7 +132,7 @@ def test_full_budget_subsamples_are_nested_and_fixed(tmp_path) -> None:
 
 
 def test_curve_steps_follow_the_budget() -> None:
-    from bertforge.quickstart import _epochs_for
+    from bertforge.quickstart import epochs_for
 
     full = BUDGETS["full"]
     # 200 steps of 32 at every size: the random start needs about that many to leave the majority class
@@ -140,7 +140,7 @@ def test_curve_steps_follow_the_budget() -> None:
     assert curve_steps(100, dataclasses.replace(full, curve_min_steps=10)) == 12  # 3 epochs of 4 batches
     for size in range(1, 5000, 37):  # finetune runs ceil(batches per epoch x epochs) steps: exactly these
         for steps in (1, 7, 50, 94, 200, 333):
-            assert math.ceil(math.ceil(size / 32) * _epochs_for(steps, size)) == steps
+            assert math.ceil(math.ceil(size / 32) * epochs_for(steps, size)) == steps
 
 
 def test_quickstart_rejects_unknown_stage_and_budget(tmp_path) -> None:
