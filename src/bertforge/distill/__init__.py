@@ -10,18 +10,16 @@
                                                 "data": "reviews.txt", "budget_minutes": 3, "lr": 1e-3})
     distill(recipe, "runs/tiny-reviews")  # -> runs/tiny-reviews/final/: an encoder of the teacher's vectors
 
-`recipe.py` holds the settings (no torch: the command line builds its options from them),
-`losses.py` the losses and the modules the loop trains, `run.py` the task and general runs and what
-every run shares, `sentences.py` sentence distillation, `layers.py` students cut from the teacher's
-layers, `cards.py` the students' model cards. docs/inference.md
-("Distillation") says what each loss does and how to run one.
+`job.py` runs a recipe by its mode, `recipe.py` holds the settings (no torch: the command line builds
+its options from them), `losses.py` the losses and the modules the loop trains, `run.py` the task and
+general runs and what every run shares, `sentences.py` sentence distillation, `layers.py` students cut
+from the teacher's layers, `cards.py` the students' model cards. docs/inference.md ("Distillation")
+says what each loss does and how to run one.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
+from bertforge.distill.job import distill
 from bertforge.distill.recipe import (
     MODES,
     DistillLoop,
@@ -30,17 +28,5 @@ from bertforge.distill.recipe import (
     DistillRecipe,
     build_recipe,
 )
-
-
-def distill(recipe: DistillRecipe, out_dir: str | Path, *, verbose: bool = True, overwrite: bool = False) -> dict[str, Any]:
-    """Run a distillation recipe into `out_dir` (`bertforge.distill.run`: task and general;
-    `bertforge.distill.sentences`: sentences); returns results.json's content."""
-    if recipe.mode == "sentences":
-        from bertforge.distill.sentences import distill_sentences as run
-    else:
-        from bertforge.distill.run import distill as run
-
-    return run(recipe, out_dir, verbose=verbose, overwrite=overwrite)
-
 
 __all__ = ["MODES", "DistillLoop", "DistillLosses", "DistillOptim", "DistillRecipe", "build_recipe", "distill"]
