@@ -14,16 +14,10 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it
 _PUBLIC = {
-    "BertConfig": "bertforge.model",
-    "PRESETS": "bertforge.model",
-    "BertTokenizer": "bertforge.tokenizer",
-    "BertModel": "bertforge.model",
-    "BertForPreTraining": "bertforge.model",
-    "BertForMaskedLM": "bertforge.model",
-    "BertForSequenceClassification": "bertforge.model",
-    "BertForTokenClassification": "bertforge.model",
-    "BertForQuestionAnswering": "bertforge.model",
-    "BertForMultipleChoice": "bertforge.model",
+    "BertConfig": "bertforge.model", "PRESETS": "bertforge.model", "BertTokenizer": "bertforge.tokenizer",
+    "BertModel": "bertforge.model", "BertForPreTraining": "bertforge.model", "BertForMaskedLM": "bertforge.model",
+    "BertForSequenceClassification": "bertforge.model", "BertForTokenClassification": "bertforge.model",
+    "BertForQuestionAnswering": "bertforge.model", "BertForMultipleChoice": "bertforge.model",
     "LoadReport": "bertforge.checkpoint",
 }
 # public modules that are called like functions: `from bertforge import pipeline; pipeline("runs/x")`
