@@ -75,7 +75,8 @@ def main() -> None:
     from bertforge import quantization_report as qr
     from bertforge.engine import OnnxEngine, _session
     from bertforge.export import quantize_onnx_int8
-    from bertforge.finetuned import TaskRecord, label_names_of, load_for_inference
+    from bertforge.finetuned import TaskRecord, load_for_inference
+    from bertforge.model.base import label_names_of
 
     torch.set_num_threads(args.threads)
     load_start = os.getloadavg()[0]

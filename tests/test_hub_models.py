@@ -14,9 +14,8 @@ from typer.testing import CliRunner
 from bertforge import BertConfig, BertForSequenceClassification, BertModel, BertTokenizer
 from bertforge.checkpoint import CheckpointError
 from bertforge.cli import app
-from bertforge.finetuned import label_names_of
 from bertforge.hub import HubModelError, is_hub_name, resolve_model, split_revision
-from bertforge.model.base import set_labels
+from bertforge.model.base import label_names_of, set_labels
 from bertforge.pipeline import pipeline
 from tests.hub_server import loopback_hub_fixture, set_hub_offline, use_loopback_hub  # noqa: F401  (the `loopback_hub` fixture)
 

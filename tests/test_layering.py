@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("checkpoint", "sentence_config"),  # the file format: knows the key map, not the model classes; sentence-transformers' embedding files
     ("model", "data"),
     ("train", "precision"),  # a training loop for any nn.Module; inference at fp32, bf16 or int8
+    ("quantization_report",),  # what int8 changed against fp32 on a sample: measured, judged, written beside the model
     ("features", "plot", "tasks", "finetuned"),  # frozen features; figures; task readers, features, metrics; the fine-tuned model directory
     ("modelcard",),  # a model directory's Hub card and upload: every job that makes a model directory writes one
     ("pretrain",),  # shards -> an encoder, through the one loop

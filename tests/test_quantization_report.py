@@ -243,7 +243,7 @@ def test_loading_at_int8_measures_once_per_weights(classifier: Path, tmp_path: P
     def measured_again(*args: object, **kwargs: object) -> None:
         raise AssertionError("the stored report should have been reused")
 
-    monkeypatch.setattr(precision, "int8_report", measured_again)
+    monkeypatch.setattr(qr, "int8_report", measured_again)
     load_for_inference(directory, "int8")
 
 

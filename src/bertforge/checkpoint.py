@@ -26,6 +26,7 @@ says `allow_pickle=True`, and then read with `torch.load(weights_only=True)`.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -56,6 +57,32 @@ PICKLE_INDEX = "pytorch_model.bin.index.json"
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be loaded as asked: missing files, wrong keys or shapes, pickle refused."""
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin")  # the files that hold a checkpoint's weights
+
+
+def weights_digest(model_dir: str | os.PathLike[str] | None, model: nn.Module | None = None) -> str:
+    """SHA-256 of config.json and every weights file in `model_dir` (names and bytes); of the model's
+    state dict where there is no directory (a model built in memory)."""
+    digest = hashlib.sha256()
+    if model_dir is not None:
+        directory = Path(model_dir)
+        files = sorted(p for p in directory.iterdir() if p.is_file() and (
+            p.name == "config.json" or p.suffix in WEIGHT_SUFFIXES or p.name.endswith(".index.json")))
+        if not any(p.suffix in WEIGHT_SUFFIXES for p in files):
+            raise CheckpointError(f"{directory}: no weights file")
+        for path in files:
+            digest.update(path.name.encode() + b"\0")
+            with open(path, "rb") as handle:
+                while chunk := handle.read(1 << 22):
+                    digest.update(chunk)
+        return digest.hexdigest()
+    assert model is not None
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode() + b"\0" + str(tuple(tensor.shape)).encode() + str(tensor.dtype).encode())
+        digest.update(tensor.detach().float().contiguous().cpu().numpy().tobytes())
+    return digest.hexdigest()
 
 
 class Checkpointable(Protocol):

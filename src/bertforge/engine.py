@@ -71,7 +71,6 @@ FILL_MASK_TOP_K = 50
 EXPORT_TOLERANCE = 1e-3
 # A fused graph must give the plain graph's numbers within this (fusion reorders sums, nothing more).
 FUSION_TOLERANCE = 1e-4
-WEIGHT_SUFFIXES = (".safetensors", ".bin")
 ONNX_INT8_PATH = "onnxruntime int8"  # the engine's entry in a model directory's quantization_report.json
 
 # (precision, CPU class, shape class) -> (engine, measured). Shape classes: "single-short" (one
@@ -240,26 +239,14 @@ def export_module(model: nn.Module, graph: str, excluded: list[int] | None = Non
 
 
 def weights_digest(model_dir: str | os.PathLike[str] | None, model: nn.Module | None = None) -> str:
-    """SHA-256 of config.json and every weights file in `model_dir` (names and bytes); of the model's
-    state dict where there is no directory (a model built in memory)."""
-    digest = hashlib.sha256()
-    if model_dir is not None:
-        directory = Path(model_dir)
-        files = sorted(p for p in directory.iterdir() if p.is_file() and (
-            p.name == "config.json" or p.suffix in WEIGHT_SUFFIXES or p.name.endswith(".index.json")))
-        if not any(p.suffix in WEIGHT_SUFFIXES for p in files):
-            raise EngineError(f"{directory}: no weights file to key the ONNX cache on")
-        for path in files:
-            digest.update(path.name.encode() + b"\0")
-            with open(path, "rb") as handle:
-                while chunk := handle.read(1 << 22):
-                    digest.update(chunk)
-        return digest.hexdigest()
-    assert model is not None
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(name.encode() + b"\0" + str(tuple(tensor.shape)).encode() + str(tensor.dtype).encode())
-        digest.update(tensor.detach().float().contiguous().cpu().numpy().tobytes())
-    return digest.hexdigest()
+    """`bertforge.checkpoint.weights_digest`, with a directory of no weights an EngineError (no cache key)."""
+    from bertforge.checkpoint import CheckpointError
+    from bertforge.checkpoint import weights_digest as checkpoint_weights_digest
+
+    try:
+        return checkpoint_weights_digest(model_dir, model)
+    except CheckpointError as exc:
+        raise EngineError(f"{exc}: nothing to key the ONNX cache on") from exc
 
 
 def user_cache_dir() -> Path:
@@ -691,7 +678,7 @@ def select_engine(model: nn.Module, requested: str, precision: str, *, graph: st
         onnx = OnnxEngine(model, graph, choice.precision, model_dir=model_dir, excluded_ids=excluded_ids,
                           optimize=optimize).prepare()
     if (choice.engine == "torch" or calibrating) and not saved_int8:
-        from bertforge.finetuned import fp32_copy_to_measure, report_int8
+        from bertforge.quantization_report import fp32_copy_to_measure, report_int8
 
         # torchao's int8 in memory measures itself once per weights (quantization_report.json)
         fp32 = fp32_copy_to_measure(model, model_dir, choice.precision, device) if model_dir is not None else None

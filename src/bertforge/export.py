@@ -40,9 +40,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertforge.model.inputs import INPUTS, is_multiple_choice, sample_inputs
+
 log = logging.getLogger(__name__)
 
-INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 # model job -> (ONNX output name, attribute of the model's output), and whether it is per token
 OUTPUTS: dict[str, tuple[tuple[str, str, bool], ...]] = {
     "embeddings": (("last_hidden_state", "last_hidden_state", True), ("pooled_output", "pooled_output", False)),
@@ -174,8 +175,6 @@ class MaskedTopK(nn.Module):
         return _Vectors(mask_scores=top.values, mask_ids=top.indices)
 
 
-def _is_multiple_choice(model: nn.Module) -> bool:
-    return getattr(model, "job", None) == "multiple-choice"  # inputs are (B, C, T)
 DEFAULT_OPSET = 18
 _EXTERNAL_DATA_BYTES = 1_500_000_000  # protobuf caps a file at 2 GiB; larger weights go beside it
 
@@ -253,22 +252,6 @@ def _quiet_exporter() -> Iterator[None]:
             registration.setLevel(level)
 
 
-def sample_inputs(model: nn.Module, batch: int = 2, length: int = 16, choices: int = 2,
-                  seed: int = 0) -> dict[str, torch.Tensor]:
-    """Random ids with some right padding (the mask path must be traced), shaped for the model."""
-    config = model.config  # type: ignore[attr-defined]
-    generator = torch.Generator().manual_seed(seed)
-    shape = (batch, choices, length) if _is_multiple_choice(model) else (batch, length)
-    ids = torch.randint(1, config.vocab_size, shape, generator=generator)
-    mask = torch.ones(shape, dtype=torch.long)
-    mask[-1, ..., length // 2:] = 0  # the last example padded from half way (every choice of it)
-    ids = ids.masked_fill(mask == 0, config.pad_token_id)
-    types = torch.zeros(shape, dtype=torch.long)
-    if config.type_vocab_size > 1:
-        types[..., length // 4:] = 1  # a second segment from a quarter of the way
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types * mask}
-
-
 def export_onnx(
     model: nn.Module | str | Path,
     out: str | Path,
@@ -307,7 +290,7 @@ def export_onnx(
 
     batch = torch.export.Dim("batch", min=1, max=4096)
     sequence = torch.export.Dim("sequence", min=1, max=config.max_tokens)
-    if _is_multiple_choice(model):
+    if is_multiple_choice(model):
         axes: dict[int, Any] = {0: batch, 1: torch.export.Dim("choices", min=1, max=64), 2: sequence}
     else:
         axes = {0: batch, 1: sequence}
@@ -346,7 +329,7 @@ def export_onnx(
 
         result.report_path = write_report(report, out)
     if check:
-        shapes = [(1, 3, 7), (2, 2, 23)] if _is_multiple_choice(model) else [(1, 7), (3, 23)]
+        shapes = [(1, 3, 7), (2, 2, 23)] if is_multiple_choice(model) else [(1, 7), (3, 23)]
         diffs = []
         for i, shape in enumerate(shapes):
             inputs = sample_inputs(model, batch=shape[0], length=shape[-1],

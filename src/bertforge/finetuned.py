@@ -84,17 +84,6 @@ class TaskRecord:
         return path
 
 
-def label_names_of(model: Any) -> list[str]:
-    """The model's output labels in id order: config.json's id2label, else "LABEL_i" for each output of
-    a classifier without names (as transformers names them); [] for a model without labels."""
-    from bertforge.model.base import label_names
-
-    names = label_names(model.config)
-    if not names and hasattr(model, "num_labels"):
-        names = [f"LABEL_{i}" for i in range(int(model.num_labels))]
-    return names
-
-
 @dataclass
 class LoadedModel:
     """What `load_for_inference` gives: the model (eval mode, on its device, at its precision), the
@@ -143,57 +132,13 @@ def load_for_inference(directory: str | os.PathLike[str], precision: str = "fp32
     if device:
         model.to(device)
     model.eval()
+    from bertforge.quantization_report import fp32_copy_to_measure, report_int8
+
     fp32 = fp32_copy_to_measure(model, directory, precision, device)
     model, used = apply_precision(model, precision)
     if fp32 is not None and used == "int8":
         report_int8(fp32, model, directory, tokenizer)
     return LoadedModel(model, tokenizer, TaskRecord.read(directory), used, directory)
-
-
-def fp32_copy_to_measure(model: Any, directory: str | os.PathLike[str], precision: str,
-                         device: str | None = None) -> Any:
-    """An fp32 copy of `model` when it is about to be quantized in memory and its directory has no torchao
-    report for these weights yet (`report_int8`); None otherwise (one report per weights, not per load)."""
-    import copy
-
-    from bertforge.engine import EngineError, weights_digest
-    from bertforge.precision import TORCH_INT8_PATH, is_quantized
-    from bertforge.quantization_report import read_reports
-
-    if precision != "int8" or is_quantized(model) or (device and not str(device).startswith("cpu")):
-        return None
-
-    try:
-        digest = weights_digest(directory)
-    except (EngineError, OSError):  # no weights file to tell one model from another: measure anyway
-        digest = None
-    stored = read_reports(directory).get(TORCH_INT8_PATH, {})
-    if digest is not None and stored.get("weights") == digest:
-        return None
-    return copy.deepcopy(model)
-
-
-def report_int8(fp32: Any, int8: Any, directory: str | os.PathLike[str], tokenizer: Any = None) -> None:
-    """torchao's int8 measured against fp32 on the directory's sample, written to its
-    quantization_report.json and logged (a warning below 99% agreement)."""
-    import logging
-
-    from bertforge.engine import EngineError, weights_digest
-    from bertforge.precision import int8_report
-    from bertforge.quantization_report import write_report
-
-    log = logging.getLogger(__name__)
-    report = int8_report(fp32, int8, directory, tokenizer)
-    for line in report.lines():
-        (log.info if report.ok else log.warning)("%s", line)
-    try:
-        report.weights = weights_digest(directory)
-    except (EngineError, OSError):
-        report.weights = None
-    try:
-        write_report(report, directory)
-    except OSError as exc:  # a read-only model directory: the log said it
-        log.info("could not write the int8 report into %s: %s", directory, exc)
 
 
 def check_tokenizer_fits(tokenizer: Any, directory: str | os.PathLike[str], config: Any = None) -> None:
@@ -222,4 +167,4 @@ def check_max_length(directory: str | os.PathLike[str], max_length: int) -> None
                          f"{path} (max_position_embeddings); use --max-length {config.max_tokens} or less")
 
 
-__all__ = ["TASK_FILE", "LoadedModel", "TaskRecord", "check_max_length", "check_tokenizer_fits", "label_names_of", "load_for_inference"]
+__all__ = ["TASK_FILE", "LoadedModel", "TaskRecord", "check_max_length", "check_tokenizer_fits", "load_for_inference"]

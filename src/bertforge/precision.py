@@ -266,18 +266,6 @@ TORCH_INT8_RECIPE = ("encoder Linear layers but the feed-forward output projecti
                      "embeddings, LayerNorm, attention, pooler and head fp32")
 
 
-def int8_report(fp32_model: nn.Module, int8_model: nn.Module, directory: str | os.PathLike[str] | None = None,
-                tokenizer: Any = None, *, data: str | os.PathLike[str] | None = None) -> Any:
-    """What torchao's int8 changed against fp32 (`bertforge.quantization_report`): both models run on the
-    sample of `directory` (its dev file, training rows or fixed sentences; `data` to name a file)."""
-    from bertforge import quantization_report as qr
-
-    compared = qr.compared_output(fp32_model)
-    sample, batches = qr.sample_batches(fp32_model, directory, tokenizer, data=data)
-    return qr.measure_model(fp32_model, qr.torch_runner(fp32_model, compared), qr.torch_runner(int8_model, compared),
-                            compared, sample, batches, path=TORCH_INT8_PATH, recipe=TORCH_INT8_RECIPE)
-
-
 def save_quantized(model: nn.Module, directory: str | os.PathLike[str], tokenizer: Any = None) -> Path:
     """Save an int8 model: config.json with the recipe, its weights in torchao's safetensors layout.
 

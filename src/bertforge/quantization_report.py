@@ -250,10 +250,7 @@ def sample_for(directory: str | os.PathLike[str] | None, *, limit: int = DEFAULT
     """The rows to measure `directory`'s model on: `data` if given (a file with the model's columns), else
     the dev file its task.json names, else its training file (the first `limit` rows: seen in training,
     and said so), else `FIXED_SENTENCES`."""
-    from bertforge.finetuned import TaskRecord
-
-    record = TaskRecord.read(directory) if directory is not None else None
-    settings = (record.settings if record is not None else {}) or {}
+    settings = _task_json(directory).get("settings") or {}
     candidates = [(data, "file")] if data is not None else []
     candidates += [(settings.get("dev"), "dev file"), (settings.get("train"), "training file")]
     for path, role in candidates:
@@ -266,6 +263,17 @@ def sample_for(directory: str | os.PathLike[str] | None, *, limit: int = DEFAULT
         if role == "file":
             raise QuantizationReportError(f"{path}: no such file to measure int8 on")
     return Sample(list(FIXED_SENTENCES), f"{len(FIXED_SENTENCES)} fixed English sentences (no data named)")
+
+
+def _task_json(directory: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """A model directory's task.json as it is (its settings and max_length), or {} without a readable one."""
+    if directory is None:
+        return {}
+    try:
+        found = json.loads((Path(directory) / "task.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def _read_sample(path: Path, settings: dict[str, Any], limit: int) -> Sample:
@@ -439,7 +447,7 @@ def torch_runner(model: Any, compared: Compared) -> Runner:
     """A batch -> the compared output of a PyTorch model (a bare encoder's: the [CLS] vector)."""
     import torch
 
-    from bertforge.export import INPUTS
+    from bertforge.model.inputs import INPUTS
 
     def run(batch: dict[str, Any]) -> np.ndarray:
         with torch.inference_mode():
@@ -450,7 +458,7 @@ def torch_runner(model: Any, compared: Compared) -> Runner:
 
 def onnx_runner(session: Any, compared: Compared) -> Runner:
     """A batch -> the compared output of an ONNX Runtime session over one of bertforge's graphs."""
-    from bertforge.export import INPUTS
+    from bertforge.model.inputs import INPUTS
 
     def run(batch: dict[str, Any]) -> np.ndarray:
         feed = {name: np.asarray(batch[name], dtype=np.int64) for name in INPUTS}
@@ -464,7 +472,7 @@ def sample_batches(model: Any, directory: str | os.PathLike[str] | None, tokeniz
                    limit: int = DEFAULT_ROWS) -> tuple[Sample | str, list[dict[str, Any]]]:
     """The sample for `model` (`sample_for`) as batches; without a tokenizer (or for multiple choice,
     whose rows are sets of choices) random ids in the model's vocabulary, said so."""
-    from bertforge.export import sample_inputs
+    from bertforge.model.inputs import sample_inputs
 
     if tokenizer is None and directory is not None:
         try:
@@ -479,10 +487,7 @@ def sample_batches(model: Any, directory: str | os.PathLike[str] | None, tokeniz
     if getattr(model, "job", None) in ("masked-lm", "pretraining"):
         limit = min(limit, 64)  # scores over the whole vocabulary at every position: a few rows say enough
     sample = sample_for(directory, limit=limit, data=data)
-    from bertforge.finetuned import TaskRecord
-
-    record = TaskRecord.read(directory) if directory is not None else None
-    length = max_length or (record.max_length if record is not None and record.max_length else None) or 128
+    length = max_length or _task_json(directory).get("max_length") or 128
     length = min(length, model.config.max_tokens)
     return sample, encode_batches(tokenizer, sample, length)
 
@@ -490,7 +495,7 @@ def sample_batches(model: Any, directory: str | os.PathLike[str] | None, tokeniz
 def measure_model(model: Any, fp32: Runner, int8: Runner, compared: Compared, sample: Sample | str,
                   batches: Sequence[dict[str, Any]], *, path: str, recipe: str) -> QuantizationReport:
     """`measure` for a model's compared output, with its label names."""
-    from bertforge.finetuned import label_names_of
+    from bertforge.model.base import label_names_of
 
     try:
         names = label_names_of(model)
@@ -498,6 +503,62 @@ def measure_model(model: Any, fp32: Runner, int8: Runner, compared: Compared, sa
         names = []
     return measure(fp32, int8, batches, path=path, recipe=recipe, sample=sample, kind=compared.kind,
                    multi_label=compared.multi_label, label_names=names)
+
+
+def int8_report(fp32_model: Any, int8_model: Any, directory: str | os.PathLike[str] | None = None,
+                tokenizer: Any = None, *, data: str | os.PathLike[str] | None = None) -> Any:
+    """What torchao's int8 changed against fp32: both models run on the
+    sample of `directory` (its dev file, training rows or fixed sentences; `data` to name a file)."""
+    from bertforge.precision import TORCH_INT8_PATH, TORCH_INT8_RECIPE
+
+    compared = compared_output(fp32_model)
+    sample, batches = sample_batches(fp32_model, directory, tokenizer, data=data)
+    return measure_model(fp32_model, torch_runner(fp32_model, compared), torch_runner(int8_model, compared),
+                            compared, sample, batches, path=TORCH_INT8_PATH, recipe=TORCH_INT8_RECIPE)
+
+
+
+def fp32_copy_to_measure(model: Any, directory: str | os.PathLike[str], precision: str,
+                         device: str | None = None) -> Any:
+    """An fp32 copy of `model` when it is about to be quantized in memory and its directory has no torchao
+    report for these weights yet (`report_int8`); None otherwise (one report per weights, not per load)."""
+    import copy
+
+    from bertforge.checkpoint import CheckpointError, weights_digest
+    from bertforge.precision import TORCH_INT8_PATH, is_quantized
+
+    if precision != "int8" or is_quantized(model) or (device and not str(device).startswith("cpu")):
+        return None
+
+    try:
+        digest = weights_digest(directory)
+    except (CheckpointError, OSError):  # no weights file to tell one model from another: measure anyway
+        digest = None
+    stored = read_reports(directory).get(TORCH_INT8_PATH, {})
+    if digest is not None and stored.get("weights") == digest:
+        return None
+    return copy.deepcopy(model)
+
+
+def report_int8(fp32: Any, int8: Any, directory: str | os.PathLike[str], tokenizer: Any = None) -> None:
+    """torchao's int8 measured against fp32 on the directory's sample, written to its
+    quantization_report.json and logged (a warning below 99% agreement)."""
+    import logging
+
+    from bertforge.checkpoint import CheckpointError, weights_digest
+
+    log = logging.getLogger(__name__)
+    report = int8_report(fp32, int8, directory, tokenizer)
+    for line in report.lines():
+        (log.info if report.ok else log.warning)("%s", line)
+    try:
+        report.weights = weights_digest(directory)
+    except (CheckpointError, OSError):
+        report.weights = None
+    try:
+        write_report(report, directory)
+    except OSError as exc:  # a read-only model directory: the log said it
+        log.info("could not write the int8 report into %s: %s", directory, exc)
 
 
 # ------------------------------------------------------------------------------------------------

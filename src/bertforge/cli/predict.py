@@ -311,8 +311,7 @@ def quantize_command(
         if Path(model).is_dir():
             copy_sidecars(model, out)
         # int8 measured against fp32 on the model's dev file (or training rows, or fixed sentences)
-        from bertforge.precision import int8_report
-        from bertforge.quantization_report import write_report
+        from bertforge.quantization_report import int8_report, write_report
 
         report = int8_report(loaded.eval(), quantized, model if Path(model).is_dir() else None, tokenizer,
                              data=sample)

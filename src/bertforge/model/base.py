@@ -102,6 +102,15 @@ def label_names(config: ModelConfig) -> list[str]:
     return [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(len(id2label))]
 
 
+def label_names_of(model: Any) -> list[str]:
+    """The model's output labels in id order: config.json's id2label, else "LABEL_i" for each output of
+    a classifier without names (as transformers names them); [] for a model without labels."""
+    names = label_names(model.config)
+    if not names and hasattr(model, "num_labels"):
+        names = [f"LABEL_{i}" for i in range(int(model.num_labels))]
+    return names
+
+
 def num_labels(config: ModelConfig) -> int:
     """How many outputs the task head has: from id2label when present, else `num_labels`, else 2."""
     if "id2label" in config.extra:

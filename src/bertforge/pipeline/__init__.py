@@ -26,8 +26,15 @@ import sys
 
 from bertforge.pipeline.files import input_columns, predict_file
 from bertforge.pipeline.loading import CallableModule, pipeline, read_task_file, task_for, use_engine
-from bertforge.pipeline.pipe import TASK_NAMES, Pipeline, canonical_task, count_truncated
-from bertforge.pipeline.runners import InputError, Prepared, group_entities, output_row, split_tag
+from bertforge.pipeline.pipe import TASK_NAMES, Pipeline, canonical_task
+from bertforge.pipeline.runners import (
+           InputError,
+           Prepared,
+           count_truncated,
+           group_entities,
+           output_row,
+           split_tag,
+)
 
 # `from bertforge import pipeline` gives this module; calling it calls `pipeline()`
 sys.modules[__name__].__class__ = CallableModule

@@ -20,8 +20,7 @@ from typing import Any
 import numpy as np
 
 from bertforge.fileio import DataFormatError
-from bertforge.pipeline.pipe import Pipeline, count_truncated
-from bertforge.pipeline.runners import InputError, output_row, positive_int
+from bertforge.pipeline.runners import InputError, count_truncated, output_row, positive_int
 
 ON_ERROR = ("record", "skip", "stop")  # what predict_file does with a row the task cannot answer
 
@@ -41,12 +40,12 @@ def input_columns(task: str, *, text_column: str = "text", pair_column: str | No
     return columns
 
 
-def predict_file(pipe: Pipeline, input_path: str | Path, out_path: str | Path, *, text_column: str = "text",
+def predict_file(pipe: Any, input_path: str | Path, out_path: str | Path, *, text_column: str = "text",
                  pair_column: str | None = None, question_column: str = "question",
                  context_column: str = "context", keep_columns: Sequence[str] = (), chunk_rows: int = 4096,
                  progress: bool = True, on_error: str = "record", keep_input: bool = True,
                  vector_dtype: str = "float32", **options: Any) -> dict[str, Any]:
-    """Predict every row of a table (any `bertforge.tables` format, decided by `bertforge.formats`; plain
+    """Predict every row of a table with `pipe` (a `Pipeline`; any `bertforge.tables` format, decided by `bertforge.formats`; plain
     lines only for a task that reads one text column) into `out_path` (.jsonl, .csv, .tsv).
 
     Rows are read `chunk_rows` at a time; each chunk is featurised, run in length-sorted batches and
@@ -171,7 +170,7 @@ def echoed_columns(task: str, path: Path, columns: dict[str, str]) -> list[str]:
     return (["id"] if "id" in found and "id" not in texts else []) + texts
 
 
-def _predict_chunk(pipe: Pipeline, path: Path, chunk: list[Any], columns: dict[str, str],
+def _predict_chunk(pipe: Any, path: Path, chunk: list[Any], columns: dict[str, str],
                    options: dict[str, Any], *, stop: bool) -> tuple[list[Any], dict[int, str]]:
     """(the results of the chunk's answerable rows, in order; {position in the chunk: what is wrong}
     for the others). With `stop` the first bad row raises `DataFormatError` instead."""

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bertforge.finetuned import label_names_of
-from bertforge.pipeline.runners import RUNNERS, Prepared, Runner, positive_int
+from bertforge.model.base import label_names_of
+from bertforge.pipeline.runners import RUNNERS, Prepared, Runner, count_truncated, positive_int
 from bertforge.tasks import default_task_for
 from bertforge.tasks.base import Feature, Task, run_batches
 
@@ -170,11 +170,6 @@ class Pipeline:
         from bertforge.pipeline.files import predict_file
 
         return predict_file(self, input_path, out_path, **kwargs)
-
-
-def count_truncated(results: Sequence[Any]) -> int:
-    """How many results say their input was cut to max_length."""
-    return sum(1 for r in results if isinstance(r, dict) and r.get("truncated"))
 
 
 def canonical_task(task: str) -> str:

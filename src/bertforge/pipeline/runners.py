@@ -596,3 +596,8 @@ def output_row(task: str, result: Any, *, all_scores: bool = False) -> dict[str,
     if task == "multiple-choice":
         return {k: result[k] for k in ("choice", "score")}
     return {"embedding": result["embedding"]}
+
+
+def count_truncated(results: Sequence[Any]) -> int:
+    """How many results say their input was cut to max_length."""
+    return sum(1 for r in results if isinstance(r, dict) and r.get("truncated"))

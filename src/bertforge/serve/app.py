@@ -42,7 +42,8 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bertforge.engine import EngineChoice
-from bertforge.finetuned import TaskRecord, label_names_of, load_for_inference
+from bertforge.finetuned import TaskRecord, load_for_inference
+from bertforge.model.base import label_names_of
 from bertforge.pipeline import InputError, Pipeline, Prepared, task_for, use_engine
 from bertforge.precision import cpu_description, model_precision
 from bertforge.serve import openai as openai_api
