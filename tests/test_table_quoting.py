@@ -238,6 +238,21 @@ def test_finetune_and_predict_report_the_rows_of_a_tsv_with_quotes(encoder_dir: 
     assert len(preds.read_text().splitlines()) == 2
 
 
+def test_finetune_records_quoting_and_a_rerun_without_it_is_another_run(encoder_dir: Path, tmp_path: Path) -> None:
+    """--quoting changes the rows a run reads: run_config.yaml records it, and the same command without it
+    does not continue the run (the fingerprint differs)."""
+    train = _write(tmp_path, "train.tsv", b'text\tlabel\n' + b'"a good" film\tpositive\npoor film\tnegative\n' * 3)
+    out = tmp_path / "run"
+    command = ["finetune", "classify", "--model", str(encoder_dir), "--train", str(train), "--dev", str(train),
+               "--out", str(out), "--epochs", "1", "--batch-size", "4", "--max-length", "16"]
+    result = CliRunner().invoke(app, [*command, "--quoting"])
+    assert result.exit_code == 0, result.output
+    assert f"read {train}: 6 rows (TSV with CSV quoting)" in _said(result)
+    assert "quoting: true" in (out / "run_config.yaml").read_text(encoding="utf-8")
+    again = CliRunner().invoke(app, command)
+    assert again.exit_code == 2 and "quoting true -> false" in _said(again).lower()
+
+
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "own-data.md"
 
 

@@ -42,7 +42,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +124,17 @@ def table_reading(*, tsv_quoting: bool = False, notify: Callable[[str], None] | 
     `--quoting` option); `notify` receives one line per file read to its end (`TableRead.describe`,
     once per file) and each warning, as `warning: ...` (without `notify` warnings go to `warnings`)."""
     token = _READING.set(_Reading(tsv_quoting, notify))
+    try:
+        yield
+    finally:
+        _READING.reset(token)
+
+
+@contextmanager
+def tsv_quoting(on: bool) -> Iterator[None]:
+    """Within the block, TSV files are read with CSV quoting when `on` (a run's recorded `quoting`
+    setting); what `table_reading` set up around it (who is told of each file) stays."""
+    token = _READING.set(replace(_reading(), tsv_quoting=on))
     try:
         yield
     finally:

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from bertforge.cli.common import REVISION_HELP, TaskFamilyGroup, fail, flag, library_errors, with_revision
-from bertforge.cli.options import QUOTING_PARAMETER, reading_tables, recipe_command, task_setting_parameters
+from bertforge.cli.options import reading_tables, recipe_command, task_setting_parameters
 from bertforge.finetune import FinetuneRecipe
 
 HELP = ("Fine-tune a pre-trained checkpoint on a task: a benchmark read from its data directory ({data_families}) "
@@ -69,8 +69,7 @@ def family_command(name: str, family: type) -> Any:
     doc = family.command_help or pyinspect.getdoc(family) or f"Fine-tune on the {name} task family."
 
     def body(*, given: dict[str, Any], config: Path | None, assignments: list[str], out: Path,
-             overwrite: bool = False, strategy: str | None = None, revision: str | None = None,
-             quoting: bool = False) -> None:
+             overwrite: bool = False, strategy: str | None = None, revision: str | None = None) -> None:
         import dataclasses
 
         from bertforge.finetune import build_recipe, run_finetune
@@ -83,7 +82,7 @@ def family_command(name: str, family: type) -> Any:
                 if not recipe.train.frozen:
                     raise ValueError("--strategy goes with --frozen (the feature-based tagger)")
                 return _frozen_ner(recipe, out, strategy)
-            with reading_tables(quoting):  # each own file read is reported: rows in, as the run sees them
+            with reading_tables(recipe.quoting):  # each own file read is reported: rows in, as the run sees them
                 results = run_finetune(recipe, out, overwrite=overwrite)
         except library_errors() as exc:
             raise fail(str(exc)) from exc
@@ -91,8 +90,7 @@ def family_command(name: str, family: type) -> Any:
 
     return recipe_command(name, FinetuneRecipe, body, doc=doc, skip=skip,
                           leading=[_OUT, _OVERWRITE, _REVISION, *task_params,
-                                   *(_NER_STRATEGY if name == _FROZEN_FAMILY else []),
-                                   *([] if family.reads_data_dir else [QUOTING_PARAMETER])],
+                                   *(_NER_STRATEGY if name == _FROZEN_FAMILY else [])],
                           leading_settings=[p.name for p in task_params])
 
 

@@ -182,6 +182,11 @@ class FinetuneRecipe:
     seeds: list[int] = setting(default_factory=lambda: [1], help="Comma-separated seeds, one run each.")
     task_settings: dict[str, Any] = setting(default_factory=dict, help="Task options (SQuAD: doc_stride, ...).",
                                             keys=lambda recipe: FAMILIES[recipe.family].setting_options)
+    quoting: bool = setting(False, help="Read .tsv files with CSV-style quoting: a cell in double quotes may hold "
+                                        "tabs, doubled quotes and line breaks. Off by default, as TSV defines it: "
+                                        "a line is a row and a quote is a character (as BERT's GLUE readers and "
+                                        "pandas with quoting=QUOTE_NONE read it). .csv files are always read by "
+                                        "RFC 4180.")
     adapt_on: str | None = setting(None, help="First continue pre-training the model on unlabelled text "
                                               "(bertforge adapt) and fine-tune the adapted model: 'train' for the "
                                               "training file's own text (labels dropped), or a text file.")

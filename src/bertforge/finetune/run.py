@@ -96,6 +96,7 @@ from bertforge.modelcard import command_line, write_model_card
 from bertforge.recipe import RUN_CONFIG_FILE
 from bertforge.recipe import override as recipe_override
 from bertforge.sentence_config import brought_max_length
+from bertforge.tables import tsv_quoting
 from bertforge.tasks import make_task
 from bertforge.tasks.base import Task, TaskBatches, run_model, subsample, task_title
 from bertforge.train.config import TrainConfig
@@ -178,7 +179,7 @@ def run_finetune(recipe: FinetuneRecipe, out_dir: Path, *, progress: bool = True
     same settings and inputs (`OUT/fingerprint.json`); otherwise a `RunMismatchError` names the
     differences, unless `overwrite`, which clears the earlier run's seeds and records first.
     """
-    with run_lock(out_dir, what="fine-tuning run"):
+    with run_lock(out_dir, what="fine-tuning run"), tsv_quoting(recipe.quoting):
         return _run_finetune(recipe, out_dir, progress=progress, verbose=verbose, overwrite=overwrite)
 
 
