@@ -42,6 +42,7 @@ CSV_FIXTURES = {
     "multi-line": b'text,label\n"first line\nsecond line",pos\nsingle,neg\n"a\nb\nc",pos\n',
     "bom-crlf": b'\xef\xbb\xbftext,label\r\n"x, y",pos\r\nz,neg\r\n',
     "no-final-newline": b'text,label\nfirst,pos\n"last ""quoted""",neg',
+    "an-empty-quoted-cell": b'text\nhello\n""\n\nworld\n',  # `""` is a row of one empty cell, the blank line none
 }
 
 

@@ -311,7 +311,7 @@ def _delimited_rows(path: Path, delimiter: str, tally: _Tally) -> Iterator[Row]:
         # the record ended on the last line read, and began as many lines before as it holds line breaks
         lines_spanned = _record_lines(fields)
         start = numbers[-1] - lines_spanned + 1
-        if not fields or fields == [""]:  # a blank line, before the header or between records
+        if not fields:  # a blank line, before the header or between records (`""` is a row: one empty cell)
             tally.blank_lines += header is not None
             continue
         if header is None:
