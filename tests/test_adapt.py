@@ -65,6 +65,7 @@ def bert(tokenizer: BertTokenizer, tmp_path_factory: pytest.TempPathFactory) -> 
     return checkpoint("bert", "embeddings", tokenizer, tmp_path_factory.mktemp("bert") / "encoder")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_every_family_adapts_and_transformers_loads_the_result(model_type: str, tokenizer: BertTokenizer,
                                                                  text_file: Path, tmp_path: Path) -> None:

@@ -198,6 +198,7 @@ def _open(browser, url: str, tab: str):
     return page, errors
 
 
+@pytest.mark.slow
 def test_qa_tab_highlights_the_answer(checkpoints: dict[str, Path], browser) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     with _serving(checkpoints["qa"]) as url:
@@ -231,6 +232,7 @@ def test_qa_tab_highlights_the_answer(checkpoints: dict[str, Path], browser) -> 
         page.close()
 
 
+@pytest.mark.slow
 def test_other_tabs_render(checkpoints: dict[str, Path], browser) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     with _serving(checkpoints["mlm"]) as url:

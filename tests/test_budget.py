@@ -254,6 +254,7 @@ def _ddp_budget_worker(rank: int, world_size: int, port: int, run_dir: str) -> N
         distributed.cleanup()
 
 
+@pytest.mark.slow
 def test_ranks_agree_on_the_time_spent_and_stop_together(tmp_path: Path) -> None:
     mp.spawn(_ddp_budget_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
     ends = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]

@@ -435,6 +435,7 @@ def test_int8_quantizes_the_encoder_layers() -> None:
     assert got.dtype == torch.float32 and 0 < max_diff(got, expected) <= 0.01 * expected.abs().max().item()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["DebertaV2ForSequenceClassification", "DebertaV2ForQuestionAnswering",
                                   "DebertaV2ForMultipleChoice", "DebertaV2Model"])
 def test_onnx_export_matches_pytorch(tmp_path, name: str) -> None:

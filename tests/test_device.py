@@ -84,6 +84,7 @@ def test_every_family_matches_transformers_in_fp32_and_bf16(model_type: str, tok
     assert math.isfinite(ours_error) and ours_error <= 2 * theirs_error + 1e-2, (ours_error, theirs_error)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_a_training_step_has_transformers_loss_and_gradients(model_type: str, tokenizer: BertTokenizer,
                                                              device: torch.device, tmp_path: Path) -> None:
@@ -197,6 +198,7 @@ def test_the_loop_trains_and_resumes_exactly_on_the_device(precision: str, devic
         torch.testing.assert_close(params(resumed)[name], tensor, atol=1e-6, rtol=0, msg=name)
 
 
+@pytest.mark.slow
 def test_the_loop_compiled_on_the_device_learns_like_eager(device: torch.device, tmp_path: Path) -> None:
     torch._dynamo.reset()
     losses = {}

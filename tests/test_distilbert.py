@@ -386,6 +386,7 @@ def test_int8_quantizes_the_encoder_layers() -> None:
     assert got.dtype == torch.float32 and 0 < max_diff(got, expected) <= 0.01 * expected.abs().max().item()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["DistilBertForSequenceClassification", "DistilBertForQuestionAnswering",
                                   "DistilBertForMultipleChoice", "DistilBertModel"])
 def test_onnx_export_matches_pytorch(tmp_path, name: str) -> None:

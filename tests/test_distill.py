@@ -140,6 +140,7 @@ def test_teacher_layer_choices() -> None:
 # ------------------------------------------------------------------------------------------------
 # task distillation
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_task_distillation_moves_the_student_to_the_teacher(reviews, tmp_path: Path) -> None:
     from bertforge import pipeline
 
@@ -402,6 +403,7 @@ def test_general_distillation_on_shards_lowers_its_loss(shards, tmp_path: Path) 
     assert not (tmp_path / "no").exists()
 
 
+@pytest.mark.slow
 def test_a_teacher_by_hub_name(reviews, loopback_hub, tmp_path: Path) -> None:
     files = {p.relative_to(reviews["teacher"]).as_posix(): p.read_bytes()
              for p in reviews["teacher"].rglob("*") if p.is_file() and "run" not in p.relative_to(reviews["teacher"]).parts}

@@ -339,6 +339,7 @@ def expected_errors(block: Block) -> dict[int, str]:
             if lines and lines[0].startswith("error:")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", list(EXAMPLES), ids=lambda p: str(p.relative_to(ROOT)))
 def test_command_examples_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                               request: pytest.FixtureRequest):

@@ -321,6 +321,7 @@ def _leaves() -> list[tuple[Any, Any]]:
     return [(c, ctx) for c, ctx in gen.walk(ROOT_COMMAND, ROOT_CONTEXT) if not gen.is_group(c)]
 
 
+@pytest.mark.slow
 def test_every_leaf_command_has_an_example():
     runner = CliRunner()
     problems = []
@@ -343,6 +344,7 @@ def test_every_leaf_command_has_an_example():
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow
 def test_help_shows_no_value_placeholder_for_a_flag():
     """A flag takes no value, so `--help` prints none after it (no `--all-scores <bool>`), while a valued
     option keeps its placeholder (`--batch-size <int>`); groups' own options included."""
@@ -479,6 +481,7 @@ def _run_block(block: Block, sandbox: Path, env: dict[str, str], runner: CliRunn
         assert not missing, f"{where}: `{command}` did not print {missing}; it printed:\n{output[-2000:]}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", list(RUNNABLE), ids=lambda p: str(p.relative_to(ROOT)))
 def test_runnable_blocks_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     blocks = RUNNABLE[path]

@@ -492,6 +492,7 @@ def test_int8_quantizes_the_encoder_layers() -> None:
     assert got.dtype == torch.float32 and 0 < max_diff(got, expected) <= 0.02 * expected.abs().max().item()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "outputs"), [
     ("ElectraForPreTraining", ["logits"]),  # the discriminator: one logit per token
     ("ElectraForMaskedLM", ["logits"]),

@@ -188,6 +188,7 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return root / "data", root / "tokenizer"
 
 
+@pytest.mark.slow
 def test_pretrain_rtd_learns_resumes_bit_exactly_and_exports_the_discriminator(shards, tmp_path: Path,
                                                                                monkeypatch) -> None:
     from bertforge.finetune import finetune

@@ -117,6 +117,7 @@ def _max_diff(a: list[dict[str, np.ndarray]], b: list[dict[str, np.ndarray]], sk
 # ------------------------------------------------------------------------------------------------ parity
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_onnxruntime_gives_torchs_answers(kind: str, models: dict[str, Path]) -> None:
     """Same features, same post-processing: the model outputs agree within 1e-4 and so do the results."""

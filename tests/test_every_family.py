@@ -90,6 +90,7 @@ def _tune(family: str, task: str | None, encoder: Path, data_dir: Path | None, o
     return out / "seed-1"
 
 
+@pytest.mark.slow
 def test_every_task_family_fine_tunes_and_predicts(encoder: Path, data: dict[str, Path], tmp_path: Path) -> None:
     from bertforge import pipeline
 
@@ -123,6 +124,7 @@ def test_every_task_family_fine_tunes_and_predicts(encoder: Path, data: dict[str
                          "doc_stride": 8})
 
 
+@pytest.mark.slow
 def test_serve_precision_export_features_and_attention(encoder: Path, tmp_path: Path) -> None:
     from bertforge import pipeline
     from bertforge.features import FeatureExtractor

@@ -39,6 +39,7 @@ def _symbolic_dims(path: Path) -> dict[str, list[str | int]]:
     return {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in graph.input}
 
 
+@pytest.mark.slow
 def test_qa_parity_at_two_sizes(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = BertForQuestionAnswering(_config()).eval()
@@ -63,6 +64,7 @@ def test_qa_parity_at_two_sizes(tmp_path: Path) -> None:
     assert all(getattr(m, "unpad", True) for m in model.modules())
 
 
+@pytest.mark.slow
 def test_multiple_choice_has_three_dynamic_axes(tmp_path: Path) -> None:
     torch.manual_seed(1)
     model = BertForMultipleChoice(_config()).eval()
@@ -73,6 +75,7 @@ def test_multiple_choice_has_three_dynamic_axes(tmp_path: Path) -> None:
     assert len({s[2] for s in result.checked_shapes}) == 2  # two lengths
 
 
+@pytest.mark.slow
 def test_cli_export_of_a_checkpoint_dir(tmp_path: Path) -> None:
     torch.manual_seed(2)
     BertModel(_config()).save_pretrained(tmp_path / "encoder")
@@ -97,6 +100,7 @@ def test_unknown_model_is_refused(tmp_path: Path) -> None:
         export_onnx(torch.nn.Linear(2, 2), tmp_path / "x.onnx")
 
 
+@pytest.mark.slow
 def test_int8_export_is_quantized_smaller_and_close(tmp_path: Path) -> None:
     """ONNX Runtime's dynamic quantization: integer matrix products, a smaller file, outputs near fp32."""
     torch.manual_seed(3)
@@ -120,6 +124,7 @@ def test_int8_export_is_quantized_smaller_and_close(tmp_path: Path) -> None:
     assert check_onnx(model, int8, sample_inputs(model, batch=3, length=20, seed=4)) <= 0.15
 
 
+@pytest.mark.slow
 def test_int8_uses_seven_bit_weights_where_the_cpu_lacks_vnni(tmp_path: Path) -> None:
     """Without VNNI, full-range int8 weights saturate ONNX Runtime's 16-bit sums (0.25 off on an AVX2-only
     EPYC): the choice follows the CPU's flags, and 7-bit weights keep the bound (checked here on any CPU)."""
@@ -160,6 +165,7 @@ print(json.dumps(report))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("qemu-x86_64") is None or platform.machine() != "x86_64",
                     reason="emulating an AVX2-only CPU needs qemu-user (apt install qemu-user)")
 def test_int8_keeps_its_bound_on_an_emulated_avx2_only_cpu(tmp_path: Path) -> None:

@@ -412,6 +412,7 @@ def test_a_causal_encoders_sentence_head_reads_the_last_real_token(tokenizer: Be
     torch.testing.assert_close(logits, model.task_head.output(torch.stack([vectors[0, 4], vectors[1, 2]])))
 
 
+@pytest.mark.slow
 def test_onnx_export_of_generic_heads(bert_encoder: Path, tmp_path: Path) -> None:
     """A frozen linear head and a sentence BiLSTM export with dynamic lengths and agree with PyTorch; a
     BiLSTM over every position is refused in words (the exporter would fix the input length)."""

@@ -14,6 +14,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 SOURCE = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "bertforge"
 
@@ -108,6 +110,7 @@ def test_every_module_has_a_layer() -> None:
         layer_of(module)
 
 
+@pytest.mark.slow
 def test_no_import_goes_up_or_sideways() -> None:
     wrong = []
     for importer, imports in graph().items():
@@ -243,6 +246,7 @@ def family_name_leaks() -> list[str]:
     return sorted(set(leaks))
 
 
+@pytest.mark.slow
 def test_family_names_stay_in_their_folders() -> None:
     assert family_folders(), "no model family found under bertforge/model/"
     leaks = family_name_leaks()
@@ -329,6 +333,7 @@ def task_family_leaks() -> list[str]:
     return sorted(set(leaks))
 
 
+@pytest.mark.slow
 def test_task_family_names_stay_in_their_files() -> None:
     assert task_family_files(), "no task family found in bertforge/tasks/"
     leaks = task_family_leaks()

@@ -376,6 +376,7 @@ def test_tag_model_matches_transformers_token_classification_pipeline(encoder_di
     assert compared == sum(len(t) for t, _ in SENTENCES)
 
 
+@pytest.mark.slow
 def test_qa_model_matches_transformers_question_answering(encoder_dir: Path, tmp_path: Path) -> None:
     """transformers 5 no longer has a question-answering pipeline; its decoding rule (transformers 4's
     `QuestionAnsweringPipeline`) is applied here to transformers' own tokenizer and model outputs: over

@@ -171,6 +171,7 @@ def test_jsonl_plain_and_compressed_one_document_per_record(tmp_path) -> None:
     assert _sentences_of([body], plain_text=True) == ["First one here.", "Second one there.", "A new paragraph."]
 
 
+@pytest.mark.slow
 def test_parquet_row_groups_are_the_unit_and_memory_stays_bounded(tmp_path, monkeypatch) -> None:
     import pyarrow as pa
 
@@ -282,6 +283,7 @@ def test_bad_records_are_counted_or_stop_the_run(tmp_path, tokenizer_dir) -> Non
 # ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_parts_together_are_the_whole(mixed_dir, tokenizer_dir, tmp_path) -> None:
     from typer.testing import CliRunner
 

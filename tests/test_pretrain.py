@@ -163,6 +163,7 @@ def test_cli_pretrain_then_plot(shards, tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "dataset.json" in bad.output
 
 
+@pytest.mark.slow
 def test_cli_pretrain_under_torchrun_with_fsdp_exports_the_gathered_model(shards, tmp_path: Path) -> None:
     data, tokenizer = shards
     out = tmp_path / "fsdp"

@@ -160,6 +160,7 @@ def test_quantize_warns_when_int8_flips_labels(classifier: Path, tmp_path: Path,
     assert "WARNING: label agreement" in result.output and "static calibration" in result.output
 
 
+@pytest.mark.slow
 def test_export_int8_writes_and_prints_the_report(classifier: Path, tmp_path: Path) -> None:
     pytest.importorskip("onnxruntime")
     out = tmp_path / "model.onnx"
@@ -192,6 +193,7 @@ def test_the_engine_at_int8_reports_int8_against_fp32(classifier: Path, tmp_path
 
 
 # --- an embedding model's export ----------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("pooling", ["mean", "cls"])
 def test_an_embedding_export_outputs_the_sentence_vector_sentence_transformers_gives(tmp_path: Path,
                                                                                    pooling: str) -> None:

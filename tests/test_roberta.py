@@ -218,6 +218,7 @@ def test_one_token_type_ignores_segment_ids_two_use_them(tmp_path) -> None:
 # ------------------------------------------------------------------------------------------------
 # Every head against transformers, both ways
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize(("model_type", "head"), CASES)
 def test_transformers_checkpoint_loads_with_equal_outputs(tmp_path, model_type: str, head: str) -> None:
     theirs = saved_transformers_model(tmp_path, model_type, head)
@@ -464,6 +465,7 @@ def test_int8_quantizes_the_encoder_and_stays_close(roberta_encoder: Path) -> No
     assert 0 < error <= 0.12 * max(1.0, expected.abs().max().item())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_type", ["roberta", "xlm-roberta"])
 def test_onnx_export_matches_pytorch(tmp_path, model_type: str) -> None:
     pytest.importorskip("onnxscript", reason="ONNX export needs onnx and onnxscript (the onnx extra)")

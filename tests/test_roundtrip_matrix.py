@@ -242,6 +242,7 @@ def _assert_close(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray], ma
 # ------------------------------------------------------------------------------------------------
 # the matrix
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize(("kind", "family"), CASES)
 def test_the_library_a_directory_claims_reads_what_bertforge_reads(kind: str, family: str, files: dict[str, Path],
                                                                    tmp_path: Path) -> None:
@@ -342,6 +343,7 @@ def test_a_pushed_setfit_directory_loads_by_name_in_setfit(loopback_hub: Any, fi
     assert float(np.abs(np.asarray(theirs) - torch.softmax(logits, -1).numpy()).max()) <= ATOL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["setfit", "classify-mean", "embed"])
 def test_an_int8_copy_is_refused_by_the_libraries_that_cannot_run_it(kind: str, files: dict[str, Path],
                                                                     tmp_path: Path) -> None:

@@ -153,6 +153,7 @@ def _curves(run_dir: Path) -> list[tuple]:
 # ------------------------------------------------------------------------------------------------
 # 1. a resume under other settings or inputs is refused
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_finetune_resume_under_other_settings_or_files_is_refused_in_one_line(sst, tmp_path: Path) -> None:
     out = tmp_path / "x"
     _killed_at(_finetune_args(sst, out), "step-000026")  # its final checkpoint: 2 epochs of 13 steps
@@ -285,6 +286,7 @@ def _with(args: list[str], old: Path, new: Path) -> list[str]:
 # ------------------------------------------------------------------------------------------------
 # 2. one run at a time on a directory
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_second_run_on_a_directory_in_use_is_refused_and_a_dead_run_s_lock_is_taken_over(sst, tmp_path: Path) -> None:
     out = tmp_path / "x"
     args = _finetune_args(sst, out)
@@ -340,6 +342,7 @@ def test_pretrain_and_prepare_refuse_a_directory_another_process_holds(shards, t
 # ------------------------------------------------------------------------------------------------
 # 3. fine-tuning checkpoints mid-run and resumes bit-exactly
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_finetune_killed_mid_run_resumes_to_the_uninterrupted_weights_and_metrics(sst, tmp_path: Path) -> None:
     extra = ("--save-every-steps", "4", "--keep-last", "2", "--keep-checkpoints")
     killed, straight = tmp_path / "killed", tmp_path / "straight"
@@ -390,6 +393,7 @@ def _truncate(path: Path) -> None:
     path.write_bytes(data[: len(data) // 2])
 
 
+@pytest.mark.slow
 def test_pretrain_resume_skips_a_truncated_newest_checkpoint(shards, tmp_path: Path, monkeypatch) -> None:  # noqa: F811
     data, _ = shards
     args = ["pretrain", "--config", "tiny", "--data", str(data), "--max-steps", "6", "--save-every", "2",

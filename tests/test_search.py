@@ -124,6 +124,7 @@ def test_the_grid_is_the_papers_by_default() -> None:
             grid(*bad)
 
 
+@pytest.mark.slow
 def test_the_command_chooses_the_configuration_that_learns(pretrained_dir: Path, files: dict[str, Path],
                                                             tmp_path: Path) -> None:
     out = tmp_path / "search"
@@ -158,6 +159,7 @@ def test_the_command_chooses_the_configuration_that_learns(pretrained_dir: Path,
 # ------------------------------------------------------------------------------------------------
 # resuming
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_half_finished_search_resumes_without_training_finished_runs(
         pretrained_dir: Path, files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     started = _counting_train(monkeypatch)
@@ -185,6 +187,7 @@ def test_a_half_finished_search_resumes_without_training_finished_runs(
     assert started == [] and again["configurations"] == summary["configurations"]
 
 
+@pytest.mark.slow
 def test_parallel_processes_give_the_same_scores(pretrained_dir: Path, files: dict[str, Path], tmp_path: Path) -> None:
     recipe = _recipe(pretrained_dir, files, seeds=[1])
     kwargs: dict[str, Any] = {"lrs": [GOOD_LR, 1e-3], "batch_sizes": [16], "epochs": [1], "verbose": False}
@@ -261,6 +264,7 @@ def test_the_default_learning_rate_scales_with_width_and_keeps_the_papers_at_bas
         assert build_recipe("glue", None, {"task": task, "lr": 3e-5}).resolved(spec, 384).optim.lr == 3e-5
 
 
+@pytest.mark.slow
 def test_default_settings_learn_a_small_file_where_the_papers_rate_does_not(
         pretrained_dir: Path, files: dict[str, Path], tmp_path: Path) -> None:
     """320 rows at batch 32 for 3 epochs: 30 steps (the step floor off, to compare the rates alone). At the

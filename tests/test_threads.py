@@ -87,6 +87,7 @@ def test_the_wait_policy_spins_briefly_and_keeps_a_users_choice(monkeypatch):
     assert threads.os.environ["OMP_WAIT_POLICY"] == "PASSIVE" and threads.threads_should_yield()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(threads.usable_cores() < 2, reason="libgomp throttles spinning when threads outnumber cores")
 def test_gnu_openmp_takes_the_spin_count_over_the_passive_policy():
     """The policy sets both variables and relies on libgomp preferring GOMP_SPINCOUNT: with an endless

@@ -162,6 +162,7 @@ def test_minilm_cased_configuration_matches_transformers_on_fixture():
     assert_same_as_transformers(ours, fast, slow, LINES)
 
 
+@pytest.mark.slow
 def test_minilm_lowercase_keep_accents_matches_transformers_on_fixture():
     ours = BertTokenizer(MINILM / "vocab.txt", strip_accents=False)
     fast, slow = fast_hf(MINILM, strip_accents=False), slow_hf(MINILM, strip_accents=False)
@@ -523,6 +524,7 @@ def test_trained_vocab_has_bert_layout(trained, name):
     assert unk_rate < 0.05  # it learnt its own training text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["uncased", "cased"])
 def test_trained_vocab_loads_in_transformers_and_tokenizes_identically(trained, name, tmp_path):
     tok, directory = trained[name]

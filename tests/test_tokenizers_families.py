@@ -201,6 +201,7 @@ def test_corpus_is_large_and_mixed() -> None:
 # ------------------------------------------------------------------------------------------------
 # each layout against transformers' class for it
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize(("family", "kind"), CASES, ids=[f"{f}-{k or 'bytelevel'}" for f, k in CASES])
 def test_layout_matches_transformers_fast_tokenizer(folders, family: str, kind: str | None) -> None:
     folder = folders[family, kind]
@@ -227,6 +228,7 @@ SPM_CASES = [(f, k) for f, k in CASES if k == "unigram"]
 CONTROL_PIECES = ("<s>", "</s>", "<pad>", "<unk>", "<mask>", "[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("family", "kind"), SPM_CASES, ids=[f"{f}-{k}" for f, k in SPM_CASES])
 def test_pieces_match_sentencepiece_itself(folders, family: str, kind: str) -> None:
     """The format's own library is the oracle: every corpus line is cut into the pieces `sentencepiece`
@@ -298,6 +300,7 @@ FLAG_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("family", "kind", "flags"), FLAG_CASES)
 def test_tokenizer_config_flags_match_transformers(folders, tmp_path, family, kind, flags) -> None:
     folder = shutil.copytree(folders[family, kind], tmp_path / "tok")
@@ -324,6 +327,7 @@ def test_the_class_is_chosen_by_tokenizer_config_then_model_type_then_file(folde
 # ------------------------------------------------------------------------------------------------
 # tokenizer.json, and what we save
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_tokenizer_json_matches_pretrained_tokenizer_fast(folders, tmp_path, family: str) -> None:
     """The folder as transformers saves it (tokenizer.json and its config) is read as it is."""
@@ -338,6 +342,7 @@ def test_tokenizer_json_matches_pretrained_tokenizer_fast(folders, tmp_path, fam
     assert_no_mismatches(mismatches(ours, theirs, lines), len(lines))
 
 
+@pytest.mark.slow
 def test_any_other_tokenizer_json_with_its_configs_special_tokens(tmp_path) -> None:
     """A Unigram tokenizer.json made with `tokenizers` alone (NFKC, whitespace and punctuation split,
     a BERT-style template), its special tokens named only in tokenizer_config.json."""
@@ -362,6 +367,7 @@ def test_any_other_tokenizer_json_with_its_configs_special_tokens(tmp_path) -> N
     assert ours.encode("A b", "c").token_type_ids == [0, 0, 0, 0, 1, 1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_save_pretrained_loads_in_transformers_to_the_same_ids(folders, tmp_path, family: str) -> None:
     kind = {"roberta": None, "camembert": "unigram"}.get(family, "bpe")
@@ -616,6 +622,7 @@ def _starts(text: str, words: list[str]) -> list[int]:
     return starts
 
 
+@pytest.mark.slow
 def test_qa_answers_are_spans_of_the_context(roberta_bpe: Path, tmp_path: Path) -> None:
     from bertforge import pipeline
     from bertforge.finetune import finetune

@@ -157,6 +157,7 @@ def test_synthetic_source_follows_the_protocol() -> None:
 # ------------------------------------------------------------------------------------------------
 # learning
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_overfitting_one_batch_drives_mlm_loss_near_zero(tmp_path: Path) -> None:
     model = tiny_model(dropout=0.0)
     source = SyntheticBatches(n=8, batch_size=8, dynamic=False)
@@ -445,6 +446,7 @@ train(tiny_model(), SyntheticBatches(), {run!r}, run_config(max_steps=8, save_ev
 """
 
 
+@pytest.mark.slow
 def test_sigkill_during_a_checkpoint_write_resumes_from_the_last_complete_one(tmp_path: Path) -> None:
     run, marker = tmp_path / "run", tmp_path / "marker"
     script = KILL_SCRIPT.format(marker=str(marker), run=str(run))
@@ -560,6 +562,7 @@ def _ddp_worker(rank: int, world_size: int, port: int, run_dir: str, task: str) 
         distributed.cleanup()
 
 
+@pytest.mark.slow
 def test_ddp_on_two_cpu_processes_matches_one_process_and_resumes_on_one(tmp_path: Path) -> None:
     run = tmp_path / "ddp"
     mp.spawn(_ddp_worker, args=(2, free_port(), str(run), "train"), nprocs=2, join=True)
@@ -632,6 +635,7 @@ def last_eval(run_dir: Path) -> float:
     return [r for r in read_metrics(run_dir) if r["split"] == "eval"][-1]["mlm_loss"]
 
 
+@pytest.mark.slow
 def test_fsdp_on_two_cpu_processes_matches_one_process_and_checkpoints_move_both_ways(tmp_path: Path) -> None:
     run = tmp_path / "fsdp"
     mp.spawn(_ddp_worker, args=(2, free_port(), str(run), "fsdp"), nprocs=2, join=True)
@@ -673,6 +677,7 @@ def test_parallel_must_be_ddp_or_fsdp() -> None:
         TrainConfig(parallel="zero3")
 
 
+@pytest.mark.slow
 def test_a_missing_rank_ends_with_a_clear_timeout_message(tmp_path: Path) -> None:
     mp.spawn(_ddp_worker, args=(2, free_port(), str(tmp_path), "timeout"), nprocs=2, join=True)
     message = (tmp_path / "message.txt").read_text()
